@@ -1,0 +1,583 @@
+//! The handshake as typestate machines: each state is a value, each transition consumes it and
+//! takes the next received message, and returns the reply to send.
+//!
+//! Control connection:
+//! ```text
+//! client                                   server
+//!   Hello{version, Control, Nc}   ->
+//!                                 <-  Challenge{version, Ns, server proof}
+//!   (client checks the server proof: a server without the key is refused here)
+//!   Proof{client proof}           ->
+//!                                 <-  Welcome{session id, max streams}  (sealed)
+//! ```
+//! Data connection:
+//! ```text
+//!   Hello{version, Data, Nc}      ->
+//!                                 <-  DataChallenge{Ns}
+//!   DataJoin{session, stream, MAC_join(session, stream, Nc, Ns)} ->
+//!                                 <-  DataAccept, then chunk frames from the client
+//! ```
+//! No I/O and no clock: the caller reads frames, passes messages and `now` in, and writes the
+//! replies. A [`Deadline`] bounds how long an unauthenticated connection may take.
+
+use std::time::{Duration, Instant};
+
+use crate::message::{FrameHeader, Message, Role};
+use crate::seal::{OpenError, Opener, Sealer, Side};
+use crate::{ErrorCode, Nonce, PROTOCOL_VERSION, SessionId, SessionKeys, keys};
+
+/// Why a handshake failed. [`HandshakeError::code`] gives the code to send to the peer.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// The peer speaks another protocol version.
+    #[error("protocol version mismatch: peer speaks {peer}, this side speaks {ours}")]
+    Version {
+        /// The peer's version.
+        peer: u16,
+        /// Ours.
+        ours: u16,
+    },
+    /// The server's proof is wrong: it does not have our key.
+    #[error(
+        "the server failed to prove it holds the key: the key files differ (wrong --key-file?)"
+    )]
+    ServerProof,
+    /// The client's proof is wrong: it does not have our key.
+    #[error("the client failed to prove it holds the key (wrong or missing key file)")]
+    ClientProof,
+    /// A data connection's join proof is wrong for its session and nonces.
+    #[error("data connection proof does not match its session (forged or replayed)")]
+    JoinProof,
+    /// A message arrived that the current state does not expect.
+    #[error("expected {expected}, got {got}")]
+    Unexpected {
+        /// What the state waits for.
+        expected: &'static str,
+        /// What came.
+        got: &'static str,
+    },
+    /// The peer sent an `Error` frame.
+    #[error("peer refused: {message} ({})", code.name())]
+    Refused {
+        /// The peer's code.
+        code: ErrorCode,
+        /// The peer's message.
+        message: String,
+    },
+    /// A sealed frame failed to open.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The handshake took longer than its deadline.
+    #[error("handshake not finished within {0:?}")]
+    Timeout(Duration),
+}
+
+impl HandshakeError {
+    /// The code to report to the peer for this failure.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            HandshakeError::Version { .. } => ErrorCode::Version,
+            HandshakeError::ServerProof
+            | HandshakeError::ClientProof
+            | HandshakeError::JoinProof => ErrorCode::Auth,
+            HandshakeError::Refused { code, .. } => *code,
+            HandshakeError::Timeout(_) => ErrorCode::Limit,
+            HandshakeError::Unexpected { .. } | HandshakeError::Open(_) => ErrorCode::Protocol,
+        }
+    }
+}
+
+fn unexpected(expected: &'static str, got: Message) -> HandshakeError {
+    match got {
+        Message::Error { code, message } => HandshakeError::Refused { code, message },
+        other => HandshakeError::Unexpected {
+            expected,
+            got: other.name(),
+        },
+    }
+}
+
+/// A time limit for a handshake, checked against the caller's `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    start: Instant,
+    limit: Duration,
+}
+
+impl Deadline {
+    /// A deadline `limit` after `now`.
+    pub fn new(now: Instant, limit: Duration) -> Deadline {
+        Deadline { start: now, limit }
+    }
+
+    /// Time left at `now`; an error once it has passed.
+    pub fn remaining(&self, now: Instant) -> Result<Duration, HandshakeError> {
+        let spent = now.saturating_duration_since(self.start);
+        match self.limit.checked_sub(spent) {
+            Some(left) if !left.is_zero() => Ok(left),
+            _ => Err(HandshakeError::Timeout(self.limit)),
+        }
+    }
+}
+
+/// What both ends hold once a control connection is authenticated.
+#[derive(Debug)]
+pub struct Established {
+    /// The session's derived keys.
+    pub keys: SessionKeys,
+    /// The session's id.
+    pub session_id: SessionId,
+    /// Most data streams the server allows.
+    pub max_streams: u16,
+    /// Seals what this end sends.
+    pub sealer: Sealer,
+    /// Opens what this end receives.
+    pub opener: Opener,
+}
+
+/// Client, before it sends `Hello`.
+#[derive(Debug)]
+pub struct ClientHandshake {
+    psk: crate::Psk,
+    nonce: Nonce,
+}
+
+impl ClientHandshake {
+    /// Starts a control handshake with a fresh random `nonce`.
+    pub fn new(psk: crate::Psk, nonce: Nonce) -> ClientHandshake {
+        ClientHandshake { psk, nonce }
+    }
+
+    /// The `Hello` to send first.
+    pub fn hello(&self) -> Message {
+        Message::Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Control,
+            nonce: self.nonce,
+        }
+    }
+
+    /// Takes the server's `Challenge`; on success returns the `Proof` to send.
+    pub fn on_challenge(
+        self,
+        msg: Message,
+    ) -> Result<(Message, ClientAwaitWelcome), HandshakeError> {
+        let Message::Challenge {
+            version,
+            nonce,
+            proof,
+        } = msg
+        else {
+            return Err(unexpected("Challenge", msg));
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(HandshakeError::Version {
+                peer: version,
+                ours: PROTOCOL_VERSION,
+            });
+        }
+        if !keys::verify_server_proof(&self.psk, &self.nonce, &nonce, &proof) {
+            return Err(HandshakeError::ServerProof);
+        }
+        let reply = Message::Proof {
+            proof: keys::client_proof(&self.psk, &self.nonce, &nonce),
+        };
+        let keys = SessionKeys::derive(&self.psk, &self.nonce, &nonce);
+        Ok((reply, ClientAwaitWelcome { keys }))
+    }
+}
+
+/// Client, after sending `Proof`.
+#[derive(Debug)]
+pub struct ClientAwaitWelcome {
+    keys: SessionKeys,
+}
+
+impl ClientAwaitWelcome {
+    /// Takes the next frame (sealed `Welcome`, or an `Error`).
+    pub fn on_frame(
+        self,
+        header: FrameHeader,
+        payload: &[u8],
+    ) -> Result<Established, HandshakeError> {
+        let mut opener = Opener::new(&self.keys, Side::Client);
+        match opener.open(header, payload)? {
+            Message::Welcome {
+                session_id,
+                max_streams,
+            } => Ok(Established {
+                sealer: Sealer::new(&self.keys, Side::Client),
+                keys: self.keys,
+                session_id,
+                max_streams,
+                opener,
+            }),
+            other => Err(unexpected("Welcome", other)),
+        }
+    }
+}
+
+/// What a server learns from a connection's `Hello`.
+#[derive(Debug)]
+pub enum Accepted {
+    /// A new session's control connection; send the reply, then wait for its `Proof`.
+    Control(ServerAwaitProof),
+    /// A data connection; send the reply, then wait for its `DataJoin`.
+    Data(DataAwaitJoin),
+}
+
+/// Server: takes the first message of a connection and a fresh nonce; returns the next state
+/// and the reply to send.
+pub fn accept(
+    psk: &crate::Psk,
+    hello: Message,
+    nonce: Nonce,
+) -> Result<(Accepted, Message), HandshakeError> {
+    let Message::Hello {
+        version,
+        role,
+        nonce: client,
+    } = hello
+    else {
+        return Err(unexpected("Hello", hello));
+    };
+    if version != PROTOCOL_VERSION {
+        return Err(HandshakeError::Version {
+            peer: version,
+            ours: PROTOCOL_VERSION,
+        });
+    }
+    Ok(match role {
+        Role::Control => (
+            Accepted::Control(ServerAwaitProof {
+                psk: psk.clone(),
+                client,
+                server: nonce,
+            }),
+            Message::Challenge {
+                version: PROTOCOL_VERSION,
+                nonce,
+                proof: keys::server_proof(psk, &client, &nonce),
+            },
+        ),
+        Role::Data => (
+            Accepted::Data(DataAwaitJoin {
+                client,
+                server: nonce,
+            }),
+            Message::DataChallenge { nonce },
+        ),
+    })
+}
+
+/// Server, control connection, after sending `Challenge`.
+#[derive(Debug)]
+pub struct ServerAwaitProof {
+    psk: crate::Psk,
+    client: Nonce,
+    server: Nonce,
+}
+
+impl ServerAwaitProof {
+    /// Takes the client's `Proof`; on success returns the session and the sealed `Welcome`
+    /// frame to send.
+    pub fn on_proof(
+        self,
+        msg: Message,
+        session_id: SessionId,
+        max_streams: u16,
+    ) -> Result<(Established, Vec<u8>), HandshakeError> {
+        let Message::Proof { proof } = msg else {
+            return Err(unexpected("Proof", msg));
+        };
+        if !keys::verify_client_proof(&self.psk, &self.client, &self.server, &proof) {
+            return Err(HandshakeError::ClientProof);
+        }
+        let keys = SessionKeys::derive(&self.psk, &self.client, &self.server);
+        let mut sealer = Sealer::new(&keys, Side::Server);
+        let welcome = sealer.seal(&Message::Welcome {
+            session_id,
+            max_streams,
+        });
+        let opener = Opener::new(&keys, Side::Server);
+        Ok((
+            Established {
+                keys,
+                session_id,
+                max_streams,
+                sealer,
+                opener,
+            },
+            welcome,
+        ))
+    }
+}
+
+/// Server, data connection, after sending `DataChallenge`.
+#[derive(Debug)]
+pub struct DataAwaitJoin {
+    client: Nonce,
+    server: Nonce,
+}
+
+impl DataAwaitJoin {
+    /// Takes the `DataJoin`. The caller looks the session up by [`JoinRequest::session_id`]
+    /// and calls [`JoinRequest::verify`] with its keys before reading any chunk.
+    pub fn on_join(self, msg: Message) -> Result<JoinRequest, HandshakeError> {
+        let Message::DataJoin {
+            session_id,
+            stream,
+            proof,
+        } = msg
+        else {
+            return Err(unexpected("DataJoin", msg));
+        };
+        Ok(JoinRequest {
+            session_id,
+            stream,
+            proof,
+            client: self.client,
+            server: self.server,
+        })
+    }
+}
+
+/// A data connection's claim to belong to a session, not yet checked.
+#[derive(Debug)]
+pub struct JoinRequest {
+    /// The session it names.
+    pub session_id: SessionId,
+    /// The stream index it claims.
+    pub stream: u16,
+    proof: [u8; 32],
+    client: Nonce,
+    server: Nonce,
+}
+
+impl JoinRequest {
+    /// Checks the proof against the named session's keys.
+    pub fn verify(&self, keys: &SessionKeys) -> Result<(), HandshakeError> {
+        if keys.verify_join(
+            &self.session_id,
+            self.stream,
+            &self.client,
+            &self.server,
+            &self.proof,
+        ) {
+            Ok(())
+        } else {
+            Err(HandshakeError::JoinProof)
+        }
+    }
+}
+
+/// Client side of a data connection: the `Hello` to send and, given the `DataChallenge`, the
+/// `DataJoin`.
+#[derive(Debug)]
+pub struct DataClient {
+    nonce: Nonce,
+}
+
+impl DataClient {
+    /// Starts a data connection handshake with a fresh random nonce.
+    pub fn new(nonce: Nonce) -> DataClient {
+        DataClient { nonce }
+    }
+
+    /// The `Hello` to send first.
+    pub fn hello(&self) -> Message {
+        Message::Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Data,
+            nonce: self.nonce,
+        }
+    }
+
+    /// Takes the `DataChallenge`; returns the `DataJoin` to send.
+    pub fn on_challenge(
+        &self,
+        msg: Message,
+        keys: &SessionKeys,
+        session_id: SessionId,
+        stream: u16,
+    ) -> Result<Message, HandshakeError> {
+        let Message::DataChallenge { nonce } = msg else {
+            return Err(unexpected("DataChallenge", msg));
+        };
+        Ok(Message::DataJoin {
+            session_id,
+            stream,
+            proof: keys.join_proof(&session_id, stream, &self.nonce, &nonce),
+        })
+    }
+
+    /// Takes the server's answer to the join.
+    pub fn on_accept(msg: Message) -> Result<(), HandshakeError> {
+        match msg {
+            Message::DataAccept => Ok(()),
+            other => Err(unexpected("DataAccept", other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Psk;
+    use crate::message::HEADER_LEN;
+
+    fn psk(b: u8) -> Psk {
+        let mut k = [b; 32];
+        k[0] = 0xAA;
+        Psk::from_bytes(k)
+    }
+
+    fn split(frame: &[u8]) -> (FrameHeader, &[u8]) {
+        let h = FrameHeader::decode(frame[..HEADER_LEN].try_into().unwrap()).unwrap();
+        (h, &frame[HEADER_LEN..])
+    }
+
+    /// Drives a whole control handshake in memory, both sides with their own keys.
+    fn control(
+        client_key: Psk,
+        server_key: Psk,
+    ) -> Result<(Established, Established), HandshakeError> {
+        let client = ClientHandshake::new(client_key, [1; 32]);
+        let (acc, challenge) = accept(&server_key, client.hello(), [2; 32])?;
+        let Accepted::Control(await_proof) = acc else {
+            panic!("control")
+        };
+        let (proof, await_welcome) = client.on_challenge(challenge)?;
+        let (server, welcome) = await_proof.on_proof(proof, [9; 16], 4)?;
+        let (h, p) = split(&welcome);
+        let client = await_welcome.on_frame(h, p)?;
+        Ok((client, server))
+    }
+
+    #[test]
+    fn matching_keys_establish_one_session() {
+        let (mut c, mut s) = control(psk(5), psk(5)).unwrap();
+        assert_eq!(c.session_id, [9; 16]);
+        assert_eq!(c.max_streams, 4);
+        // Sealed traffic flows both ways after the handshake.
+        let f = c.sealer.seal(&Message::Finish);
+        let (h, p) = split(&f);
+        assert_eq!(s.opener.open(h, p).unwrap(), Message::Finish);
+        let f = s.sealer.seal(&Message::Finish);
+        let (h, p) = split(&f);
+        assert_eq!(c.opener.open(h, p).unwrap(), Message::Finish);
+    }
+
+    #[test]
+    fn wrong_key_is_caught_by_the_client_first() {
+        assert_eq!(
+            control(psk(5), psk(6)).unwrap_err(),
+            HandshakeError::ServerProof
+        );
+    }
+
+    #[test]
+    fn server_refuses_a_client_without_the_key() {
+        let (acc, _challenge) = accept(
+            &psk(5),
+            ClientHandshake::new(psk(6), [1; 32]).hello(),
+            [2; 32],
+        )
+        .unwrap();
+        let Accepted::Control(await_proof) = acc else {
+            panic!()
+        };
+        // A client that skips checking the challenge and sends a made-up proof.
+        let err = await_proof
+            .on_proof(Message::Proof { proof: [0; 32] }, [9; 16], 4)
+            .unwrap_err();
+        assert_eq!(err, HandshakeError::ClientProof);
+        assert_eq!(err.code(), ErrorCode::Auth);
+    }
+
+    #[test]
+    fn version_mismatch_and_wrong_messages() {
+        let bad = Message::Hello {
+            version: 99,
+            role: Role::Control,
+            nonce: [0; 32],
+        };
+        assert!(matches!(
+            accept(&psk(1), bad, [2; 32]),
+            Err(HandshakeError::Version { peer: 99, .. })
+        ));
+        assert!(matches!(
+            accept(&psk(1), Message::Finish, [2; 32]),
+            Err(HandshakeError::Unexpected {
+                expected: "Hello",
+                got: "Finish"
+            })
+        ));
+        let client = ClientHandshake::new(psk(1), [1; 32]);
+        let refused = Message::Error {
+            code: ErrorCode::Busy,
+            message: "too many sessions".into(),
+        };
+        assert!(matches!(
+            client.on_challenge(refused),
+            Err(HandshakeError::Refused {
+                code: ErrorCode::Busy,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn data_join_verifies_and_replay_fails() {
+        let (c, s) = control(psk(5), psk(5)).unwrap();
+        let dc = DataClient::new([7; 32]);
+        let (acc, challenge) = accept(&psk(5), dc.hello(), [8; 32]).unwrap();
+        let Accepted::Data(await_join) = acc else {
+            panic!("data")
+        };
+        let join = dc
+            .on_challenge(challenge, &c.keys, c.session_id, 0)
+            .unwrap();
+        let req = await_join.on_join(join.clone()).unwrap();
+        assert_eq!(req.session_id, s.session_id);
+        req.verify(&s.keys).unwrap();
+
+        // The same join replayed on a new connection meets a fresh server nonce and fails.
+        let (acc, _) = accept(&psk(5), dc.hello(), [10; 32]).unwrap();
+        let Accepted::Data(await_join) = acc else {
+            panic!()
+        };
+        let replayed = await_join.on_join(join).unwrap();
+        assert_eq!(replayed.verify(&s.keys), Err(HandshakeError::JoinProof));
+
+        // A proof made under another session's keys fails too.
+        let (other, _) = control(psk(5), psk(5)).map(|(c, _)| (c, ())).unwrap();
+        let foreign_keys = SessionKeys::derive(&psk(5), &[3; 32], &[4; 32]);
+        let (acc, challenge) = accept(&psk(5), dc.hello(), [11; 32]).unwrap();
+        let Accepted::Data(await_join) = acc else {
+            panic!()
+        };
+        let forged = dc
+            .on_challenge(challenge, &foreign_keys, other.session_id, 0)
+            .unwrap();
+        assert_eq!(
+            await_join.on_join(forged).unwrap().verify(&s.keys),
+            Err(HandshakeError::JoinProof)
+        );
+    }
+
+    #[test]
+    fn deadline_on_a_fake_clock() {
+        let t0 = Instant::now();
+        let d = Deadline::new(t0, Duration::from_secs(10));
+        assert_eq!(d.remaining(t0).unwrap(), Duration::from_secs(10));
+        assert_eq!(
+            d.remaining(t0 + Duration::from_secs(4)).unwrap(),
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            d.remaining(t0 + Duration::from_secs(10)),
+            Err(HandshakeError::Timeout(Duration::from_secs(10)))
+        );
+    }
+}

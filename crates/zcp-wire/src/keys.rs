@@ -1,0 +1,306 @@
+//! Key material: the pre-shared key, the proofs exchanged in the handshake, the keys derived
+//! for one session, chunk MACs and the whole-file digest.
+//!
+//! Every secret here is a fixed-size array; comparisons of proofs and tags run in constant
+//! time (`hmac::Mac::verify_slice`, `subtle`). Nothing in this module reads a clock, a random
+//! source or a file: nonces and key bytes come in from the caller.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::fmt;
+
+use crate::{Nonce, SessionId};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Length of the pre-shared key in bytes.
+pub const PSK_LEN: usize = 32;
+
+/// The pre-shared key. `Debug` never prints the key bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Psk([u8; PSK_LEN]);
+
+impl fmt::Debug for Psk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Psk(<redacted>)")
+    }
+}
+
+/// Why a key file's contents were refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// The file holds no key line.
+    #[error("the key file is empty (create one with `zcp keygen -o FILE`)")]
+    Empty,
+    /// The key line is not 64 hexadecimal digits.
+    #[error("the key must be {} hexadecimal digits, found {found} characters", PSK_LEN * 2)]
+    BadLength {
+        /// Characters found on the key line.
+        found: usize,
+    },
+    /// The key line has a character that is not a hexadecimal digit.
+    #[error("the key has a character that is not a hexadecimal digit")]
+    NotHex,
+    /// Every byte of the key is the same, which no random key is.
+    #[error("the key is all {0:#04x} bytes; generate a real one with `zcp keygen -o FILE`")]
+    Trivial(u8),
+}
+
+impl Psk {
+    /// A key from raw bytes (from `getrandom` in `zcp keygen`).
+    pub fn from_bytes(bytes: [u8; PSK_LEN]) -> Psk {
+        Psk(bytes)
+    }
+
+    /// Parses a key file: `#` comment lines and blank lines, then one line of 64 hex digits.
+    pub fn parse(text: &str) -> Result<Psk, KeyError> {
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .ok_or(KeyError::Empty)?;
+        if line.len() != PSK_LEN * 2 {
+            return Err(KeyError::BadLength { found: line.len() });
+        }
+        let mut bytes = [0u8; PSK_LEN];
+        hex::decode_to_slice(line, &mut bytes).map_err(|_| KeyError::NotHex)?;
+        if bytes.iter().all(|b| *b == bytes[0]) {
+            return Err(KeyError::Trivial(bytes[0]));
+        }
+        Ok(Psk(bytes))
+    }
+
+    /// The key file text that [`Psk::parse`] reads back.
+    pub fn to_file_text(&self) -> String {
+        format!(
+            "# zcp pre-shared key. Keep it secret: mode 0600, copied only to the peer host.\n{}\n",
+            hex::encode(self.0)
+        )
+    }
+
+    fn mac(&self, label: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+        let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(label);
+        for p in parts {
+            m.update(p);
+        }
+        m
+    }
+}
+
+const SERVER_LABEL: &[u8] = b"zcp/1 server proof";
+const CLIENT_LABEL: &[u8] = b"zcp/1 client proof";
+const SESSION_LABEL: &[u8] = b"zcp/1 session secret";
+const JOIN_LABEL: &[u8] = b"zcp/1 data join";
+
+/// `HMAC-SHA256(psk, "zcp/1 server proof" || client nonce || server nonce)`.
+pub fn server_proof(psk: &Psk, client: &Nonce, server: &Nonce) -> [u8; 32] {
+    psk.mac(SERVER_LABEL, &[client, server])
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// `HMAC-SHA256(psk, "zcp/1 client proof" || client nonce || server nonce)`.
+pub fn client_proof(psk: &Psk, client: &Nonce, server: &Nonce) -> [u8; 32] {
+    psk.mac(CLIENT_LABEL, &[client, server])
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+pub(crate) fn verify_server_proof(psk: &Psk, client: &Nonce, server: &Nonce, proof: &[u8]) -> bool {
+    psk.mac(SERVER_LABEL, &[client, server])
+        .verify_slice(proof)
+        .is_ok()
+}
+
+pub(crate) fn verify_client_proof(psk: &Psk, client: &Nonce, server: &Nonce, proof: &[u8]) -> bool {
+    psk.mac(CLIENT_LABEL, &[client, server])
+        .verify_slice(proof)
+        .is_ok()
+}
+
+/// Keys of one authenticated session, derived from the pre-shared key and both nonces.
+///
+/// The session secret is `HMAC-SHA256(psk, "zcp/1 session secret" || client nonce || server
+/// nonce)`; each purpose gets its own key from it by BLAKE3's key derivation mode, so a key
+/// used for one purpose says nothing about another.
+#[derive(Clone)]
+pub struct SessionKeys {
+    pub(crate) control_c2s: [u8; 32],
+    pub(crate) control_s2c: [u8; 32],
+    join: [u8; 32],
+    chunk: [u8; 32],
+    digest: [u8; 32],
+}
+
+impl fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionKeys(<redacted>)")
+    }
+}
+
+impl SessionKeys {
+    /// Derives the session's keys.
+    pub fn derive(psk: &Psk, client: &Nonce, server: &Nonce) -> SessionKeys {
+        let secret: [u8; 32] = psk
+            .mac(SESSION_LABEL, &[client, server])
+            .finalize()
+            .into_bytes()
+            .into();
+        SessionKeys {
+            control_c2s: blake3::derive_key("zcp/1 control client to server", &secret),
+            control_s2c: blake3::derive_key("zcp/1 control server to client", &secret),
+            join: blake3::derive_key("zcp/1 data join", &secret),
+            chunk: blake3::derive_key("zcp/1 chunk mac", &secret),
+            digest: blake3::derive_key("zcp/1 file digest", &secret),
+        }
+    }
+
+    /// The proof a data connection sends: an HMAC over the session id, stream index and both
+    /// of this connection's nonces under the session's join key. A fresh server nonce per
+    /// connection makes a captured proof useless on another connection.
+    pub fn join_proof(
+        &self,
+        session: &SessionId,
+        stream: u16,
+        client: &Nonce,
+        server: &Nonce,
+    ) -> [u8; 32] {
+        self.join_mac(session, stream, client, server)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// Checks a join proof in constant time.
+    pub fn verify_join(
+        &self,
+        session: &SessionId,
+        stream: u16,
+        client: &Nonce,
+        server: &Nonce,
+        proof: &[u8],
+    ) -> bool {
+        self.join_mac(session, stream, client, server)
+            .verify_slice(proof)
+            .is_ok()
+    }
+
+    fn join_mac(
+        &self,
+        session: &SessionId,
+        stream: u16,
+        client: &Nonce,
+        server: &Nonce,
+    ) -> HmacSha256 {
+        let mut m = HmacSha256::new_from_slice(&self.join).expect("any key length");
+        m.update(JOIN_LABEL);
+        m.update(session);
+        m.update(&stream.to_be_bytes());
+        m.update(client);
+        m.update(server);
+        m
+    }
+
+    /// A keyed BLAKE3 hasher for one chunk, already bound to the chunk's file, offset and
+    /// length. Feed it the chunk's bytes, in order, and finalize: that is the chunk MAC.
+    pub fn chunk_hasher(&self, file_id: u32, offset: u64, len: u64) -> blake3::Hasher {
+        let mut h = blake3::Hasher::new_keyed(&self.chunk);
+        h.update(&file_id.to_be_bytes());
+        h.update(&offset.to_be_bytes());
+        h.update(&len.to_be_bytes());
+        h
+    }
+
+    /// Starts the whole-file digest; see [`FileDigest`].
+    pub fn file_digest(&self, file_id: u32, size: u64, chunk_size: u64) -> FileDigest {
+        let mut h = blake3::Hasher::new_keyed(&self.digest);
+        h.update(&file_id.to_be_bytes());
+        h.update(&size.to_be_bytes());
+        h.update(&chunk_size.to_be_bytes());
+        FileDigest(h)
+    }
+}
+
+/// The whole-file digest: a keyed BLAKE3 over the file's size, its chunk size and its chunk
+/// MACs in chunk order. Both sides compute it from their own MACs, so equal digests mean every
+/// chunk matched and none was missing or reordered.
+#[derive(Debug, Clone)]
+pub struct FileDigest(blake3::Hasher);
+
+impl FileDigest {
+    /// Adds the next chunk's MAC.
+    pub fn push(&mut self, mac: &[u8; 32]) {
+        self.0.update(mac);
+    }
+
+    /// The digest.
+    pub fn finish(&self) -> [u8; 32] {
+        *self.0.finalize().as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn psk(b: u8) -> Psk {
+        let mut k = [b; 32];
+        k[0] ^= 1;
+        Psk::from_bytes(k)
+    }
+
+    #[test]
+    fn key_file_round_trips_and_refuses_junk() {
+        let k = psk(7);
+        assert_eq!(Psk::parse(&k.to_file_text()).unwrap(), k);
+        assert_eq!(Psk::parse("# only a comment\n\n"), Err(KeyError::Empty));
+        assert_eq!(Psk::parse("abcd"), Err(KeyError::BadLength { found: 4 }));
+        assert_eq!(Psk::parse(&"zz".repeat(32)), Err(KeyError::NotHex));
+        assert_eq!(Psk::parse(&"00".repeat(32)), Err(KeyError::Trivial(0)));
+        assert!(
+            !format!("{k:?}").contains("06"),
+            "Debug must not print key bytes"
+        );
+    }
+
+    #[test]
+    fn proofs_depend_on_key_role_and_nonces() {
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let p = server_proof(&psk(9), &a, &b);
+        assert!(verify_server_proof(&psk(9), &a, &b, &p));
+        assert!(!verify_server_proof(&psk(8), &a, &b, &p));
+        assert!(!verify_server_proof(&psk(9), &b, &a, &p));
+        // A server proof is no client proof: no reflection.
+        assert!(!verify_client_proof(&psk(9), &a, &b, &p));
+        assert!(!verify_server_proof(&psk(9), &a, &b, &p[..31]));
+    }
+
+    #[test]
+    fn join_proof_binds_session_stream_and_nonces() {
+        let keys = SessionKeys::derive(&psk(3), &[1; 32], &[2; 32]);
+        let sid = [5u8; 16];
+        let p = keys.join_proof(&sid, 2, &[7; 32], &[8; 32]);
+        assert!(keys.verify_join(&sid, 2, &[7; 32], &[8; 32], &p));
+        assert!(!keys.verify_join(&sid, 3, &[7; 32], &[8; 32], &p));
+        assert!(!keys.verify_join(&[6; 16], 2, &[7; 32], &[8; 32], &p));
+        assert!(!keys.verify_join(&sid, 2, &[7; 32], &[9; 32], &p));
+        let other = SessionKeys::derive(&psk(3), &[1; 32], &[3; 32]);
+        assert!(!other.verify_join(&sid, 2, &[7; 32], &[8; 32], &p));
+    }
+
+    #[test]
+    fn chunk_mac_binds_position() {
+        let keys = SessionKeys::derive(&psk(3), &[1; 32], &[2; 32]);
+        let mac = |f, o, l| {
+            let mut h = keys.chunk_hasher(f, o, l);
+            h.update(b"data");
+            *h.finalize().as_bytes()
+        };
+        assert_ne!(mac(0, 0, 4), mac(0, 4096, 4));
+        assert_ne!(mac(0, 0, 4), mac(1, 0, 4));
+        assert_eq!(mac(0, 0, 4), mac(0, 0, 4));
+    }
+}

@@ -1,0 +1,70 @@
+//! The zcp wire protocol, version 1, without I/O.
+//!
+//! This crate owns the byte formats (control frames, messages, data-stream chunk headers), the
+//! handshake and its key derivations, sealing of control frames, destination-path validation
+//! and the chunk plan. It does not own sockets, files, clocks or randomness: callers pass bytes,
+//! nonces and `now` in, and get messages, replies and errors out, as in quinn-proto. That keeps
+//! every rule about what a peer may send testable in memory and fuzzable without a network.
+//!
+//! The format is specified for people in `docs/PROTOCOL.md`; keep the two in step.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod chunk;
+mod codec;
+mod handshake;
+pub mod keys;
+mod message;
+mod path;
+mod seal;
+
+pub use chunk::{
+    CHUNK_ALIGN, CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkHeader, ChunkKind, ChunkPlan, MAX_CHUNK,
+    MIN_CHUNK, PlanError,
+};
+pub use handshake::{
+    Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Deadline,
+    Established, HandshakeError, JoinRequest, ServerAwaitProof, accept,
+};
+pub use keys::{FileDigest, KeyError, PSK_LEN, Psk, SessionKeys};
+pub use message::{
+    ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, MAX_ENGINE_NAME, MAX_NAME, MAX_PATH,
+    MAX_PAYLOAD, MAX_TEXT, Message, PutFile, ReceiverStats, Role,
+};
+pub use path::{PathError, RelPath, escape};
+pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Length of a nonce.
+pub const NONCE_LEN: usize = 32;
+/// Length of a session id.
+pub const SESSION_ID_LEN: usize = 16;
+
+/// A fresh random value from one side of a handshake.
+pub type Nonce = [u8; NONCE_LEN];
+/// Names a session to its data connections.
+pub type SessionId = [u8; SESSION_ID_LEN];
+
+/// Why bytes from the network did not decode.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// More bytes are needed: the input ended inside a field.
+    #[error("message truncated: {needed} more bytes needed")]
+    Truncated {
+        /// Bytes missing from the field being read.
+        needed: usize,
+    },
+    /// A length over the protocol's bound.
+    #[error("announced length {len} is over the limit of {max}")]
+    TooLarge {
+        /// What the peer announced.
+        len: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// The bytes are complete but break a rule of the format.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
