@@ -1,0 +1,253 @@
+//! Sender engines: moving a byte range of a file into a connected TCP socket.
+//!
+//! * `sendfile` — `sendfile(2)` hands page-cache pages to the socket; no copy in user space.
+//! * `rw` — `pread(2)` into a buffer, `send(2)` from it: two copies, the conventional path.
+//! * `mmap` — `send(2)` straight from a read-only mapping: one copy (into the socket).
+//!
+//! Every loop handles short transfers, EINTR and the kernel's per-call cap
+//! ([`MAX_PER_CALL`]), keeps offsets in `u64`, and stops with [`EngineError::SourceShort`]
+//! when the file ends before the range does.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::net::SendFlags;
+
+use crate::EngineError;
+use crate::error::retry;
+use crate::sys::socket_timeout;
+
+/// Linux moves at most this many bytes per `sendfile`/`splice`/`read`/`write` call
+/// (`MAX_RW_COUNT`, 2 GiB minus a page).
+pub const MAX_PER_CALL: u64 = 0x7fff_f000;
+
+/// How the sender moves file bytes into the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SendEngine {
+    /// `sendfile(2)` from the page cache.
+    Sendfile,
+    /// `pread(2)` + `send(2)` through a user buffer.
+    ReadWrite,
+    /// `send(2)` from a read-only mapping of the file.
+    Mmap,
+}
+
+impl SendEngine {
+    /// Every sender engine.
+    pub const ALL: [SendEngine; 3] = [
+        SendEngine::Sendfile,
+        SendEngine::ReadWrite,
+        SendEngine::Mmap,
+    ];
+
+    /// The engine's command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SendEngine::Sendfile => "sendfile",
+            SendEngine::ReadWrite => "rw",
+            SendEngine::Mmap => "mmap",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn parse(s: &str) -> Option<SendEngine> {
+        Self::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    /// Bytes per call when the user sets no block size.
+    pub fn default_block(self) -> u64 {
+        match self {
+            SendEngine::Sendfile | SendEngine::Mmap => 8 << 20,
+            SendEngine::ReadWrite => 1 << 20,
+        }
+    }
+
+    /// Checks that this engine can read `file` (of `size` bytes); returns the engine to use
+    /// and, when it is not this one, why.
+    pub fn probe(self, file: BorrowedFd<'_>, size: u64) -> (SendEngine, Option<String>) {
+        if size == 0 {
+            return (self, None);
+        }
+        let failed = match self {
+            SendEngine::ReadWrite => return (self, None),
+            SendEngine::Sendfile => probe_sendfile(file).err(),
+            SendEngine::Mmap => crate::map::visit_mapped(file, 0, 1, |_| {})
+                .err()
+                .map(|e| e.to_string()),
+        };
+        match failed {
+            None => (self, None),
+            Some(why) => (
+                SendEngine::ReadWrite,
+                Some(format!(
+                    "{} does not work on this source ({why}); using rw",
+                    self.name()
+                )),
+            ),
+        }
+    }
+}
+
+/// `sendfile` of one byte into a pipe: the call works for this file if that does.
+fn probe_sendfile(file: BorrowedFd<'_>) -> Result<(), String> {
+    let (r, w) = rustix::pipe::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let mut off = 0u64;
+    let res = rustix::fs::sendfile(&w, file, Some(&mut off), 1);
+    drop(r);
+    match res {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("sendfile: {}", std::io::Error::from(e))),
+    }
+}
+
+/// Moves file ranges into a socket with one engine; holds the engine's buffer, if any.
+#[derive(Debug)]
+pub struct FileSender {
+    engine: SendEngine,
+    block: u64,
+    buf: Vec<u8>,
+}
+
+impl FileSender {
+    /// A sender using `engine` with `block` bytes per call (0: the engine's default).
+    pub fn new(engine: SendEngine, block: u64) -> FileSender {
+        let block = if block == 0 {
+            engine.default_block()
+        } else {
+            block.min(MAX_PER_CALL)
+        };
+        let buf = match engine {
+            SendEngine::ReadWrite => vec![0u8; block as usize],
+            _ => Vec::new(),
+        };
+        FileSender { engine, block, buf }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> SendEngine {
+        self.engine
+    }
+
+    /// Sends exactly bytes `offset..offset+len` of `file` into `sock`, adding each call's
+    /// bytes to `progress` as they go.
+    pub fn send(
+        &mut self,
+        file: BorrowedFd<'_>,
+        sock: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        progress: &AtomicU64,
+    ) -> Result<(), EngineError> {
+        let end = offset.checked_add(len).ok_or(EngineError::SourceShort {
+            at: offset,
+            expected: u64::MAX,
+        })?;
+        let timeout = socket_timeout(sock);
+        match self.engine {
+            SendEngine::Sendfile => {
+                let mut pos = offset;
+                while pos < end {
+                    let want = (end - pos).min(self.block) as usize;
+                    let mut off = pos;
+                    let n = retry("sendfile", "socket", timeout, || {
+                        rustix::fs::sendfile(sock, file, Some(&mut off), want)
+                    })?;
+                    if n == 0 {
+                        return Err(EngineError::SourceShort {
+                            at: pos,
+                            expected: end,
+                        });
+                    }
+                    pos += n as u64;
+                    progress.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            SendEngine::ReadWrite => {
+                let mut pos = offset;
+                while pos < end {
+                    let want = (end - pos).min(self.block) as usize;
+                    let n = retry("pread", "source file", None, || {
+                        rustix::io::pread(file, &mut self.buf[..want], pos)
+                    })?;
+                    if n == 0 {
+                        return Err(EngineError::SourceShort {
+                            at: pos,
+                            expected: end,
+                        });
+                    }
+                    send_all(sock, &self.buf[..n], false, progress)?;
+                    pos += n as u64;
+                }
+                Ok(())
+            }
+            SendEngine::Mmap => {
+                let mut pos = offset;
+                let mut result = Ok(());
+                // The kernel reads the mapping inside send(2); a truncated source makes send
+                // fail with EFAULT rather than raise SIGBUS, and the guard covers the rest.
+                crate::map::visit_mapped(file, offset, len, |bytes| {
+                    if result.is_err() {
+                        return;
+                    }
+                    for piece in bytes.chunks(self.block as usize) {
+                        if let Err(e) = send_all(sock, piece, false, progress) {
+                            result = Err(e);
+                            return;
+                        }
+                        pos += piece.len() as u64;
+                    }
+                })
+                .map_err(|e| match e {
+                    EngineError::SourceChanged(_) => EngineError::SourceShort {
+                        at: pos,
+                        expected: end,
+                    },
+                    other => other,
+                })?;
+                result.map_err(|e| match e {
+                    EngineError::Sys { source, .. }
+                        if source.raw_os_error() == Some(libc::EFAULT) =>
+                    {
+                        EngineError::SourceShort {
+                            at: pos,
+                            expected: end,
+                        }
+                    }
+                    other => other,
+                })
+            }
+        }
+    }
+}
+
+/// `send(2)` all of `bytes`; `more` sets `MSG_MORE` so a small header goes out together with
+/// the payload that follows it. Never raises SIGPIPE.
+pub fn send_all(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    more: bool,
+    progress: &AtomicU64,
+) -> Result<(), EngineError> {
+    let timeout = socket_timeout(sock);
+    let flags = if more {
+        SendFlags::NOSIGNAL | SendFlags::MORE
+    } else {
+        SendFlags::NOSIGNAL
+    };
+    let mut done = 0;
+    while done < bytes.len() {
+        let n = retry("send", "socket", timeout, || {
+            rustix::net::send(sock, &bytes[done..], flags)
+        })?;
+        done += n;
+        progress.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Shuts down the sending half of a socket, so the peer reads end-of-stream once it has
+/// everything.
+pub fn shutdown_write(sock: impl AsFd) {
+    let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
+}

@@ -1,0 +1,217 @@
+//! Small syscall wrappers rustix does not provide: resource usage, `TCP_INFO`, and random bytes.
+//!
+//! Each wrapper is named after its call, takes borrowed file descriptors, and returns values
+//! in plain Rust types, so nothing above this crate sees a `libc` struct.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+/// CPU time and related counters of a thread or a process, from `getrusage(2)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Time in user mode.
+    pub user: Duration,
+    /// Time in kernel mode.
+    pub sys: Duration,
+    /// Peak resident set size in bytes (process-wide even for a thread, as Linux reports it).
+    pub max_rss_bytes: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+    /// Page faults that needed I/O.
+    pub major_faults: u64,
+    /// Voluntary context switches (blocked waiting).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (preempted).
+    pub involuntary_switches: u64,
+}
+
+impl Usage {
+    /// `self - earlier` for the counters; `max_rss_bytes` keeps `self`'s value.
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            user: self.user.saturating_sub(earlier.user),
+            sys: self.sys.saturating_sub(earlier.sys),
+            max_rss_bytes: self.max_rss_bytes,
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+            major_faults: self.major_faults.saturating_sub(earlier.major_faults),
+            voluntary_switches: self
+                .voluntary_switches
+                .saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self
+                .involuntary_switches
+                .saturating_sub(earlier.involuntary_switches),
+        }
+    }
+
+    /// Adds `other`'s counters to `self`; `max_rss_bytes` becomes the larger of the two.
+    pub fn add(&mut self, other: &Usage) {
+        self.user += other.user;
+        self.sys += other.sys;
+        self.max_rss_bytes = self.max_rss_bytes.max(other.max_rss_bytes);
+        self.minor_faults += other.minor_faults;
+        self.major_faults += other.major_faults;
+        self.voluntary_switches += other.voluntary_switches;
+        self.involuntary_switches += other.involuntary_switches;
+    }
+}
+
+fn getrusage(who: libc::c_int) -> Usage {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is a valid, writable rusage; `who` is RUSAGE_SELF or RUSAGE_THREAD, both
+    // supported on Linux, so the call cannot fail and fills the whole struct.
+    #[allow(unsafe_code)]
+    let ru = unsafe {
+        libc::getrusage(who, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    Usage {
+        user: tv(ru.ru_utime),
+        sys: tv(ru.ru_stime),
+        max_rss_bytes: (ru.ru_maxrss as u64) * 1024,
+        minor_faults: ru.ru_minflt as u64,
+        major_faults: ru.ru_majflt as u64,
+        voluntary_switches: ru.ru_nvcsw as u64,
+        involuntary_switches: ru.ru_nivcsw as u64,
+    }
+}
+
+/// `getrusage(RUSAGE_THREAD)`: the calling thread's usage so far.
+pub fn thread_usage() -> Usage {
+    getrusage(libc::RUSAGE_THREAD)
+}
+
+/// `getrusage(RUSAGE_SELF)`: the whole process's usage so far.
+pub fn process_usage() -> Usage {
+    getrusage(libc::RUSAGE_SELF)
+}
+
+/// What `TCP_INFO` says about a connection, in the units iperf3 prints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u32,
+    /// Round-trip time variance, microseconds.
+    pub rttvar_us: u32,
+    /// Congestion window, in segments.
+    pub snd_cwnd: u32,
+    /// Sender maximum segment size, bytes.
+    pub snd_mss: u32,
+    /// Segments retransmitted over the connection's life.
+    pub total_retrans: u32,
+}
+
+/// `getsockopt(fd, IPPROTO_TCP, TCP_INFO)`. `None` where the socket is not TCP.
+pub fn tcp_info(fd: impl AsFd) -> Option<TcpStats> {
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is writable for `len` bytes and `len` points to its size; the kernel
+    // writes at most `len` bytes and updates `len`. The fd is borrowed, so it stays open.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: zero-initialised, then (partly) written by the kernel: every field is an
+    // integer, for which any bit pattern is valid.
+    #[allow(unsafe_code)]
+    let info = unsafe { info.assume_init() };
+    Some(TcpStats {
+        rtt_us: info.tcpi_rtt,
+        rttvar_us: info.tcpi_rttvar,
+        snd_cwnd: info.tcpi_snd_cwnd,
+        snd_mss: info.tcpi_snd_mss,
+        total_retrans: info.tcpi_total_retrans,
+    })
+}
+
+/// `getrandom(buf, 0)`: fills `buf` from the kernel's CSPRNG.
+pub fn getrandom(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A fresh random array.
+pub fn random<const N: usize>() -> io::Result<[u8; N]> {
+    let mut out = [0u8; N];
+    getrandom(&mut out)?;
+    Ok(out)
+}
+
+/// Sets `SO_RCVTIMEO` and `SO_SNDTIMEO`: a blocking call that makes no progress for `t`
+/// fails with EAGAIN, which [`crate::error::classify`] reports as a timeout.
+pub fn set_socket_timeouts(fd: impl AsFd, t: Option<Duration>) -> io::Result<()> {
+    use rustix::net::sockopt::{Timeout, set_socket_timeout};
+    set_socket_timeout(&fd, Timeout::Recv, t)?;
+    set_socket_timeout(&fd, Timeout::Send, t)?;
+    Ok(())
+}
+
+/// The socket's receive timeout, if one is set.
+pub fn socket_timeout(fd: impl AsFd) -> Option<Duration> {
+    rustix::net::sockopt::socket_timeout(&fd, rustix::net::sockopt::Timeout::Recv)
+        .ok()
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_usage_counts_work() {
+        let before = thread_usage();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let d = thread_usage().since(&before);
+        assert!(d.user + d.sys > Duration::ZERO);
+        assert!(process_usage().max_rss_bytes > 0);
+    }
+
+    #[test]
+    fn tcp_info_on_loopback_and_not_on_a_file() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let info = tcp_info(&c).expect("TCP_INFO on a TCP socket");
+        assert!(info.snd_mss > 0);
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        assert!(tcp_info(&f).is_none());
+    }
+
+    #[test]
+    fn random_is_random() {
+        let a: [u8; 32] = random().unwrap();
+        let b: [u8; 32] = random().unwrap();
+        assert_ne!(a, b);
+    }
+}
+
+/// `poll(2)` for readability: whether `fd` became readable within `timeout`.
+pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
