@@ -1,0 +1,338 @@
+//! Control frames over a blocking TCP stream, and the client's connect-and-authenticate steps.
+//!
+//! Reading a frame reads its 5-byte header, bounds the length ([`FrameHeader::decode`]) and
+//! only then reads the payload, so a peer can never make us allocate more than
+//! [`zcp_wire::MAX_PAYLOAD`] bytes per frame.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use zcp_wire::{
+    ClientHandshake, DataClient, Established, FrameHeader, HEADER_LEN, Message, Opener, Psk,
+    Sealer, SessionId, SessionKeys,
+};
+
+use crate::error::{FrameIoError, SessionError};
+
+/// Reads one frame: header, then exactly its (bounded) payload.
+pub(crate) fn read_frame(r: &mut impl Read) -> Result<(FrameHeader, Vec<u8>), FrameIoError> {
+    let mut head = [0u8; HEADER_LEN];
+    match r.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(FrameIoError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let header = FrameHeader::decode(head)?;
+    let mut payload = vec![0u8; header.len];
+    r.read_exact(&mut payload).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => FrameIoError::Closed,
+        _ => e.into(),
+    })?;
+    Ok((header, payload))
+}
+
+/// Reads one unsealed frame and decodes it.
+pub(crate) fn read_plain(r: &mut impl Read) -> Result<Message, FrameIoError> {
+    let (h, p) = read_frame(r)?;
+    if h.is_sealed() {
+        return Err(FrameIoError::Decode(zcp_wire::DecodeError::Malformed(
+            "sealed frame before the handshake finished".into(),
+        )));
+    }
+    Ok(Message::decode(h.kind, &p)?)
+}
+
+/// The receiving half of an authenticated control connection.
+#[derive(Debug)]
+pub(crate) struct ControlRx {
+    pub(crate) stream: TcpStream,
+    pub(crate) opener: Opener,
+    pub(crate) reader: FrameReader,
+}
+
+impl ControlRx {
+    /// The next message, or `None` if the socket's read timeout passed first.
+    pub(crate) fn poll(&mut self) -> Result<Option<Message>, FrameIoError> {
+        match self.reader.poll(&mut self.stream)? {
+            Some((h, p)) => Ok(Some(self.opener.open(h, &p)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The sending half of an authenticated control connection.
+#[derive(Debug)]
+pub(crate) struct ControlTx {
+    pub(crate) stream: TcpStream,
+    pub(crate) sealer: Sealer,
+}
+
+impl ControlTx {
+    pub(crate) fn send(&mut self, msg: &Message) -> io::Result<()> {
+        let frame = self.sealer.seal(msg);
+        self.stream.write_all(&frame)
+    }
+}
+
+/// Resolves `host` and connects to the first address that answers within `timeout`.
+pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, SessionError> {
+    let shown = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|source| SessionError::Connect {
+            addr: shown.clone(),
+            source,
+        })?
+        .collect();
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        "the host name resolved to no address",
+    );
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => {
+                s.set_nodelay(true).ok();
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(SessionError::Connect {
+        addr: shown,
+        source: last,
+    })
+}
+
+/// An authenticated control connection, split into halves.
+#[derive(Debug)]
+pub(crate) struct ClientSession {
+    pub(crate) tx: ControlTx,
+    pub(crate) rx: ControlRx,
+    pub(crate) keys: SessionKeys,
+    pub(crate) session_id: SessionId,
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+}
+
+/// Runs the client side of the control handshake on a connected stream.
+pub(crate) fn authenticate(
+    mut stream: TcpStream,
+    psk: Psk,
+    nonce: zcp_wire::Nonce,
+) -> Result<ClientSession, SessionError> {
+    let peer = stream.peer_addr().map_err(|source| SessionError::Io {
+        what: "control connection".into(),
+        source,
+    })?;
+    let local = stream.local_addr().map_err(|source| SessionError::Io {
+        what: "control connection".into(),
+        source,
+    })?;
+    let shown = peer.to_string();
+    let hs = ClientHandshake::new(psk, nonce);
+    let io_err = |e: FrameIoError| e.into_session(&shown);
+    stream
+        .write_all(&hs.hello().encode_frame())
+        .map_err(|e| io_err(e.into()))?;
+    let challenge = read_plain(&mut stream).map_err(io_err)?;
+    let (proof, await_welcome) = hs
+        .on_challenge(challenge)
+        .map_err(|e| SessionError::from_handshake(&shown, e))?;
+    stream
+        .write_all(&proof.encode_frame())
+        .map_err(|e| io_err(e.into()))?;
+    let (h, p) = read_frame(&mut stream).map_err(io_err)?;
+    let Established {
+        keys,
+        session_id,
+        sealer,
+        opener,
+        ..
+    } = await_welcome
+        .on_frame(h, &p)
+        .map_err(|e| SessionError::from_handshake(&shown, e))?;
+    let read_half = stream.try_clone().map_err(|source| SessionError::Io {
+        what: "control connection".into(),
+        source,
+    })?;
+    Ok(ClientSession {
+        tx: ControlTx { stream, sealer },
+        rx: ControlRx {
+            stream: read_half,
+            opener,
+            reader: FrameReader::default(),
+        },
+        keys,
+        session_id,
+        peer,
+        local,
+    })
+}
+
+/// Opens data stream `stream` of the session at `peer` and proves it belongs there.
+pub(crate) fn open_data(
+    peer: SocketAddr,
+    keys: &SessionKeys,
+    session_id: SessionId,
+    stream_index: u16,
+    nonce: zcp_wire::Nonce,
+    timeout: Duration,
+) -> Result<TcpStream, SessionError> {
+    let shown = peer.to_string();
+    let io_err = |e: FrameIoError| e.into_session(&shown);
+    let mut s =
+        TcpStream::connect_timeout(&peer, timeout).map_err(|source| SessionError::Connect {
+            addr: shown.clone(),
+            source,
+        })?;
+    s.set_nodelay(true).ok();
+    s.set_read_timeout(Some(timeout)).ok();
+    let dc = DataClient::new(nonce);
+    s.write_all(&dc.hello().encode_frame())
+        .map_err(|e| io_err(e.into()))?;
+    let challenge = read_plain(&mut s).map_err(io_err)?;
+    let join = dc
+        .on_challenge(challenge, keys, session_id, stream_index)
+        .map_err(|e| SessionError::from_handshake(&shown, e))?;
+    s.write_all(&join.encode_frame())
+        .map_err(|e| io_err(e.into()))?;
+    let answer = read_plain(&mut s).map_err(io_err)?;
+    DataClient::on_accept(answer).map_err(|e| SessionError::from_handshake(&shown, e))?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_frame_bounds_before_allocating() {
+        // A header announcing 4 GiB: refused from the 5 header bytes alone.
+        let mut r: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x03];
+        assert!(matches!(read_frame(&mut r), Err(FrameIoError::Decode(_))));
+        let mut r: &[u8] = &[];
+        assert!(matches!(read_frame(&mut r), Err(FrameIoError::Closed)));
+        let mut r: &[u8] = &[0, 0, 0, 32, 0x03, 1, 2];
+        assert!(matches!(read_frame(&mut r), Err(FrameIoError::Closed)));
+        let f = Message::Proof { proof: [1; 32] }.encode_frame();
+        let mut r: &[u8] = &f;
+        assert_eq!(
+            read_plain(&mut r).unwrap(),
+            Message::Proof { proof: [1; 32] }
+        );
+    }
+}
+
+/// Accumulates one frame across reads that may time out, so a control connection can be
+/// polled with a short `SO_RCVTIMEO` (to check liveness between reads) without losing a
+/// frame that arrived in pieces.
+#[derive(Debug, Default)]
+pub(crate) struct FrameReader {
+    buf: Vec<u8>,
+    have: usize,
+}
+
+impl FrameReader {
+    /// Reads what is available. Returns a whole frame, or `None` when the read timed out
+    /// first; the partial frame is kept for the next call.
+    pub(crate) fn poll(
+        &mut self,
+        r: &mut impl Read,
+    ) -> Result<Option<(FrameHeader, Vec<u8>)>, FrameIoError> {
+        loop {
+            let need = if self.have < HEADER_LEN {
+                HEADER_LEN
+            } else {
+                let head: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("5 bytes");
+                HEADER_LEN + FrameHeader::decode(head)?.len
+            };
+            if self.have == need {
+                let head: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("5 bytes");
+                let header = FrameHeader::decode(head)?;
+                let payload = self.buf[HEADER_LEN..need].to_vec();
+                self.have = 0;
+                return Ok(Some((header, payload)));
+            }
+            if self.buf.len() < need {
+                self.buf.resize(need, 0);
+            }
+            match r.read(&mut self.buf[self.have..need]) {
+                Ok(0) => return Err(FrameIoError::Closed),
+                Ok(n) => self.have += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod reader_tests {
+    use super::*;
+
+    /// Hands out bytes a few at a time, with a timeout between pieces.
+    struct Trickle {
+        data: Vec<u8>,
+        pos: usize,
+        tick: bool,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.tick = !self.tick;
+            if self.tick {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(3).min(self.data.len() - self.pos);
+            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn frames_survive_timeouts_mid_frame() {
+        let mut data = Message::Proof { proof: [7; 32] }.encode_frame();
+        data.extend(Message::DataAccept.encode_frame());
+        let mut t = Trickle {
+            data,
+            pos: 0,
+            tick: false,
+        };
+        let mut fr = FrameReader::default();
+        let mut got = Vec::new();
+        for _ in 0..200 {
+            match fr.poll(&mut t) {
+                Ok(Some((h, p))) => got.push(Message::decode(h.kind, &p).unwrap()),
+                Ok(None) => {}
+                Err(FrameIoError::Closed) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(
+            got,
+            vec![Message::Proof { proof: [7; 32] }, Message::DataAccept]
+        );
+    }
+
+    #[test]
+    fn oversized_header_is_refused_before_allocation() {
+        let mut r: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 0x03];
+        let mut fr = FrameReader::default();
+        assert!(matches!(fr.poll(&mut r), Err(FrameIoError::Decode(_))));
+        assert!(fr.buf.len() <= HEADER_LEN);
+    }
+}

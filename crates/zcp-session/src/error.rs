@@ -1,0 +1,177 @@
+//! The session's error type. Each variant names what a user can act on, and maps to one of
+//! the exit codes the `zcp` binary documents.
+
+use std::io;
+
+use zcp_engine::EngineError;
+use zcp_wire::{DecodeError, ErrorCode, HandshakeError, OpenError};
+
+/// Why a session failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The key file is missing, unreadable, too open, or malformed.
+    #[error("{0}")]
+    Key(String),
+    /// The source cannot be sent (missing, not a regular file, unreadable).
+    #[error("source {path}: {reason}")]
+    Source {
+        /// The source path, escaped.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The source changed or ended early during the transfer; nothing was committed.
+    #[error("source {path} changed while it was being sent: {reason}; nothing was committed")]
+    SourceChanged {
+        /// The source path, escaped.
+        path: String,
+        /// What changed.
+        reason: String,
+    },
+    /// No TCP connection could be made.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// Authentication failed on either side.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The receiver refused or failed the file; nothing was renamed into place.
+    #[error("the receiver did not commit the file: {message} [{}]", code.name())]
+    Refused {
+        /// The receiver's failure class.
+        code: ErrorCode,
+        /// Its explanation.
+        message: String,
+    },
+    /// What arrived does not match what was sent; nothing was committed.
+    #[error("verification failed: {0}; nothing was committed")]
+    Verify(String),
+    /// The peer broke the protocol.
+    #[error("protocol error from {peer}: {reason}")]
+    Protocol {
+        /// Which peer.
+        peer: String,
+        /// What it did.
+        reason: String,
+    },
+    /// The connection failed mid-session.
+    #[error("connection to {peer} failed: {reason}")]
+    Connection {
+        /// Which peer.
+        peer: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A local engine failure.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Any other local I/O failure.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// Exit codes of the `zcp` binary, by failure class.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// A failure not covered below (network, I/O, protocol).
+    pub const FAILURE: i32 = 1;
+    /// Bad command-line usage.
+    pub const USAGE: i32 = 2;
+    /// Missing, wrong or unsafe key; authentication failed.
+    pub const AUTH: i32 = 3;
+    /// The receiver refused the destination (bad path, no space, not writable).
+    pub const REFUSED: i32 = 4;
+    /// The data did not verify, or the source changed while being sent.
+    pub const INTEGRITY: i32 = 5;
+}
+
+impl SessionError {
+    /// The exit code for this failure (see [`exit`]).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SessionError::Key(_) | SessionError::Auth(_) => exit::AUTH,
+            SessionError::Refused { code, .. } => match code {
+                ErrorCode::Auth => exit::AUTH,
+                ErrorCode::Verify | ErrorCode::SourceChanged => exit::INTEGRITY,
+                ErrorCode::BadPath | ErrorCode::NoSpace | ErrorCode::Io => exit::REFUSED,
+                _ => exit::FAILURE,
+            },
+            SessionError::Verify(_) | SessionError::SourceChanged { .. } => exit::INTEGRITY,
+            _ => exit::FAILURE,
+        }
+    }
+
+    pub(crate) fn from_handshake(peer: &str, e: HandshakeError) -> SessionError {
+        match e {
+            HandshakeError::ServerProof
+            | HandshakeError::ClientProof
+            | HandshakeError::JoinProof => SessionError::Auth(e.to_string()),
+            HandshakeError::Refused {
+                code: ErrorCode::Auth,
+                message,
+            } => SessionError::Auth(format!("the server refused our key: {message}")),
+            HandshakeError::Refused { code, message } => SessionError::Refused { code, message },
+            other => SessionError::Protocol {
+                peer: peer.to_string(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Why reading or writing a control frame failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FrameIoError {
+    #[error("connection closed")]
+    Closed,
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Decode(#[from] DecodeError),
+    #[error("{0}")]
+    Open(#[from] OpenError),
+}
+
+impl FrameIoError {
+    pub(crate) fn into_session(self, peer: &str) -> SessionError {
+        match self {
+            FrameIoError::Closed => SessionError::Connection {
+                peer: peer.into(),
+                reason: "the peer closed the connection".into(),
+            },
+            FrameIoError::Io(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                SessionError::Connection {
+                    peer: peer.into(),
+                    reason: "no answer within the timeout (peer stalled or gone)".into(),
+                }
+            }
+            FrameIoError::Io(e) => SessionError::Connection {
+                peer: peer.into(),
+                reason: e.to_string(),
+            },
+            FrameIoError::Decode(e) => SessionError::Protocol {
+                peer: peer.into(),
+                reason: e.to_string(),
+            },
+            FrameIoError::Open(e) => SessionError::Protocol {
+                peer: peer.into(),
+                reason: e.to_string(),
+            },
+        }
+    }
+}
