@@ -1,0 +1,221 @@
+//! The JSON outputs: one document at the end (`-J`), or one JSON line per event
+//! (`--json-stream`). Both shapes are a public interface, documented in docs/json.md and
+//! snapshot-tested; add fields freely, never rename or remove one.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+use zcp_session::{Event, Interval, Reporter, Start, Summary};
+
+use crate::units::bits_per_second;
+
+/// Version of the JSON shapes; rises only when a field changes meaning or goes away.
+pub const JSON_VERSION: u32 = 1;
+
+fn start(s: &Start) -> Value {
+    json!({
+        "version": format!("zcp {}", env!("CARGO_PKG_VERSION")),
+        "protocol": zcp_wire::PROTOCOL_VERSION,
+        "session": s.session,
+        "connected": [{
+            "local_host": s.local.ip().to_string(),
+            "local_port": s.local.port(),
+            "remote_host": s.remote.ip().to_string(),
+            "remote_port": s.remote.port(),
+        }],
+        "source": s.source,
+        "target": s.target,
+        "size": s.size,
+        "chunk_size": s.chunk_size,
+        "block_size": s.block_size,
+        "streams": s.streams,
+        "engines": {
+            "sender": s.sender_engine,
+            "receiver": s.receiver_engine,
+            "sender_note": s.sender_note,
+            "receiver_note": s.receiver_note,
+        },
+        "verify": s.verify,
+    })
+}
+
+fn interval(i: &Interval) -> Value {
+    let secs = i.end - i.start;
+    let streams: Vec<Value> = i
+        .streams
+        .iter()
+        .map(|st| {
+            json!({
+                "id": st.id,
+                "start": i.start,
+                "end": i.end,
+                "seconds": secs,
+                "bytes": st.bytes,
+                "bits_per_second": bits_per_second(st.bytes, secs),
+                "retransmits": st.retransmits,
+                "rtt_us": st.tcp.map(|t| t.rtt_us),
+                "rttvar_us": st.tcp.map(|t| t.rttvar_us),
+                "snd_cwnd_bytes": st.tcp.map(|t| u64::from(t.snd_cwnd) * u64::from(t.snd_mss)),
+            })
+        })
+        .collect();
+    json!({
+        "streams": streams,
+        "sum": {
+            "start": i.start,
+            "end": i.end,
+            "seconds": secs,
+            "bytes": i.bytes(),
+            "bits_per_second": bits_per_second(i.bytes(), secs),
+            "retransmits": i.retransmits(),
+        },
+    })
+}
+
+fn per_gib(cpu: f64, bytes: u64) -> f64 {
+    if bytes == 0 {
+        0.0
+    } else {
+        cpu / (bytes as f64 / f64::from(1u32 << 30))
+    }
+}
+
+fn end(s: &Summary) -> Value {
+    json!({
+        "sum": {
+            "start": 0.0,
+            "end": s.seconds,
+            "seconds": s.seconds,
+            "bytes": s.bytes,
+            "bits_per_second": bits_per_second(s.bytes, s.seconds),
+            "retransmits": s.retransmits,
+        },
+        "sum_sent": {
+            "start": 0.0,
+            "end": s.send_seconds,
+            "seconds": s.send_seconds,
+            "bytes": s.bytes,
+            "bits_per_second": bits_per_second(s.bytes, s.send_seconds),
+        },
+        "engines": {
+            "sender": s.sender_engine,
+            "receiver": s.receiver_engine,
+        },
+        "cpu": {
+            "sender": { "user": s.sender_cpu.user, "sys": s.sender_cpu.sys, "total": s.sender_cpu.total(),
+                        "seconds_per_gib": per_gib(s.sender_cpu.total(), s.bytes) },
+            "receiver": { "user": s.receiver_cpu.user, "sys": s.receiver_cpu.sys, "total": s.receiver_cpu.total(),
+                          "seconds_per_gib": per_gib(s.receiver_cpu.total(), s.bytes) },
+        },
+        "memory": {
+            "sender": { "max_rss_bytes": s.sender_max_rss },
+            "receiver": { "max_rss_bytes": s.receiver_max_rss },
+        },
+        "verified": s.verified,
+        "stored": s.stored,
+        "digest": s.digest,
+        "target": s.target,
+    })
+}
+
+/// Collects events and writes one JSON document when the transfer ends (or fails).
+#[derive(Debug)]
+pub struct JsonDoc<W: Write> {
+    out: W,
+    start: Value,
+    intervals: Vec<Value>,
+}
+
+impl<W: Write> JsonDoc<W> {
+    /// A reporter writing the document to `out` at the end.
+    pub fn new(out: W) -> JsonDoc<W> {
+        JsonDoc {
+            out,
+            start: json!({}),
+            intervals: Vec::new(),
+        }
+    }
+
+    /// The writer back (for tests).
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// Writes the document for a failed transfer: what is known, plus `error`.
+    pub fn fail(&mut self, message: &str, exit_code: i32) {
+        let doc = json!({
+            "start": self.start,
+            "intervals": self.intervals,
+            "error": message,
+            "exit_code": exit_code,
+        });
+        let _ = writeln!(
+            self.out,
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON values serialize")
+        );
+    }
+}
+
+impl<W: Write> Reporter for JsonDoc<W> {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Start(s) => self.start = start(s),
+            Event::Interval(i) => self.intervals.push(interval(i)),
+            Event::Summary(s) => {
+                let doc = json!({
+                    "start": self.start,
+                    "intervals": self.intervals,
+                    "end": end(s),
+                });
+                let _ = writeln!(
+                    self.out,
+                    "{}",
+                    serde_json::to_string_pretty(&doc).expect("JSON values serialize")
+                );
+            }
+        }
+    }
+}
+
+/// Writes one JSON object per line as events happen: `{"type": ..., "version": 1, "data": ...}`.
+#[derive(Debug)]
+pub struct JsonStream<W: Write> {
+    out: W,
+}
+
+impl<W: Write> JsonStream<W> {
+    /// A reporter writing JSON lines to `out`.
+    pub fn new(out: W) -> JsonStream<W> {
+        JsonStream { out }
+    }
+
+    /// The writer back (for tests).
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    fn line(&mut self, kind: &str, data: Value) {
+        let v = json!({ "type": kind, "version": JSON_VERSION, "data": data });
+        let _ = writeln!(self.out, "{v}");
+        let _ = self.out.flush();
+    }
+
+    /// Writes the `error` line of a failed transfer.
+    pub fn fail(&mut self, message: &str, exit_code: i32) {
+        self.line(
+            "error",
+            json!({ "message": message, "exit_code": exit_code }),
+        );
+    }
+}
+
+impl<W: Write> Reporter for JsonStream<W> {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Start(s) => self.line("start", start(s)),
+            Event::Interval(i) => self.line("interval", interval(i)),
+            Event::Summary(s) => self.line("end", end(s)),
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The server's log: one line per event, on a writer shared by every session's threads.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use zcp_session::{ServerEvent, ServerReporter};
+
+use crate::units::{bits_per_second, rate, size};
+
+/// Writes one line per server event. The listening line goes to `out` (scripts read the port
+/// from it); everything else to `log`.
+#[derive(Debug)]
+pub struct ServerLog<O: Write + Send, L: Write + Send> {
+    out: Mutex<O>,
+    log: Mutex<L>,
+}
+
+impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
+    /// A log writing the listening line to `out` and the rest to `log`.
+    pub fn new(out: O, log: L) -> Self {
+        ServerLog {
+            out: Mutex::new(out),
+            log: Mutex::new(log),
+        }
+    }
+
+    /// Formats one event as a line.
+    pub fn line(event: &ServerEvent) -> String {
+        match event {
+            ServerEvent::Listening { addr, root } => {
+                format!("zcp: listening on {addr}, root {root}")
+            }
+            ServerEvent::Rejected { peer, reason } => format!("zcp: refused {peer}: {reason}"),
+            ServerEvent::SessionStart { peer, session } => {
+                format!(
+                    "zcp: session {} from {peer}",
+                    &session[..session.len().min(16)]
+                )
+            }
+            ServerEvent::FileDone {
+                session,
+                target,
+                bytes,
+                seconds,
+                engine,
+                verified,
+                stored,
+            } => format!(
+                "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}",
+                &session[..session.len().min(16)],
+                if *stored { "stored" } else { "received" },
+                target,
+                size(*bytes),
+                seconds,
+                rate(bits_per_second(*bytes, *seconds)),
+                if *verified {
+                    ", verified"
+                } else {
+                    ", not verified"
+                },
+            ),
+            ServerEvent::FileFailed {
+                session,
+                target,
+                reason,
+            } => {
+                format!(
+                    "zcp: session {}: {target} not committed: {reason}",
+                    &session[..session.len().min(16)]
+                )
+            }
+            ServerEvent::SessionEnd {
+                session,
+                ok,
+                reason,
+            } => match (ok, reason) {
+                (true, _) => format!(
+                    "zcp: session {} finished",
+                    &session[..session.len().min(16)]
+                ),
+                (false, r) => format!(
+                    "zcp: session {} failed: {}",
+                    &session[..session.len().min(16)],
+                    r.as_deref().unwrap_or("unknown reason")
+                ),
+            },
+        }
+    }
+}
+
+impl<O: Write + Send, L: Write + Send> ServerReporter for ServerLog<O, L> {
+    fn event(&self, event: &ServerEvent) {
+        let line = Self::line(event);
+        fn put(w: &mut dyn Write, line: &str) {
+            let _ = writeln!(w, "{line}");
+            let _ = w.flush();
+        }
+        match event {
+            ServerEvent::Listening { .. } => put(
+                &mut *self.out.lock().unwrap_or_else(|p| p.into_inner()),
+                &line,
+            ),
+            _ => put(
+                &mut *self.log.lock().unwrap_or_else(|p| p.into_inner()),
+                &line,
+            ),
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Snapshot tests of every output format, fed with fixed events so the text never depends on
+//! the machine.
+
+use zcp_session::{
+    Cpu, Event, Interval, Reporter, ServerEvent, Start, StreamInterval, Summary, TcpStats,
+};
+
+use crate::{Human, JsonDoc, JsonStream, ServerLog};
+
+fn events(verify: bool) -> Vec<Event> {
+    let start = Start {
+        local: "127.0.0.1:40122".parse().unwrap(),
+        remote: "127.0.0.1:5310".parse().unwrap(),
+        session: "3fa2c1d4e5f60718293a4b5c6d7e8f90".into(),
+        source: "data.bin".into(),
+        target: "incoming/data.bin".into(),
+        size: 4 << 30,
+        chunk_size: 64 << 20,
+        block_size: 8 << 20,
+        streams: 1,
+        sender_engine: "sendfile".into(),
+        sender_note: None,
+        receiver_engine: if verify {
+            "direct".into()
+        } else {
+            "null".into()
+        },
+        receiver_note: verify
+            .then(|| "auto chose direct: O_DIRECT works on this ext4 destination".into()),
+        verify,
+    };
+    let tcp = TcpStats {
+        rtt_us: 52,
+        rttvar_us: 9,
+        snd_cwnd: 320,
+        snd_mss: 65483,
+        total_retrans: 0,
+    };
+    let iv = |start: f64, end: f64, bytes: u64| {
+        Event::Interval(Interval {
+            start,
+            end,
+            streams: vec![StreamInterval {
+                id: 0,
+                bytes,
+                tcp: Some(tcp),
+                retransmits: 0,
+            }],
+        })
+    };
+    vec![
+        Event::Start(start),
+        iv(0.0, 1.0, 2_040_109_465),
+        iv(1.0, 2.0, 2_147_483_648),
+        iv(2.0, 2.1, 107_374_183),
+        Event::Summary(Summary {
+            bytes: 4 << 30,
+            seconds: 2.45,
+            send_seconds: 2.1,
+            sender_engine: "sendfile".into(),
+            receiver_engine: if verify {
+                "direct".into()
+            } else {
+                "null".into()
+            },
+            sender_cpu: Cpu {
+                user: 0.61,
+                sys: 1.02,
+            },
+            receiver_cpu: Cpu {
+                user: 0.98,
+                sys: 1.5,
+            },
+            sender_max_rss: 12 << 20,
+            receiver_max_rss: 30 << 20,
+            retransmits: 0,
+            verified: verify,
+            stored: verify,
+            digest: verify.then(|| "9f".repeat(32)),
+            target: "incoming/data.bin".into(),
+        }),
+    ]
+}
+
+#[test]
+fn human_report() {
+    let mut h = Human::new(Vec::new());
+    for e in events(true) {
+        h.event(&e);
+    }
+    insta::assert_snapshot!(String::from_utf8(h.into_inner()).unwrap());
+}
+
+#[test]
+fn human_report_null_receiver() {
+    let mut h = Human::new(Vec::new());
+    for e in events(false) {
+        h.event(&e);
+    }
+    insta::assert_snapshot!(String::from_utf8(h.into_inner()).unwrap());
+}
+
+#[test]
+fn json_document() {
+    let mut j = JsonDoc::new(Vec::new());
+    for e in events(true) {
+        j.event(&e);
+    }
+    let text = String::from_utf8(j.into_inner()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    // The fields the issue names as the public interface.
+    for p in [
+        "/end/sum/bytes",
+        "/end/sum/seconds",
+        "/end/sum/bits_per_second",
+        "/end/engines/sender",
+        "/end/engines/receiver",
+        "/end/cpu/sender/user",
+        "/end/cpu/sender/sys",
+        "/end/cpu/receiver/user",
+        "/end/cpu/receiver/sys",
+        "/end/verified",
+        "/end/digest",
+        "/intervals",
+    ] {
+        assert!(v.pointer(p).is_some(), "missing {p}");
+    }
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn json_document_on_failure() {
+    let mut j = JsonDoc::new(Vec::new());
+    j.event(&events(true)[0]);
+    j.fail(
+        "the receiver did not commit the file: no space on the receiver [no-space]",
+        4,
+    );
+    insta::assert_snapshot!(String::from_utf8(j.into_inner()).unwrap());
+}
+
+#[test]
+fn json_stream_lines() {
+    let mut j = JsonStream::new(Vec::new());
+    for e in events(true) {
+        j.event(&e);
+    }
+    j.fail("example failure", 1);
+    let text = String::from_utf8(j.into_inner()).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["version"], 1);
+        assert!(v["type"].is_string());
+    }
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn server_lines() {
+    let evs = [
+        ServerEvent::Listening {
+            addr: "127.0.0.1:5310".parse().unwrap(),
+            root: "/data".into(),
+        },
+        ServerEvent::Rejected {
+            peer: "127.0.0.1:4000".parse().unwrap(),
+            reason: "not a zcp hello (bad magic bytes)".into(),
+        },
+        ServerEvent::SessionStart {
+            peer: "127.0.0.1:4001".parse().unwrap(),
+            session: "00112233445566778899aabbccddeeff".into(),
+        },
+        ServerEvent::FileDone {
+            session: "00112233445566778899aabbccddeeff".into(),
+            target: "a/b.bin".into(),
+            bytes: 1 << 30,
+            seconds: 0.5,
+            engine: "direct".into(),
+            verified: true,
+            stored: true,
+        },
+        ServerEvent::FileFailed {
+            session: "00112233445566778899aabbccddeeff".into(),
+            target: "/etc".into(),
+            reason: "absolute".into(),
+        },
+        ServerEvent::SessionEnd {
+            session: "00112233445566778899aabbccddeeff".into(),
+            ok: true,
+            reason: None,
+        },
+    ];
+    let lines: Vec<String> = evs
+        .iter()
+        .map(ServerLog::<Vec<u8>, Vec<u8>>::line)
+        .collect();
+    insta::assert_snapshot!(lines.join("\n"));
+}
