@@ -1,0 +1,254 @@
+//! The command-line surface: one file per subcommand, shared argument parsers here. Flag
+//! letters follow iperf3 where the meaning matches (`-p`, `-i`, `-J`); targets follow scp
+//! (`HOST:PATH`, `[v6addr]:PATH`).
+
+mod demo;
+mod keygen;
+mod send;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use zcp_engine::{RecvEngine, SendEngine};
+use zcp_session::SessionError;
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 success; 1 failure (network, I/O, protocol); 2 bad usage;
+3 key or authentication problem; 4 the receiver refused the destination;
+5 integrity: the data did not verify or the source changed while being sent.";
+
+/// Move very large files between Linux hosts with the kernel's zero-copy paths, verified
+/// with keyed BLAKE3 and stored durably.
+#[derive(Debug, Parser)]
+#[command(name = "zcp", version, after_help = AFTER_HELP)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole job on loopback: server, generated file, transfer, verification, report.
+    Demo(demo::DemoArgs),
+    /// Write a new random pre-shared key to a file (mode 0600).
+    Keygen(keygen::KeygenArgs),
+    /// Receive files beneath a root directory.
+    Serve(serve::ServeArgs),
+    /// Send a file to a server.
+    Send(send::SendArgs),
+}
+
+/// Runs the command; returns the process exit code.
+pub(crate) fn run(cli: Cli) -> i32 {
+    let result = match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Keygen(a) => keygen::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Send(a) => send::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let code = e
+                .downcast_ref::<SessionError>()
+                .map_or(zcp_session::exit::FAILURE, SessionError::exit_code);
+            eprintln!("zcp: {e:#}");
+            code
+        }
+    }
+}
+
+/// Engine and transfer-shape flags shared by `send` and `demo`.
+#[derive(Debug, Clone, Args)]
+struct TransferArgs {
+    /// Sender engine: sendfile, rw (read/write) or mmap.
+    #[arg(long, default_value = "sendfile", value_parser = parse_send_engine)]
+    engine: SendEngine,
+    /// Receiver engine: auto, splice, direct (O_DIRECT), rw, null (discard, no copy) or mem
+    /// (read into memory and discard).
+    #[arg(long, default_value = "auto", value_parser = parse_recv_engine)]
+    recv_engine: RecvEngine,
+    /// Bytes per read/write/sendfile/splice call on both sides (suffixes K, M, G); 0 lets each
+    /// engine choose.
+    #[arg(long, default_value = "0", value_parser = parse_size, value_name = "BYTES")]
+    block_size: u64,
+    /// Chunk size (suffixes K, M, G): the unit of verification; default grows with the file.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    chunk_size: Option<u64>,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(short = 'i', long, default_value = "1", value_name = "SECONDS")]
+    interval: f64,
+    /// Print one JSON document at the end instead of the text report.
+    #[arg(short = 'J', long, conflicts_with = "json_stream")]
+    json: bool,
+    /// Print one JSON object per line as events happen.
+    #[arg(long)]
+    json_stream: bool,
+}
+
+impl TransferArgs {
+    fn interval(&self) -> anyhow::Result<Option<std::time::Duration>> {
+        if !self.interval.is_finite() || self.interval < 0.0 {
+            anyhow::bail!(
+                "-i/--interval takes a number of seconds >= 0, got {}",
+                self.interval
+            );
+        }
+        Ok((self.interval > 0.0)
+            .then(|| std::time::Duration::from_secs_f64(self.interval.max(0.01))))
+    }
+
+    /// The reporter the output flags ask for, writing to stdout.
+    fn output(&self) -> Output {
+        if self.json {
+            Output::Json(zcp_report::JsonDoc::new(std::io::stdout()))
+        } else if self.json_stream {
+            Output::Stream(zcp_report::JsonStream::new(std::io::stdout()))
+        } else {
+            Output::Human(zcp_report::Human::new(std::io::stdout()))
+        }
+    }
+}
+
+/// The chosen output format.
+enum Output {
+    Human(zcp_report::Human<std::io::Stdout>),
+    Json(zcp_report::JsonDoc<std::io::Stdout>),
+    Stream(zcp_report::JsonStream<std::io::Stdout>),
+}
+
+impl Output {
+    fn reporter(&mut self) -> &mut dyn zcp_session::Reporter {
+        match self {
+            Output::Human(h) => h,
+            Output::Json(j) => j,
+            Output::Stream(s) => s,
+        }
+    }
+
+    /// Reports a failure in the output's own format. Returns whether it was reported on
+    /// stdout (JSON), so the caller need not repeat it.
+    fn fail(&mut self, e: &SessionError) -> bool {
+        match self {
+            Output::Human(_) => false,
+            Output::Json(j) => {
+                j.fail(&e.to_string(), e.exit_code());
+                true
+            }
+            Output::Stream(s) => {
+                s.fail(&e.to_string(), e.exit_code());
+                true
+            }
+        }
+    }
+}
+
+fn parse_send_engine(s: &str) -> Result<SendEngine, String> {
+    SendEngine::parse(s).ok_or_else(|| {
+        let names: Vec<_> = SendEngine::ALL.iter().map(|e| e.name()).collect();
+        format!(
+            "unknown sender engine '{s}'; choose one of: {}",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_recv_engine(s: &str) -> Result<RecvEngine, String> {
+    RecvEngine::parse(s).ok_or_else(|| {
+        let names: Vec<_> = RecvEngine::ALL.iter().map(|e| e.name()).collect();
+        format!(
+            "unknown receiver engine '{s}'; choose one of: {}",
+            names.join(", ")
+        )
+    })
+}
+
+/// Parses `4096`, `64K`, `1M`, `1G`, `1GiB`, `2T` (binary multiples).
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (examples: 4096, 64K, 1M, 4G)"))?;
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => {
+            return Err(format!(
+                "'{s}' has an unknown unit '{unit}' (use K, M, G or T)"
+            ));
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// `HOST:PATH` or `[IPV6]:PATH`, as scp writes them. `HOST:` alone means the server root.
+pub(crate) fn parse_target(s: &str) -> Result<(String, Vec<u8>), String> {
+    let (host, path) = if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("'{s}': an IPv6 address needs a closing ']'"))?;
+        let path = after
+            .strip_prefix(':')
+            .ok_or_else(|| format!("'{s}': expected ':' after ']' (write [ADDR]:PATH)"))?;
+        (host, path)
+    } else {
+        s.split_once(':')
+            .ok_or_else(|| format!("'{s}' is not HOST:PATH (write host:dir/ or host:file)"))?
+    };
+    if host.is_empty() {
+        return Err(format!("'{s}' has no host before ':'"));
+    }
+    let path = if path.is_empty() { "." } else { path };
+    Ok((host.to_string(), path.as_bytes().to_vec()))
+}
+
+/// `--key-file` as given, else the environment and the default location.
+fn key_arg(path: &Option<PathBuf>) -> Result<zcp_wire::Psk, SessionError> {
+    zcp_session::keyfile::load_key(path.as_deref()).map(|(k, _)| k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2t"), Ok(2 << 40));
+        assert!(parse_size("1.5G").is_err());
+        assert!(parse_size("12Q").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_size("99999999999T")
+                .unwrap_err()
+                .contains("too large")
+        );
+    }
+
+    #[test]
+    fn targets() {
+        assert_eq!(
+            parse_target("host:dir/f"),
+            Ok(("host".into(), b"dir/f".to_vec()))
+        );
+        assert_eq!(parse_target("[::1]:x"), Ok(("::1".into(), b"x".to_vec())));
+        assert_eq!(parse_target("h:"), Ok(("h".into(), b".".to_vec())));
+        assert!(parse_target("nocolon").is_err());
+        assert!(parse_target(":x").is_err());
+        assert!(parse_target("[::1]x").is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,69 @@
+//! `zcp serve`: the receiver.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use clap::Args;
+use zcp_session::{Server, ServerConfig};
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Directory to receive into; nothing is ever written outside it.
+    #[arg(long, value_name = "DIR")]
+    root: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0", value_name = "ADDR")]
+    bind: IpAddr,
+    /// Port to listen on (0: any free port, printed on start).
+    #[arg(short = 'p', long, default_value_t = zcp_session::DEFAULT_PORT)]
+    port: u16,
+    /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Exit after one session; the exit code says whether it succeeded.
+    #[arg(long)]
+    once: bool,
+    /// Most data streams per session.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_streams: u16,
+    /// Most sessions at once.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_sessions: usize,
+    /// End a session after this many seconds without traffic.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    idle_timeout: u64,
+    /// Seconds a new connection has to authenticate.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    handshake_timeout: u64,
+}
+
+pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
+    let psk = super::key_arg(&a.key_file)?;
+    if !a.root.is_dir() {
+        anyhow::bail!("--root {} is not a directory", a.root.display());
+    }
+    if a.max_streams == 0 || a.max_sessions == 0 || a.idle_timeout == 0 || a.handshake_timeout == 0
+    {
+        anyhow::bail!(
+            "--max-streams, --max-sessions, --idle-timeout and --handshake-timeout must be above 0"
+        );
+    }
+    let mut cfg = ServerConfig::new(a.root.clone(), psk);
+    cfg.max_streams = a.max_streams;
+    cfg.max_sessions = a.max_sessions;
+    cfg.idle_timeout = Duration::from_secs(a.idle_timeout);
+    cfg.handshake_timeout = Duration::from_secs(a.handshake_timeout);
+    let log = Arc::new(zcp_report::ServerLog::new(
+        std::io::stdout(),
+        std::io::stderr(),
+    ));
+    let server = Server::bind(SocketAddr::new(a.bind, a.port), cfg, log)?;
+    let stop = AtomicBool::new(false);
+    Ok(match server.run(&stop, a.once) {
+        Some(true) | None => 0,
+        Some(false) => zcp_session::exit::FAILURE,
+    })
+}
