@@ -140,9 +140,20 @@ pub(crate) fn authenticate(
         .write_all(&hs.hello().encode_frame())
         .map_err(|e| io_err(e.into()))?;
     let challenge = read_plain(&mut stream).map_err(io_err)?;
-    let (proof, await_welcome) = hs
-        .on_challenge(challenge)
-        .map_err(|e| SessionError::from_handshake(&shown, e))?;
+    let (proof, await_welcome) = match hs.on_challenge(challenge) {
+        Ok(x) => x,
+        Err(e) => {
+            // Tell the server why we hang up, so its log names the cause too.
+            let _ = stream.write_all(
+                &Message::Error {
+                    code: e.code(),
+                    message: format!("client refused the handshake: {e}"),
+                }
+                .encode_frame(),
+            );
+            return Err(SessionError::from_handshake(&shown, e));
+        }
+    };
     stream
         .write_all(&proof.encode_frame())
         .map_err(|e| io_err(e.into()))?;

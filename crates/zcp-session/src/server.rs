@@ -245,6 +245,12 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
     }
     let hello = match read_plain(&mut stream) {
         Ok(m) => m,
+        // Whatever fails to decode as the first frame is most likely not zcp at all (an HTTP
+        // probe, a port scanner): say so, with the decoder's detail.
+        Err(e @ FrameIoError::Decode(_)) => {
+            let why = format!("not a zcp client: {}", frame_err(e));
+            return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, why);
+        }
         Err(e) => return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, frame_err(e)),
     };
     let nonce = match random() {
@@ -273,6 +279,11 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
         Ok(m) => m,
         Err((code, e)) => return reject(&ctx, &mut stream, peer, code, e),
     };
+    if let Message::Error { message, .. } = &msg {
+        // The client gave up on us (for example: our proof did not match its key).
+        let why = message.clone();
+        return reject(&ctx, &mut stream, peer, ErrorCode::Auth, why);
+    }
     match state {
         Accepted::Control(await_proof) => {
             let session_id: SessionId = match random() {
