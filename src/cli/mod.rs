@@ -189,24 +189,33 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// `HOST:PATH` or `[IPV6]:PATH`, as scp writes them. `HOST:` alone means the server root.
-pub(crate) fn parse_target(s: &str) -> Result<(String, Vec<u8>), String> {
-    let (host, path) = if let Some(rest) = s.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("'{s}': an IPv6 address needs a closing ']'"))?;
-        let path = after
-            .strip_prefix(':')
-            .ok_or_else(|| format!("'{s}': expected ':' after ']' (write [ADDR]:PATH)"))?;
-        (host, path)
+/// The path keeps its exact bytes (Linux names need not be UTF-8); the host must be text.
+pub(crate) fn parse_target(arg: &std::ffi::OsStr) -> Result<(String, Vec<u8>), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let raw = arg.as_bytes();
+    let shown = zcp_wire::escape(raw);
+    let (host, path) = if let Some(rest) = raw.strip_prefix(b"[") {
+        let close = rest
+            .iter()
+            .position(|b| *b == b']')
+            .ok_or_else(|| format!("{shown}: an IPv6 address needs a closing ']'"))?;
+        let path = rest[close + 1..]
+            .strip_prefix(b":")
+            .ok_or_else(|| format!("{shown}: expected ':' after ']' (write [ADDR]:PATH)"))?;
+        (&rest[..close], path)
     } else {
-        s.split_once(':')
-            .ok_or_else(|| format!("'{s}' is not HOST:PATH (write host:dir/ or host:file)"))?
+        let colon = raw
+            .iter()
+            .position(|b| *b == b':')
+            .ok_or_else(|| format!("{shown} is not HOST:PATH (write host:dir/ or host:file)"))?;
+        (&raw[..colon], &raw[colon + 1..])
     };
+    let host = std::str::from_utf8(host).map_err(|_| format!("{shown}: the host is not text"))?;
     if host.is_empty() {
-        return Err(format!("'{s}' has no host before ':'"));
+        return Err(format!("{shown} has no host before ':'"));
     }
-    let path = if path.is_empty() { "." } else { path };
-    Ok((host.to_string(), path.as_bytes().to_vec()))
+    let path = if path.is_empty() { b"." } else { path };
+    Ok((host.to_string(), path.to_vec()))
 }
 
 /// `--key-file` as given, else the environment and the default location.
@@ -235,15 +244,19 @@ mod tests {
 
     #[test]
     fn targets() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = |s: &[u8]| parse_target(std::ffi::OsStr::from_bytes(s));
+        assert_eq!(t(b"host:dir/f"), Ok(("host".into(), b"dir/f".to_vec())));
+        assert_eq!(t(b"[::1]:x"), Ok(("::1".into(), b"x".to_vec())));
+        assert_eq!(t(b"h:"), Ok(("h".into(), b".".to_vec())));
+        assert_eq!(t(b"h:a:b"), Ok(("h".into(), b"a:b".to_vec())));
         assert_eq!(
-            parse_target("host:dir/f"),
-            Ok(("host".into(), b"dir/f".to_vec()))
+            t(b"h:odd\xffname"),
+            Ok(("h".into(), b"odd\xffname".to_vec()))
         );
-        assert_eq!(parse_target("[::1]:x"), Ok(("::1".into(), b"x".to_vec())));
-        assert_eq!(parse_target("h:"), Ok(("h".into(), b".".to_vec())));
-        assert!(parse_target("nocolon").is_err());
-        assert!(parse_target(":x").is_err());
-        assert!(parse_target("[::1]x").is_err());
+        assert!(t(b"nocolon").is_err());
+        assert!(t(b":x").is_err());
+        assert!(t(b"[::1]x").is_err());
     }
 
     #[test]

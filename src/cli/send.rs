@@ -28,8 +28,8 @@ pub(crate) struct SendArgs {
     #[arg(value_name = "SRC")]
     source: PathBuf,
     /// Where to: HOST:PATH relative to the server root (HOST:dir/ keeps the source's name).
-    #[arg(value_name = "HOST:DEST", value_parser = super::parse_target)]
-    target: (String, Vec<u8>),
+    #[arg(value_name = "HOST:DEST")]
+    target: std::ffi::OsString,
 }
 
 pub(crate) fn run(a: SendArgs) -> anyhow::Result<i32> {
@@ -37,7 +37,13 @@ pub(crate) fn run(a: SendArgs) -> anyhow::Result<i32> {
     if a.connect_timeout == 0 || a.idle_timeout == 0 {
         anyhow::bail!("--connect-timeout and --idle-timeout must be above 0");
     }
-    let (host, dest) = a.target;
+    let (host, dest) = match super::parse_target(&a.target) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("zcp: invalid HOST:DEST: {e}");
+            return Ok(zcp_session::exit::USAGE);
+        }
+    };
     let opts = SendOptions {
         host,
         port: a.port,
