@@ -1,0 +1,231 @@
+//! Faults mid-transfer: either side killed, the source changing under the sender, a full
+//! destination. In every case the final name is untouched and nothing partial is committed.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::util::*;
+
+/// Starts a slow send (read/write through 4 KiB blocks into the page cache) reporting every
+/// 0.05 s, and returns once the first interval shows bytes moving.
+fn start_slow_send(port: u16, key: &Path, src: &Path, dest: &str) -> Child {
+    let mut child = send_cmd(
+        port,
+        key,
+        src,
+        dest,
+        &[
+            "--json-stream",
+            "-i",
+            "0.05",
+            "--engine",
+            "rw",
+            "--recv-engine",
+            "rw",
+            "--block-size",
+            "4K",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line)
+                if line.contains("\"type\":\"interval\"") && !line.contains("\"bytes\":0,") =>
+            {
+                return child;
+            }
+            Ok(line) if line.contains("\"type\":\"end\"") => {
+                panic!("the transfer finished before the fault: {line}")
+            }
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no interval report from the sender");
+            }
+        }
+    }
+}
+
+fn big_source(env: &Env, name: &str) -> std::path::PathBuf {
+    let src = env.path(name);
+    // 3 GiB, data every 4 MiB: the slow path needs seconds, the fault lands mid-file.
+    make_file(&src, 3 << 30, 4 << 20, 7);
+    src
+}
+
+#[test]
+fn killing_the_sender_mid_file_leaves_the_target_untouched() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("t.bin"), b"old").unwrap();
+    let src = big_source(&env, "src");
+    let mut srv = ServerProc::start(&root, &env.key, &[]);
+    let mut child = start_slow_send(srv.port, &env.key, &src, "t.bin");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(srv.wait_log("failed", 20), "{}", srv.log());
+    assert_eq!(std::fs::read(root.join("t.bin")).unwrap(), b"old");
+    assert!(no_partials(&root, 10), "{:?}", tree(&root));
+    assert!(srv.alive());
+    // Still serving.
+    let small = env.path("small");
+    make_dense(&small, 100_000, 1);
+    let o = run(
+        send_cmd(srv.port, &env.key, &small, "t.bin", &["-i", "0"]),
+        20,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(same_file(&small, &root.join("t.bin")));
+}
+
+#[test]
+fn killing_the_receiver_mid_file_fails_the_sender_clearly() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("t.bin"), b"old").unwrap();
+    let src = big_source(&env, "src");
+    let mut srv = ServerProc::start(&root, &env.key, &[]);
+    let child = start_slow_send(srv.port, &env.key, &src, "t.bin");
+    srv.kill();
+    let o = wait_output(child, 30);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("connection") || err.contains("peer"), "{err}");
+    assert_eq!(
+        std::fs::read(root.join("t.bin")).unwrap(),
+        b"old",
+        "final name untouched"
+    );
+}
+
+#[test]
+fn a_source_that_shrinks_while_sent_is_not_committed() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = big_source(&env, "src");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let child = start_slow_send(srv.port, &env.key, &src, "t.bin");
+    std::fs::File::options()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let o = wait_output(child, 60);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("changed while it was being sent"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!root.join("t.bin").exists());
+    assert!(no_partials(&root, 10), "{:?}", tree(&root));
+}
+
+#[test]
+fn a_source_modified_while_sent_is_not_committed() {
+    use std::os::unix::fs::FileExt;
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = big_source(&env, "src");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let child = start_slow_send(srv.port, &env.key, &src, "t.bin");
+    let f = std::fs::File::options().write(true).open(&src).unwrap();
+    for off in [0u64, 1 << 30, (2 << 30) + 12345] {
+        f.write_all_at(b"tampered", off).unwrap();
+    }
+    drop(f);
+    let o = wait_output(child, 120);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o.stderr));
+    assert!(!root.join("t.bin").exists());
+    assert!(no_partials(&root, 10), "{:?}", tree(&root));
+}
+
+fn is_root() -> bool {
+    // SAFETY-free check: /proc/self/status Uid line.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A small tmpfs mounted for the test and unmounted when dropped.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    fn mount(at: &Path, size: &str) -> Option<SmallFs> {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "zcp-test"])
+            .arg(at)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        ok.then(|| SmallFs(at.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_destination_fails_cleanly_and_keeps_serving() {
+    if !is_root() {
+        println!("skipped: mounting a small filesystem needs root");
+        return;
+    }
+    let env = Env::new();
+    let root = env.mkdir("small-root");
+    let Some(_fs) = SmallFs::mount(&root, "4m") else {
+        println!("skipped: could not mount a tmpfs");
+        return;
+    };
+    std::fs::write(root.join("keep.txt"), b"committed earlier").unwrap();
+    let src = env.path("big");
+    make_dense(&src, 16 << 20, 3);
+    let mut srv = ServerProc::start(&root, &env.key, &[]);
+    for engine in ["auto", "splice", "rw"] {
+        let o = run(
+            send_cmd(srv.port, &env.key, &src, "big", &["--recv-engine", engine]),
+            20,
+        );
+        assert_eq!(o.status.code(), Some(4), "{engine}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("no space") || err.contains("full"),
+            "{engine}: {err}"
+        );
+    }
+    assert_eq!(tree(&root), vec!["keep.txt"]);
+    assert_eq!(
+        std::fs::read(root.join("keep.txt")).unwrap(),
+        b"committed earlier"
+    );
+    assert!(srv.alive());
+    let small = env.path("small");
+    make_dense(&small, 1 << 20, 4);
+    let o = run(
+        send_cmd(srv.port, &env.key, &small, "small", &["-i", "0"]),
+        20,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}

@@ -1,0 +1,11 @@
+//! zcp's integration tests: one binary, one file per topic (as in ripgrep). They drive the
+//! real `zcp` binary over loopback; root-only tests skip with a printed reason.
+
+#![allow(unreachable_pub)]
+
+mod cli;
+mod engines;
+mod faults;
+mod paths;
+mod protocol;
+mod util;

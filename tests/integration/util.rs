@@ -1,0 +1,436 @@
+//! Helpers shared by the integration tests: the `zcp` binary with timeouts, a server process
+//! that is always killed, test files, comparisons, and a raw protocol client for sending what
+//! the real client never would.
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use zcp_wire::{
+    ClientHandshake, DataClient, Established, FrameHeader, HEADER_LEN, Message, Psk, PutFile,
+};
+
+pub fn zcp() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zcp"));
+    // Never pick up a key from the environment of whoever runs the tests.
+    c.env_remove("ZCP_KEY_FILE");
+    c
+}
+
+/// Runs `cmd` to completion, killing it after `secs`.
+pub fn run(mut cmd: Command, secs: u64) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zcp");
+    wait_output(child, secs)
+}
+
+/// Waits for a spawned child (stdout/stderr piped), killing it after `secs`.
+pub fn wait_output(mut child: Child, secs: u64) -> Output {
+    // A pipe the caller already took reads as empty.
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let t_out = std::thread::spawn(move || out.map(read_all).unwrap_or_default());
+    let t_err = std::thread::spawn(move || err.map(read_all).unwrap_or_default());
+    let status = wait_deadline(&mut child, Duration::from_secs(secs));
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+fn read_all(mut r: impl Read) -> Vec<u8> {
+    let mut v = Vec::new();
+    let _ = r.read_to_end(&mut v);
+    v
+}
+
+/// Waits for `child`, killing it at the deadline (and failing the test then).
+pub fn wait_deadline(child: &mut Child, limit: Duration) -> ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zcp did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A scratch directory with a key made by `zcp keygen`.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub key: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Self::in_dir(&std::env::temp_dir())
+    }
+
+    pub fn in_dir(base: &Path) -> Env {
+        let dir = tempfile::Builder::new()
+            .prefix("zcp-test-")
+            .tempdir_in(base)
+            .unwrap();
+        let key = dir.path().join("key");
+        let mut c = zcp();
+        c.args(["keygen", "-o"]).arg(&key);
+        let o = run(c, 10);
+        assert!(o.status.success(), "keygen: {}", text(&o.stderr));
+        Env { dir, key }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn mkdir(&self, name: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    pub fn psk(&self) -> Psk {
+        Psk::parse(&std::fs::read_to_string(&self.key).unwrap()).unwrap()
+    }
+}
+
+/// A `zcp serve` process on 127.0.0.1 with an ephemeral port; killed when dropped.
+pub struct ServerProc {
+    child: Child,
+    pub port: u16,
+    pub root: PathBuf,
+    log: Arc<Mutex<String>>,
+}
+
+impl ServerProc {
+    pub fn start(root: &Path, key: &Path, extra: &[&str]) -> ServerProc {
+        let mut child = zcp()
+            .args(["serve", "--bind", "127.0.0.1", "-p", "0", "--root"])
+            .arg(root)
+            .arg("--key-file")
+            .arg(key)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn zcp serve");
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                l.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                l.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server did not start: {}", log.lock().unwrap());
+            }
+        };
+        let addr = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+        ServerProc {
+            child,
+            port,
+            root: root.to_path_buf(),
+            log,
+        }
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits until the log holds `needle`, up to `secs`.
+    pub fn wait_log(&self, needle: &str, secs: u64) -> bool {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `zcp send` with the key, to 127.0.0.1:`port`.
+pub fn send_cmd(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -> Command {
+    let mut c = zcp();
+    c.args(["send", "-p", &port.to_string(), "--key-file"])
+        .arg(key)
+        .args(extra)
+        .arg(src)
+        .arg(format!("127.0.0.1:{dest}"));
+    c
+}
+
+/// Runs a send with `-J` and parses the document.
+pub fn send_json(
+    port: u16,
+    key: &Path,
+    src: &Path,
+    dest: &str,
+    extra: &[&str],
+    secs: u64,
+) -> (Output, serde_json::Value) {
+    let mut args = vec!["-J", "-i", "0"];
+    args.extend_from_slice(extra);
+    let o = run(send_cmd(port, key, src, dest, &args), secs);
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bad JSON ({e}); stdout: {} stderr: {}",
+            text(&o.stdout),
+            text(&o.stderr)
+        )
+    });
+    (o, v)
+}
+
+/// A file of `size` bytes whose content depends on the offset: random 64 KiB blocks at the
+/// start, every `stride` bytes and at the end; holes (zeros) elsewhere, so large files are
+/// sparse and cheap.
+pub fn make_file(path: &Path, size: u64, stride: u64, seed: u64) {
+    let f = File::create(path).unwrap();
+    f.set_len(size).unwrap();
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut block = vec![0u8; 64 * 1024];
+    let mut fill = |f: &File, off: u64| {
+        if off >= size {
+            return;
+        }
+        for b in block.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = state as u8;
+        }
+        let n = (size - off).min(block.len() as u64) as usize;
+        f.write_all_at(&block[..n], off).unwrap();
+    };
+    let mut off = 0;
+    while off < size {
+        fill(&f, off);
+        off += stride.max(1);
+    }
+    if size > 0 {
+        fill(&f, size.saturating_sub(64 * 1024));
+        fill(&f, size - 1);
+    }
+}
+
+/// A file of `size` random bytes (dense).
+pub fn make_dense(path: &Path, size: u64, seed: u64) {
+    make_file(path, size, 64 * 1024, seed);
+}
+
+/// Whether two files have the same bytes.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    let (fa, fb) = (File::open(a).unwrap(), File::open(b).unwrap());
+    let len = fa.metadata().unwrap().len();
+    if len != fb.metadata().unwrap().len() {
+        return false;
+    }
+    let (mut x, mut y) = (vec![0u8; 8 << 20], vec![0u8; 8 << 20]);
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(x.len() as u64) as usize;
+        fa.read_exact_at(&mut x[..n], off).unwrap();
+        fb.read_exact_at(&mut y[..n], off).unwrap();
+        if x[..n] != y[..n] {
+            return false;
+        }
+        off += n as u64;
+    }
+    true
+}
+
+/// Every path below `dir`, relative, sorted.
+pub fn tree(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                out.push(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    walk(base, &p, out);
+                }
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(dir, dir, &mut v);
+    v.sort();
+    v
+}
+
+/// Waits until no `.zcp-*.part` file is left below `dir`.
+pub fn no_partials(dir: &Path, secs: u64) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if !tree(dir)
+            .iter()
+            .any(|p| p.contains(".zcp-") && p.ends_with(".part"))
+        {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A hand-driven protocol client, for sending what the real client never would.
+pub struct Raw {
+    pub s: TcpStream,
+    pub est: Established,
+}
+
+pub fn read_msg(s: &mut TcpStream) -> std::io::Result<(FrameHeader, Vec<u8>)> {
+    let mut h = [0u8; HEADER_LEN];
+    s.read_exact(&mut h)?;
+    let header = FrameHeader::decode(h).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut p = vec![0u8; header.len];
+    s.read_exact(&mut p)?;
+    Ok((header, p))
+}
+
+pub fn read_plain(s: &mut TcpStream) -> std::io::Result<Message> {
+    let (h, p) = read_msg(s)?;
+    Message::decode(h.kind, &p).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Whether the peer closes `s` within `secs` (reads until EOF or reset).
+pub fn closes(s: &mut TcpStream, secs: u64) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(secs))).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+impl Raw {
+    pub fn connect(port: u16, psk: Psk) -> Raw {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let hs = ClientHandshake::new(psk, [7; 32]);
+        s.write_all(&hs.hello().encode_frame()).unwrap();
+        let ch = read_plain(&mut s).unwrap();
+        let (proof, aw) = hs.on_challenge(ch).unwrap();
+        s.write_all(&proof.encode_frame()).unwrap();
+        let (h, p) = read_msg(&mut s).unwrap();
+        let est = aw.on_frame(h, &p).unwrap();
+        Raw { s, est }
+    }
+
+    pub fn send(&mut self, m: &Message) {
+        let f = self.est.sealer.seal(m);
+        self.s.write_all(&f).unwrap();
+    }
+
+    pub fn recv(&mut self) -> std::io::Result<Message> {
+        loop {
+            let (h, p) = read_msg(&mut self.s)?;
+            let m = self
+                .est
+                .opener
+                .open(h, &p)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            if !matches!(m, Message::Progress { .. }) {
+                return Ok(m);
+            }
+        }
+    }
+
+    pub fn put(&mut self, id: u32, dest: &[u8], size: u64, engine: &str) -> Message {
+        self.send(&Message::PutFile(PutFile {
+            file_id: id,
+            dest: dest.to_vec(),
+            name: b"src.bin".to_vec(),
+            size,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: 64 * 1024,
+            recv_engine: engine.into(),
+            block_size: 0,
+        }));
+        self.recv().unwrap()
+    }
+
+    /// Opens data stream `index` of this session; returns the stream or the server's refusal.
+    pub fn data(&self, port: u16, index: u16) -> Result<TcpStream, Message> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let dc = DataClient::new([index as u8 + 1; 32]);
+        s.write_all(&dc.hello().encode_frame()).unwrap();
+        let ch = read_plain(&mut s).unwrap();
+        let join = dc
+            .on_challenge(ch, &self.est.keys, self.est.session_id, index)
+            .unwrap();
+        s.write_all(&join.encode_frame()).unwrap();
+        match read_plain(&mut s).unwrap() {
+            Message::DataAccept => Ok(s),
+            other => Err(other),
+        }
+    }
+}
