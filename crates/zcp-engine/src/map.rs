@@ -138,7 +138,7 @@ pub fn visit_mapped(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 map_off as libc::off_t,
             )

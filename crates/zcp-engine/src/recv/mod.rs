@@ -1,35 +1,34 @@
 //! Receiver engines: moving exactly `len` bytes from a TCP socket into a file at an offset.
 //!
 //! * `splice` — socket -> pipe -> file with `splice(2)`: no user-space copy; the kernel copies
-//!   the socket's pages into the page cache once. Each finished range has its writeback
-//!   started at once ([`crate::fs::start_writeback`]) so the disk works while the network does.
-//! * `direct` — `recv(2)` into page-aligned buffers and `pwrite(2)` with `O_DIRECT` from a
-//!   writer thread, through a ring of buffers: the network fills one buffer while the disk
-//!   drains another, and the page cache is not touched at all.
+//!   the socket's pages into the page cache once. Each range has its writeback started at once
+//!   ([`crate::fs::start_writeback`]) so the disk works while the network does.
+//! * `direct` — `recv(2)` into page-aligned buffers, then (on other threads) hashed and written
+//!   with `O_DIRECT`, through a ring of buffers: the network fills one buffer while others are
+//!   hashed and written, and the page cache is not touched at all ([`direct`]).
 //! * `rw` — `read(2)` into a buffer, `pwrite(2)` into the page cache: the conventional path.
 //! * `null` — socket -> pipe -> `/dev/null`: bytes are dropped without being copied; the
 //!   network-only ceiling.
 //! * `mem` — `read(2)` into a buffer that is then dropped: "to receiver memory".
 //! * `auto` — resolved by [`choose`] per destination filesystem.
 //!
-//! Engines that see the bytes in a user buffer (`direct`, `rw`, `mem`) pass them to a hash
-//! callback where they are, so verification costs no extra copy; for `splice` the caller
-//! hashes the written range from the page cache ([`crate::map::visit_mapped`]).
+//! Verification is pushed, not pulled: the caller hands each chunk a [`ChunkSink`], and the
+//! engine feeds it the chunk's bytes where they already are — in the receive buffer for
+//! `direct`, `rw` and `mem`, from the page cache through a guarded mapping after the write for
+//! `splice` ([`readback`]) — so hashing never costs an extra copy. `direct` and `splice` feed
+//! sinks on their own threads, so one stream's receiving, hashing and writing overlap.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 
 use rustix::io::Errno;
-use rustix::net::RecvFlags;
 use rustix::pipe::SpliceFlags;
 
 use crate::EngineError;
 use crate::buf::AlignedBuf;
 use crate::error::retry;
 use crate::fs::{FsInfo, TempFile};
-use crate::sys::{Usage, socket_timeout, thread_usage};
+use crate::sys::{Usage, socket_timeout};
 
 /// How the receiver moves bytes from the socket to their destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,17 +116,26 @@ impl From<&EngineError> for WriteFailure {
     }
 }
 
-/// Where an engine that sees the bytes feeds them, in order, for hashing.
-pub type HashFeed<'a> = &'a mut dyn FnMut(&[u8]);
+/// Takes one chunk's bytes, in order, as the engine sees them, and is told when it has seen
+/// them all. The session's implementation hashes them into the chunk's MAC.
+pub trait ChunkSink: Send {
+    /// The next piece of the chunk.
+    fn bytes(&mut self, bytes: &[u8]);
+    /// Every byte of the chunk was passed to [`ChunkSink::bytes`].
+    fn seen_all(self: Box<Self>);
+}
+
+/// A chunk's sink.
+pub type Sink = Box<dyn ChunkSink>;
 
 /// Told once a chunk's bytes are all written, or that writing them failed. See
 /// [`StreamReceiver::receive`] for when it is called.
 pub type Completion = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 
-/// Buffers in the `direct` engine's ring.
-pub const DIRECT_DEPTH: usize = 4;
-/// Alignment zcp uses for O_DIRECT buffers and offsets (chunk offsets are multiples of it).
-pub const DIRECT_ALIGN: u64 = 4096;
+pub use direct::{DIRECT_ALIGN, DIRECT_DEPTH, DIRECT_WRITERS};
+
+mod direct;
+mod readback;
 
 /// The engine a probe settled on for one file.
 #[derive(Debug)]
@@ -325,9 +333,8 @@ impl Pipe {
     }
 }
 
-/// Receives the chunks of one data stream with one engine. Holds the engine's pipe or
-/// buffers, and for `direct` its writer thread; [`StreamReceiver::finish`] waits for
-/// every write to land.
+/// Receives the chunks of one data stream with one engine. Holds the engine's pipe, buffers
+/// and helper threads; [`StreamReceiver::finish`] waits for every write and every sink.
 #[derive(Debug)]
 pub struct StreamReceiver {
     engine: RecvEngine,
@@ -336,16 +343,35 @@ pub struct StreamReceiver {
 
 #[derive(Debug)]
 enum Inner {
-    Splice { pipe: Pipe, file: OwnedFd },
-    Null { pipe: Pipe, devnull: OwnedFd },
-    ReadWrite { buf: Vec<u8>, file: OwnedFd },
-    Mem { buf: Vec<u8> },
-    Direct(DirectRing),
+    Splice {
+        pipe: Pipe,
+        file: OwnedFd,
+        readback: readback::Readback,
+    },
+    Null {
+        pipe: Pipe,
+        devnull: OwnedFd,
+    },
+    ReadWrite {
+        buf: Vec<u8>,
+        file: OwnedFd,
+    },
+    Mem {
+        buf: Vec<u8>,
+    },
+    Direct(direct::DirectRing),
 }
 
 fn dup(fd: BorrowedFd<'_>) -> Result<OwnedFd, EngineError> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
         .map_err(|e| EngineError::sys("dup", "destination file", e))
+}
+
+fn need_file(engine: RecvEngine, f: Option<BorrowedFd<'_>>) -> Result<BorrowedFd<'_>, EngineError> {
+    f.ok_or_else(|| EngineError::Unsupported {
+        engine: engine.name(),
+        reason: "no destination file".into(),
+    })
 }
 
 impl StreamReceiver {
@@ -364,20 +390,15 @@ impl StreamReceiver {
             block
         }
         .clamp(4096, 1 << 30) as usize;
-        fn need_file(
-            engine: RecvEngine,
-            f: Option<BorrowedFd<'_>>,
-        ) -> Result<BorrowedFd<'_>, EngineError> {
-            f.ok_or_else(|| EngineError::Unsupported {
-                engine: engine.name(),
-                reason: "no destination file".into(),
-            })
-        }
         let inner = match engine {
-            RecvEngine::Splice => Inner::Splice {
-                pipe: Pipe::new(block)?,
-                file: dup(need_file(engine, file)?)?,
-            },
+            RecvEngine::Splice => {
+                let file = dup(need_file(engine, file)?)?;
+                Inner::Splice {
+                    pipe: Pipe::new(block)?,
+                    readback: readback::Readback::new(dup(file.as_fd())?)?,
+                    file,
+                }
+            }
             RecvEngine::Null => Inner::Null {
                 pipe: Pipe::new(block)?,
                 devnull: rustix::fs::open(
@@ -394,9 +415,10 @@ impl StreamReceiver {
             RecvEngine::Mem => Inner::Mem {
                 buf: vec![0; block],
             },
-            RecvEngine::Direct => {
-                Inner::Direct(DirectRing::new(dup(need_file(engine, direct)?)?, block)?)
-            }
+            RecvEngine::Direct => Inner::Direct(direct::DirectRing::new(
+                dup(need_file(engine, direct)?)?,
+                block,
+            )?),
             RecvEngine::Auto => {
                 return Err(EngineError::Unsupported {
                     engine: "auto",
@@ -412,116 +434,118 @@ impl StreamReceiver {
         self.engine
     }
 
-    /// Moves exactly `len` bytes from `sock` to the destination at `offset`. Engines that see
-    /// the bytes pass each piece, in order, to `hash`. `progress` counts bytes taken from the
+    /// Moves exactly `len` bytes from `sock` to the destination at `offset`, feeding them to
+    /// `sink` (if any) where the engine sees them. `progress` counts bytes taken from the
     /// socket.
     ///
-    /// When this returns an error, `done` is dropped uncalled. When it returns `Ok`, `done` is
-    /// called exactly once: at once for engines that write synchronously, or from the writer
-    /// thread when `direct` has written the chunk's last byte (or failed to).
+    /// When this returns an error, `done` and `sink` are dropped uncalled. When it returns
+    /// `Ok`, `done` is called exactly once — with `Ok` once the bytes are written (for
+    /// `splice`, also read back into the sink), or with the failure — and `sink` is told
+    /// [`ChunkSink::seen_all`] before `done(Ok)`, possibly later and from a helper thread.
+    /// `null` never sees the bytes: pass no sink.
     pub fn receive(
         &mut self,
         sock: BorrowedFd<'_>,
         offset: u64,
         len: u64,
-        hash: Option<HashFeed<'_>>,
+        sink: Option<Sink>,
         progress: &AtomicU64,
         done: Completion,
     ) -> Result<(), EngineError> {
-        if let Inner::Direct(ring) = &mut self.inner {
-            return ring.receive(sock, offset, len, hash, progress, done);
-        }
-        self.receive_sync(sock, offset, len, hash, progress)?;
-        done(Ok(()));
-        Ok(())
-    }
-
-    fn receive_sync(
-        &mut self,
-        sock: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-        mut hash: Option<HashFeed<'_>>,
-        progress: &AtomicU64,
-    ) -> Result<(), EngineError> {
         let timeout = socket_timeout(sock);
-        let disconnected = |done: u64| EngineError::Disconnected {
-            got: done,
-            want: len,
-        };
+        let disconnected = |got: u64| EngineError::Disconnected { got, want: len };
         match &mut self.inner {
-            Inner::Splice { pipe, file } => {
+            Inner::Direct(ring) => ring.receive(sock, offset, len, sink, progress, done),
+            Inner::Splice {
+                pipe,
+                file,
+                readback,
+            } => {
                 let mut off = offset;
-                let mut done = 0;
-                while done < len {
-                    let n = pipe.pump(sock, file.as_fd(), Some(&mut off), len - done)? as u64;
+                let mut got = 0;
+                while got < len {
+                    let n = pipe.pump(sock, file.as_fd(), Some(&mut off), len - got)? as u64;
                     if n == 0 {
-                        return Err(disconnected(done));
+                        return Err(disconnected(got));
                     }
-                    done += n;
+                    got += n;
                     progress.fetch_add(n, Ordering::Relaxed);
                 }
                 crate::fs::start_writeback(&*file, offset, len);
-                Ok(())
+                readback.queue(offset, len, sink, done)
             }
             Inner::Null { pipe, devnull } => {
-                let mut done = 0;
-                while done < len {
-                    let n = pipe.pump(sock, devnull.as_fd(), None, len - done)? as u64;
+                let mut got = 0;
+                while got < len {
+                    let n = pipe.pump(sock, devnull.as_fd(), None, len - got)? as u64;
                     if n == 0 {
-                        return Err(disconnected(done));
+                        return Err(disconnected(got));
                     }
-                    done += n;
+                    got += n;
                     progress.fetch_add(n, Ordering::Relaxed);
                 }
+                if let Some(s) = sink {
+                    s.seen_all();
+                }
+                done(Ok(()));
                 Ok(())
             }
             Inner::ReadWrite { buf, file } => {
-                let mut done = 0;
-                while done < len {
-                    let want = (len - done).min(buf.len() as u64) as usize;
+                let mut sink = sink;
+                let mut got = 0;
+                while got < len {
+                    let want = (len - got).min(buf.len() as u64) as usize;
                     let n = retry("read", "socket", timeout, || {
                         rustix::io::read(sock, &mut buf[..want])
                     })?;
                     if n == 0 {
-                        return Err(disconnected(done));
+                        return Err(disconnected(got));
                     }
                     progress.fetch_add(n as u64, Ordering::Relaxed);
-                    if let Some(h) = hash.as_mut() {
-                        h(&buf[..n]);
+                    if let Some(s) = sink.as_mut() {
+                        s.bytes(&buf[..n]);
                     }
-                    pwrite_all(file.as_fd(), &buf[..n], offset + done)?;
-                    done += n as u64;
+                    pwrite_all(file.as_fd(), &buf[..n], offset + got)?;
+                    got += n as u64;
                 }
+                if let Some(s) = sink {
+                    s.seen_all();
+                }
+                done(Ok(()));
                 Ok(())
             }
             Inner::Mem { buf } => {
-                let mut done = 0;
-                while done < len {
-                    let want = (len - done).min(buf.len() as u64) as usize;
+                let mut sink = sink;
+                let mut got = 0;
+                while got < len {
+                    let want = (len - got).min(buf.len() as u64) as usize;
                     let n = retry("read", "socket", timeout, || {
                         rustix::io::read(sock, &mut buf[..want])
                     })?;
                     if n == 0 {
-                        return Err(disconnected(done));
+                        return Err(disconnected(got));
                     }
                     progress.fetch_add(n as u64, Ordering::Relaxed);
-                    if let Some(h) = hash.as_mut() {
-                        h(&buf[..n]);
+                    if let Some(s) = sink.as_mut() {
+                        s.bytes(&buf[..n]);
                     }
-                    done += n as u64;
+                    got += n as u64;
                 }
+                if let Some(s) = sink {
+                    s.seen_all();
+                }
+                done(Ok(()));
                 Ok(())
             }
-            Inner::Direct(_) => unreachable!("direct is handled by receive"),
         }
     }
 
-    /// Waits until every byte handed to the engine is written. Returns the CPU use of the
-    /// engine's helper threads, for the session's accounting.
+    /// Waits until every byte handed to the engine is written and every sink fed. Returns the
+    /// CPU use of the engine's helper threads, for the session's accounting.
     pub fn finish(self) -> Result<Usage, EngineError> {
         match self.inner {
             Inner::Direct(ring) => ring.finish(),
+            Inner::Splice { readback, .. } => readback.finish(),
             _ => Ok(Usage::default()),
         }
     }
@@ -540,186 +564,4 @@ pub fn pwrite_all(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> Result<(), E
         done += n;
     }
     Ok(())
-}
-
-/// One buffer on its way to the disk; the chunk's last buffer carries its completion.
-struct Job {
-    buf: AlignedBuf,
-    offset: u64,
-    len: usize,
-    done: Option<Completion>,
-}
-
-/// The `direct` engine: the stream's thread fills aligned buffers from the socket (and hashes
-/// them there); a writer thread writes them with O_DIRECT and hands them back.
-#[derive(Debug)]
-struct DirectRing {
-    failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    free: mpsc::Receiver<AlignedBuf>,
-    work: Option<mpsc::SyncSender<Job>>,
-    writer: Option<JoinHandle<Result<Usage, EngineError>>>,
-    block: usize,
-}
-
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Job({} bytes at {})", self.len, self.offset)
-    }
-}
-
-impl DirectRing {
-    fn new(fd: OwnedFd, block: usize) -> Result<DirectRing, EngineError> {
-        let align = DIRECT_ALIGN as usize;
-        let block = block.div_ceil(align) * align;
-        let (free_tx, free) = mpsc::sync_channel(DIRECT_DEPTH);
-        let (work, work_rx) = mpsc::sync_channel::<Job>(DIRECT_DEPTH);
-        for _ in 0..DIRECT_DEPTH {
-            free_tx
-                .send(AlignedBuf::new(block))
-                .expect("receiver is alive");
-        }
-        let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = failed.clone();
-        let writer = std::thread::Builder::new()
-            .name("zcp-direct-writer".into())
-            .spawn(move || -> Result<Usage, EngineError> {
-                let start = thread_usage();
-                let mut first_error: Option<EngineError> = None;
-                // After a failure keep draining, so every queued completion hears of it and the
-                // receiving thread is never left waiting for a buffer.
-                for mut job in work_rx {
-                    if first_error.is_none() {
-                        // O_DIRECT wants whole blocks: pad the file's last block with zeros;
-                        // the commit cuts the file back to its exact size.
-                        let padded = job.len.div_ceil(align) * align;
-                        job.buf[job.len..padded].fill(0);
-                        if let Err(e) = pwrite_all(fd.as_fd(), &job.buf[..padded], job.offset) {
-                            flag.store(true, Ordering::Release);
-                            first_error = Some(e);
-                        }
-                    }
-                    if let Some(done) = job.done.take() {
-                        done(
-                            first_error
-                                .as_ref()
-                                .map_or(Ok(()), |e| Err(WriteFailure::from(e))),
-                        );
-                    }
-                    let _ = free_tx.send(job.buf);
-                }
-                match first_error {
-                    None => Ok(thread_usage().since(&start)),
-                    Some(e) => Err(e),
-                }
-            })
-            .map_err(|e| EngineError::Sys {
-                call: "pthread_create",
-                what: "direct writer",
-                source: e,
-            })?;
-        Ok(DirectRing {
-            failed,
-            free,
-            work: Some(work),
-            writer: Some(writer),
-            block,
-        })
-    }
-
-    fn receive(
-        &mut self,
-        sock: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-        mut hash: Option<HashFeed<'_>>,
-        progress: &AtomicU64,
-        completion: Completion,
-    ) -> Result<(), EngineError> {
-        if len == 0 {
-            completion(Ok(()));
-            return Ok(());
-        }
-        let timeout = socket_timeout(sock);
-        let mut completion = Some(completion);
-        let mut done = 0u64;
-        while done < len {
-            if self.failed.load(Ordering::Acquire) {
-                return Err(self.writer_failure());
-            }
-            let Ok(mut buf) = self.free.recv() else {
-                return Err(self.writer_failure());
-            };
-            let n = (len - done).min(self.block as u64) as usize;
-            let mut filled = 0;
-            while filled < n {
-                let got = retry("recv", "socket", timeout, || {
-                    rustix::net::recv(sock, &mut buf[filled..n], RecvFlags::WAITALL)
-                })?
-                .0;
-                if got == 0 {
-                    return Err(EngineError::Disconnected {
-                        got: done + filled as u64,
-                        want: len,
-                    });
-                }
-                filled += got;
-                progress.fetch_add(got as u64, Ordering::Relaxed);
-            }
-            if let Some(h) = hash.as_mut() {
-                h(&buf[..n]);
-            }
-            let last = done + n as u64 == len;
-            let job = Job {
-                buf,
-                offset: offset + done,
-                len: n,
-                done: if last { completion.take() } else { None },
-            };
-            if self
-                .work
-                .as_ref()
-                .expect("open until finish")
-                .send(job)
-                .is_err()
-            {
-                return Err(self.writer_failure());
-            }
-            done += n as u64;
-        }
-        Ok(())
-    }
-
-    /// The writer thread stopped early: collect its error.
-    fn writer_failure(&mut self) -> EngineError {
-        self.work = None;
-        match self.writer.take().map(JoinHandle::join) {
-            Some(Ok(Err(e))) => e,
-            _ => EngineError::Sys {
-                call: "pwrite",
-                what: "direct writer",
-                source: std::io::Error::other("the O_DIRECT writer thread stopped"),
-            },
-        }
-    }
-
-    fn finish(mut self) -> Result<Usage, EngineError> {
-        self.work = None;
-        match self.writer.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            _ => Err(EngineError::Sys {
-                call: "pwrite",
-                what: "direct writer",
-                source: std::io::Error::other("the O_DIRECT writer thread panicked"),
-            }),
-        }
-    }
-}
-
-impl Drop for DirectRing {
-    fn drop(&mut self) {
-        self.work = None;
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
-        }
-    }
 }

@@ -1,0 +1,341 @@
+//! The `direct` engine: a three-stage pipeline over a ring of aligned buffers.
+//!
+//! ```text
+//!  stream thread          hash thread             writer threads (DIRECT_WRITERS)
+//!  recv into buffer  -->  feed the chunk's sink -->  pwrite(O_DIRECT)  --> buffer back to the ring
+//! ```
+//!
+//! Each stage runs on its own thread, so one stream's receive copy, its hashing and its disk
+//! writes overlap instead of taking turns, and several writes in flight keep the device queue
+//! non-empty as fio's `iodepth` does (a single synchronous writer leaves the disk idle between
+//! requests). The bytes are hashed in the very buffer the socket filled and the disk reads
+//! from: no extra copy, and the page cache is never touched.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use rustix::net::RecvFlags;
+
+use super::{Completion, Sink, WriteFailure, pwrite_all};
+use crate::EngineError;
+use crate::buf::AlignedBuf;
+use crate::error::retry;
+use crate::sys::{Usage, socket_timeout, thread_usage};
+
+/// Buffers in the ring: one being filled from the socket, the rest being hashed, queued or
+/// written.
+pub const DIRECT_DEPTH: usize = 6;
+/// O_DIRECT writer threads per stream: the device queue depth the `direct` engine keeps.
+pub const DIRECT_WRITERS: usize = 2;
+/// Alignment zcp uses for O_DIRECT buffers and offsets (chunk offsets are multiples of it).
+pub const DIRECT_ALIGN: u64 = 4096;
+
+/// A chunk's buffers still on their way to the disk, and who to tell when they land. Buffers
+/// of one chunk may land in any order across writers; the last to land fires the completion.
+struct ChunkWrites {
+    pending: AtomicUsize,
+    failure: Mutex<Option<WriteFailure>>,
+    done: Mutex<Option<Completion>>,
+}
+
+impl ChunkWrites {
+    /// One buffer landed (or failed with `err`).
+    fn landed(&self, err: Option<&EngineError>) {
+        if let Some(e) = err {
+            self.failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(WriteFailure::from(e));
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let done = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let failure = self
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(done) = done {
+                done(failure.map_or(Ok(()), Err));
+            }
+        }
+    }
+}
+
+/// One buffer on its way through the pipeline.
+struct Job {
+    buf: AlignedBuf,
+    offset: u64,
+    len: usize,
+    chunk: Arc<ChunkWrites>,
+    /// On a chunk's first buffer: the sink its buffers feed.
+    sink: Option<Sink>,
+    /// On a chunk's last buffer: the sink has now seen everything.
+    last: bool,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Job({} bytes at {})", self.len, self.offset)
+    }
+}
+
+/// What the helper threads share.
+#[derive(Debug, Default)]
+struct Shared {
+    failed: AtomicBool,
+    first_error: Mutex<Option<EngineError>>,
+}
+
+impl Shared {
+    fn fail(&self, e: EngineError) {
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            *self.first_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        }
+    }
+}
+
+/// The ring, its helper threads, and the channels between them.
+#[derive(Debug)]
+pub(super) struct DirectRing {
+    shared: Arc<Shared>,
+    free: mpsc::Receiver<AlignedBuf>,
+    to_hash: Option<mpsc::SyncSender<Job>>,
+    threads: Vec<JoinHandle<Usage>>,
+    block: usize,
+}
+
+fn spawn(
+    name: String,
+    f: impl FnOnce() -> Usage + Send + 'static,
+) -> Result<JoinHandle<Usage>, EngineError> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(|e| EngineError::Sys {
+            call: "pthread_create",
+            what: "direct engine",
+            source: e,
+        })
+}
+
+impl DirectRing {
+    pub(super) fn new(fd: OwnedFd, block: usize) -> Result<DirectRing, EngineError> {
+        let align = DIRECT_ALIGN as usize;
+        let block = block.div_ceil(align) * align;
+        let (free_tx, free) = mpsc::sync_channel(DIRECT_DEPTH);
+        let (to_hash, hash_rx) = mpsc::sync_channel::<Job>(DIRECT_DEPTH);
+        let (to_write, write_rx) = mpsc::sync_channel::<Job>(DIRECT_DEPTH);
+        for _ in 0..DIRECT_DEPTH {
+            free_tx
+                .send(AlignedBuf::new(block))
+                .expect("receiver is alive");
+        }
+        let shared = Arc::new(Shared::default());
+        let mut threads = Vec::with_capacity(DIRECT_WRITERS + 1);
+
+        threads.push(spawn("zcp-direct-hash".into(), move || {
+            let start = thread_usage();
+            let mut current: Option<Sink> = None;
+            for mut job in hash_rx {
+                if let Some(s) = job.sink.take() {
+                    current = Some(s);
+                }
+                if let Some(s) = current.as_mut() {
+                    s.bytes(&job.buf[..job.len]);
+                }
+                if job.last {
+                    if let Some(s) = current.take() {
+                        s.seen_all();
+                    }
+                }
+                if to_write.send(job).is_err() {
+                    break;
+                }
+            }
+            thread_usage().since(&start)
+        })?);
+
+        let write_rx = Arc::new(Mutex::new(write_rx));
+        let fd = Arc::new(fd);
+        for i in 0..DIRECT_WRITERS {
+            let (write_rx, free_tx, fd, shared) = (
+                write_rx.clone(),
+                free_tx.clone(),
+                fd.clone(),
+                shared.clone(),
+            );
+            threads.push(spawn(format!("zcp-direct-w{i}"), move || {
+                let start = thread_usage();
+                loop {
+                    // Hold the lock only to take a job, never while writing.
+                    let next = write_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(mut job) = next else { break };
+                    // After a failure keep draining, so every queued chunk hears of it and
+                    // the receiving thread is never left waiting for a buffer.
+                    let err = if shared.failed.load(Ordering::Acquire) {
+                        Some(EngineError::Sys {
+                            call: "pwrite",
+                            what: "destination file",
+                            source: std::io::Error::other("an earlier O_DIRECT write failed"),
+                        })
+                    } else {
+                        // O_DIRECT wants whole blocks: pad the file's last block with zeros;
+                        // the commit cuts the file back to its exact size.
+                        let padded = job.len.div_ceil(align) * align;
+                        job.buf[job.len..padded].fill(0);
+                        pwrite_all(fd.as_fd(), &job.buf[..padded], job.offset).err()
+                    };
+                    job.chunk.landed(err.as_ref());
+                    if let Some(e) = err {
+                        shared.fail(e);
+                    }
+                    let _ = free_tx.send(job.buf);
+                }
+                thread_usage().since(&start)
+            })?);
+        }
+        Ok(DirectRing {
+            shared,
+            free,
+            to_hash: Some(to_hash),
+            threads,
+            block,
+        })
+    }
+
+    pub(super) fn receive(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        sink: Option<Sink>,
+        progress: &AtomicU64,
+        completion: Completion,
+    ) -> Result<(), EngineError> {
+        if len == 0 {
+            if let Some(s) = sink {
+                s.seen_all();
+            }
+            completion(Ok(()));
+            return Ok(());
+        }
+        let chunk = Arc::new(ChunkWrites {
+            pending: AtomicUsize::new(len.div_ceil(self.block as u64) as usize),
+            failure: Mutex::new(None),
+            done: Mutex::new(Some(completion)),
+        });
+        let r = self.queue_chunk(sock, offset, len, sink, progress, &chunk);
+        if r.is_err() {
+            // Not every buffer was queued, so the count never reaches zero; drop the
+            // completion uncalled now, as `receive` promises.
+            chunk.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        r
+    }
+
+    fn queue_chunk(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        mut sink: Option<Sink>,
+        progress: &AtomicU64,
+        chunk: &Arc<ChunkWrites>,
+    ) -> Result<(), EngineError> {
+        let timeout = socket_timeout(sock);
+        let mut done = 0u64;
+        while done < len {
+            if self.shared.failed.load(Ordering::Acquire) {
+                return Err(self.helper_failure());
+            }
+            let Ok(mut buf) = self.free.recv() else {
+                return Err(self.helper_failure());
+            };
+            let n = (len - done).min(self.block as u64) as usize;
+            let mut filled = 0;
+            while filled < n {
+                let got = retry("recv", "socket", timeout, || {
+                    rustix::net::recv(sock, &mut buf[filled..n], RecvFlags::WAITALL)
+                })?
+                .0;
+                if got == 0 {
+                    return Err(EngineError::Disconnected {
+                        got: done + filled as u64,
+                        want: len,
+                    });
+                }
+                filled += got;
+                progress.fetch_add(got as u64, Ordering::Relaxed);
+            }
+            let job = Job {
+                buf,
+                offset: offset + done,
+                len: n,
+                chunk: chunk.clone(),
+                sink: sink.take(),
+                last: done + n as u64 == len,
+            };
+            if self
+                .to_hash
+                .as_ref()
+                .expect("open until finish")
+                .send(job)
+                .is_err()
+            {
+                return Err(self.helper_failure());
+            }
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Stops the helpers and waits for them; their CPU, or the first write error.
+    fn stop(&mut self) -> Result<Usage, EngineError> {
+        self.to_hash = None;
+        let mut usage = Usage::default();
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok(u) => usage.add(&u),
+                Err(_) => self.shared.fail(EngineError::Sys {
+                    call: "pwrite",
+                    what: "direct engine",
+                    source: std::io::Error::other("a direct engine thread panicked"),
+                }),
+            }
+        }
+        match self
+            .shared
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(usage),
+        }
+    }
+
+    /// A helper failed: stop them all and return the first error.
+    fn helper_failure(&mut self) -> EngineError {
+        match self.stop() {
+            Err(e) => e,
+            Ok(_) => EngineError::Sys {
+                call: "pwrite",
+                what: "direct engine",
+                source: std::io::Error::other("the O_DIRECT writers stopped"),
+            },
+        }
+    }
+
+    pub(super) fn finish(mut self) -> Result<Usage, EngineError> {
+        self.stop()
+    }
+}
+
+impl Drop for DirectRing {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
