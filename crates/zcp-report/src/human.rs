@@ -160,8 +160,12 @@ impl<W: Write> Human<W> {
         }
         writeln!(
             o,
-            "CPU:      sender {:.2} user + {:.2} sys s; receiver {:.2} user + {:.2} sys s",
-            s.sender_cpu.user, s.sender_cpu.sys, s.receiver_cpu.user, s.receiver_cpu.sys
+            "CPU:      sender {:.2} user + {:.2} sys s ({:.2} s moving data); receiver {:.2} user + {:.2} sys s",
+            s.sender_cpu.user,
+            s.sender_cpu.sys,
+            s.sender_data_cpu.total(),
+            s.receiver_cpu.user,
+            s.receiver_cpu.sys
         )?;
         writeln!(
             o,

@@ -103,7 +103,10 @@ fn end(s: &Summary) -> Value {
         },
         "cpu": {
             "sender": { "user": s.sender_cpu.user, "sys": s.sender_cpu.sys, "total": s.sender_cpu.total(),
-                        "seconds_per_gib": per_gib(s.sender_cpu.total(), s.bytes) },
+                        "seconds_per_gib": per_gib(s.sender_cpu.total(), s.bytes),
+                        "data_path": { "user": s.sender_data_cpu.user, "sys": s.sender_data_cpu.sys,
+                                       "total": s.sender_data_cpu.total(),
+                                       "seconds_per_gib": per_gib(s.sender_data_cpu.total(), s.bytes) } },
             "receiver": { "user": s.receiver_cpu.user, "sys": s.receiver_cpu.sys, "total": s.receiver_cpu.total(),
                           "seconds_per_gib": per_gib(s.receiver_cpu.total(), s.bytes) },
         },

@@ -63,6 +63,10 @@ fn events(verify: bool) -> Vec<Event> {
             } else {
                 "null".into()
             },
+            sender_data_cpu: Cpu {
+                user: 0.01,
+                sys: 0.62,
+            },
             sender_cpu: Cpu {
                 user: 0.61,
                 sys: 1.02,

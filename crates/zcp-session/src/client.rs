@@ -153,6 +153,9 @@ pub fn send_file(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summ
     // same process (zcp demo, tests) is not counted as the sender.
     let usage0 = thread_usage();
     let helpers = Mutex::new(zcp_engine::Usage::default());
+    // The data thread alone: what the sender engine costs, without hashing.
+    let data_usage = Mutex::new(zcp_engine::Usage::default());
+    let source_changed: Mutex<Option<String>> = Mutex::new(None);
     let shown = escape(opts.source.as_os_str().as_bytes());
     let file = File::open(&opts.source).map_err(|e| source_error(&shown, e))?;
     let meta = file.metadata().map_err(|e| source_error(&shown, e))?;
@@ -309,16 +312,15 @@ pub fn send_file(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summ
                 &data_done,
                 &shown,
             );
-            let (data, helpers) = (&data, &helpers);
+            let (data, helpers, data_usage) = (&data, &helpers, &data_usage);
             s.spawn(move || {
                 let u0 = thread_usage();
                 let r = send_chunks(data, file, plan, engine, opts.block_size, progress, cancel)
                     .map_err(|e| engine_error(shown, e));
                 data_done.set(r.is_ok());
-                helpers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .add(&thread_usage().since(&u0));
+                let used = thread_usage().since(&u0);
+                helpers.lock().unwrap_or_else(|p| p.into_inner()).add(&used);
+                *data_usage.lock().unwrap_or_else(|p| p.into_inner()) = used;
                 let _ = note.send(Note::DataDone(r));
             });
         }
@@ -333,10 +335,20 @@ pub fn send_file(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summ
                 &keys,
                 &helpers,
             );
+            let source_changed = &source_changed;
             s.spawn(move || {
                 let u0 = thread_usage();
                 let r = hash_and_end(
-                    ctl_tx, file, plan, keys, verify, data_done, cancel, before, shown,
+                    ctl_tx,
+                    file,
+                    plan,
+                    keys,
+                    verify,
+                    data_done,
+                    cancel,
+                    before,
+                    shown,
+                    source_changed,
                 );
                 helpers
                     .lock()
@@ -376,6 +388,20 @@ pub fn send_file(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summ
         }
         drop(note_tx);
         let r = drive(opts, reporter, &notes, &progress, &data, t0, &peer, verify);
+        // A source that changed is the root cause of whatever else failed after it.
+        let r = match (
+            r,
+            source_changed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        ) {
+            (Err(_), Some(reason)) => Err(SessionError::SourceChanged {
+                path: shown.clone(),
+                reason,
+            }),
+            (r, _) => r,
+        };
         if r.is_err() {
             cancel.store(true, Ordering::Relaxed);
             let _ = data_ctl.shutdown(Shutdown::Both);
@@ -388,7 +414,9 @@ pub fn send_file(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summ
     usage.add(&helpers.into_inner().unwrap_or_else(|p| p.into_inner()));
     usage.max_rss_bytes = process_usage().max_rss_bytes;
     let stats = done.stats;
-    let summary = finish_summary(done, usage, stats, engine, receiver_engine, target, size);
+    let mut summary = finish_summary(done, usage, stats, engine, receiver_engine, target, size);
+    let d = data_usage.into_inner().unwrap_or_else(|p| p.into_inner());
+    summary.sender_data_cpu = Cpu::new(d.user, d.sys);
     reporter.event(&Event::Summary(summary.clone()));
     Ok(summary)
 }
@@ -432,6 +460,7 @@ fn finish_summary(
         sender_engine: engine.name().into(),
         receiver_engine,
         sender_cpu: Cpu::new(usage.user, usage.sys),
+        sender_data_cpu: Cpu::default(),
         receiver_cpu: Cpu::new(
             Duration::from_micros(stats.cpu_user_us),
             Duration::from_micros(stats.cpu_sys_us),
@@ -653,6 +682,7 @@ fn hash_and_end(
     cancel: &AtomicBool,
     before: Fingerprint,
     shown: &str,
+    source_changed: &Mutex<Option<String>>,
 ) -> Result<(ControlTx, [u8; 32]), SessionError> {
     let peer = ctl
         .stream
@@ -661,6 +691,9 @@ fn hash_and_end(
         .unwrap_or_default();
     let io = |e: std::io::Error| FrameIoError::from(e).into_session(&peer);
     let abort = |ctl: &mut ControlTx, reason: String| -> SessionError {
+        // Record the root cause before telling the receiver, whose answer may otherwise win
+        // the race to the calling thread.
+        *source_changed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
         let _ = ctl.send(&Message::Error {
             code: ErrorCode::SourceChanged,
             message: format!("the source changed while being sent: {reason}"),

@@ -117,8 +117,10 @@ pub struct Summary {
     pub sender_engine: String,
     /// Receiver engine that ran.
     pub receiver_engine: String,
-    /// Sender CPU for the whole run (handshake included).
+    /// Sender CPU of the session's threads (handshake and hashing included).
     pub sender_cpu: Cpu,
+    /// Sender CPU of the data thread alone: what the sender engine costs, without hashing.
+    pub sender_data_cpu: Cpu,
     /// Receiver CPU of the session's threads.
     pub receiver_cpu: Cpu,
     /// Sender peak RSS, bytes.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::{EntryKind, Root, TempFile};
-use zcp_engine::recv::{Completion, choose};
+use zcp_engine::recv::{ChunkSink, Completion, Sink, choose};
 use zcp_engine::sys::{Usage, random, thread_usage, wait_readable};
 use zcp_engine::{EngineError, RecvEngine, StreamReceiver};
 use zcp_wire::{
@@ -501,17 +501,21 @@ fn run_session(
                 reader: FrameReader::default(),
             };
             let r = control_loop(ctx, shared, &mut tx, &mut rx, usage0);
-            if let Err(e) = &r {
-                let _ = tx.stream.write_all(
-                    &Message::Error {
-                        code: ErrorCode::Protocol,
-                        message: e.clone(),
-                    }
-                    .encode_frame(),
-                );
+            match &r {
+                // The client ended it and knows why: do not answer its error with another.
+                Err(End::ClientAborted(_)) | Ok(()) => {}
+                Err(End::Failed(code, e)) => {
+                    let _ = tx.stream.write_all(
+                        &Message::Error {
+                            code: *code,
+                            message: e.clone(),
+                        }
+                        .encode_frame(),
+                    );
+                }
             }
             let _ = tx.stream.shutdown(Shutdown::Both);
-            r
+            r.map_err(|e| e.to_string())
         });
     let reason = result.as_ref().err().cloned();
     shared.close(reason.as_deref().unwrap_or("the session ended"));
@@ -534,13 +538,42 @@ fn run_session(
     result.is_ok()
 }
 
+/// Why a session's control loop ended early.
+#[derive(Debug)]
+enum End {
+    /// The client sent an `Error`: it knows why, and is told nothing back.
+    ClientAborted(String),
+    /// Anything else: the client is told with an `Error` of this code.
+    Failed(ErrorCode, String),
+}
+
+impl From<String> for End {
+    fn from(s: String) -> End {
+        End::Failed(ErrorCode::Protocol, s)
+    }
+}
+
+impl From<&str> for End {
+    fn from(s: &str) -> End {
+        End::Failed(ErrorCode::Protocol, s.to_string())
+    }
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::ClientAborted(m) | End::Failed(_, m) => f.write_str(m),
+        }
+    }
+}
+
 fn control_loop(
     ctx: &Ctx,
     shared: &Shared,
     tx: &mut ControlTx,
     rx: &mut ControlRx,
     usage0: Usage,
-) -> Result<(), String> {
+) -> Result<(), End> {
     let idle = ctx.cfg.idle_timeout;
     let mut last_activity = Instant::now();
     let mut last_bytes = 0;
@@ -561,9 +594,9 @@ fn control_loop(
                     last_activity = Instant::now();
                 }
                 if last_activity.elapsed() > idle {
-                    return Err(format!(
-                        "no traffic from the client for {} s",
-                        idle.as_secs()
+                    return Err(End::Failed(
+                        ErrorCode::Limit,
+                        format!("no traffic from the client for {} s", idle.as_secs()),
                     ));
                 }
                 continue;
@@ -571,7 +604,7 @@ fn control_loop(
             Err(FrameIoError::Closed) => {
                 return Err("the client closed the control connection before finishing".into());
             }
-            Err(e) => return Err(format!("control connection: {e}")),
+            Err(e) => return Err(format!("control connection: {e}").into()),
         };
         match msg {
             Message::PutFile(p) => {
@@ -670,13 +703,15 @@ fn control_loop(
                 return Ok(());
             }
             Message::Error { code, message } => {
-                return Err(format!("the client aborted: {message} [{}]", code.name()));
+                return Err(End::ClientAborted(format!(
+                    "the client aborted: {message} [{}]",
+                    code.name()
+                )));
             }
             other => {
-                return Err(format!(
-                    "unexpected {} on the control connection",
-                    other.name()
-                ));
+                return Err(
+                    format!("unexpected {} on the control connection", other.name()).into(),
+                );
             }
         }
     }
@@ -1008,22 +1043,30 @@ fn data_loop(ctx: &Ctx, shared: &Shared, mut sock: TcpStream) {
     shared.stream_ended(usage);
 }
 
+/// Hashes a chunk's bytes, as the engine feeds them, into the chunk's MAC.
+struct MacSink {
+    hasher: blake3::Hasher,
+    file: Arc<Incoming>,
+    index: u64,
+}
+
+impl ChunkSink for MacSink {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    fn seen_all(self: Box<Self>) {
+        self.file
+            .hashed(self.index, *self.hasher.finalize().as_bytes());
+    }
+}
+
 fn receive_chunks(
     shared: &Shared,
     sock: &mut TcpStream,
     receivers: &mut HashMap<u32, StreamReceiver>,
 ) -> Result<(), (ErrorCode, String)> {
     let proto = |m: String| (ErrorCode::Protocol, m);
-    // The spliced range whose writeback we wait for next: one chunk behind, so the disk
-    // writes chunk k while the network delivers chunk k+1.
-    let mut behind: Option<(Arc<Incoming>, u64, u64)> = None;
-    let settle = |b: Option<(Arc<Incoming>, u64, u64)>| {
-        if let Some((f, off, len)) = b {
-            if let Some(fd) = f.fd.as_ref() {
-                zcp_engine::fs::settle(fd, off, len);
-            }
-        }
-    };
     loop {
         let mut hb = [0u8; CHUNK_HEADER_LEN];
         if !read_header(sock, &mut hb).map_err(|m| (ErrorCode::Io, m))? {
@@ -1034,7 +1077,6 @@ fn receive_chunks(
         }
         let h = ChunkHeader::decode(&hb).map_err(|e| proto(e.to_string()))?;
         if h.kind == ChunkKind::End {
-            settle(behind.take());
             return Ok(());
         }
         let f = shared
@@ -1061,27 +1103,18 @@ fn receive_chunks(
             let f = f.clone();
             Box::new(move |r| f.written(index, r))
         };
-        let mut hasher = f
-            .verify
-            .then(|| shared.keys.chunk_hasher(f.id, h.offset, h.len));
-        let received = if f.engine.sees_bytes() {
-            let mut feed = |b: &[u8]| {
-                if let Some(hs) = hasher.as_mut() {
-                    hs.update(b);
-                }
-            };
-            rx.receive(
-                sock.as_fd(),
-                h.offset,
-                h.len,
-                Some(&mut feed),
-                &shared.bytes,
-                done,
-            )
+        let sink: Option<Sink> = if f.verify {
+            Some(Box::new(MacSink {
+                hasher: shared.keys.chunk_hasher(f.id, h.offset, h.len),
+                file: f.clone(),
+                index,
+            }))
         } else {
-            rx.receive(sock.as_fd(), h.offset, h.len, None, &shared.bytes, done)
+            // The null engine never sees the bytes: nothing to hash.
+            f.hashed(index, [0; 32]);
+            None
         };
-        if let Err(e) = received {
+        if let Err(e) = rx.receive(sock.as_fd(), h.offset, h.len, sink, &shared.bytes, done) {
             let code = if e.is_no_space() {
                 ErrorCode::NoSpace
             } else {
@@ -1089,19 +1122,5 @@ fn receive_chunks(
             };
             return Err((code, e.to_string()));
         }
-        if f.engine == RecvEngine::Splice {
-            let fd = f.fd.as_ref().expect("splice stores into a file");
-            if let Some(hs) = hasher.as_mut() {
-                zcp_engine::map::visit_mapped(fd, h.offset, h.len, |b| {
-                    hs.update(b);
-                })
-                .map_err(|e| (ErrorCode::Io, format!("reading back chunk {index}: {e}")))?;
-            }
-            settle(behind.replace((f.clone(), h.offset, h.len)));
-        }
-        f.hashed(
-            index,
-            hasher.map_or([0; 32], |hs| *hs.finalize().as_bytes()),
-        );
     }
 }
