@@ -66,10 +66,12 @@ impl<'a> Reader<'a> {
         Ok(self.take(len)?.to_vec())
     }
 
-    /// Like [`Reader::bytes`], for text; invalid UTF-8 is replaced, since text is only shown.
+    /// Like [`Reader::bytes`], for text. Invalid UTF-8 is malformed: every text field a zcp
+    /// peer sends comes from a Rust `String`, and a lossy decode could grow a field past its
+    /// bound (each bad byte becomes a 3-byte replacement character).
     pub(crate) fn text(&mut self, max: usize, what: &'static str) -> Result<String, DecodeError> {
         let raw = self.bytes(max, what)?;
-        Ok(String::from_utf8_lossy(&raw).into_owned())
+        String::from_utf8(raw).map_err(|_| DecodeError::Malformed(format!("{what} is not UTF-8")))
     }
 
     /// Fails unless every byte was consumed: trailing bytes mean a malformed message.
@@ -161,6 +163,14 @@ mod tests {
         w.bytes(b"toolong");
         let err = Reader::new(&w.buf).bytes(3, "name").unwrap_err();
         assert!(matches!(err, DecodeError::Malformed(m) if m.contains("over the limit")));
+    }
+
+    #[test]
+    fn text_must_be_utf8() {
+        let mut w = Writer::default();
+        w.bytes(b"ok\xff");
+        let err = Reader::new(&w.buf).text(10, "note").unwrap_err();
+        assert_eq!(err, DecodeError::Malformed("note is not UTF-8".into()));
     }
 
     #[test]

@@ -413,7 +413,8 @@ impl Message {
             Message::PutFile(p) => {
                 w.u32(p.file_id).bytes(&p.dest).bytes(&p.name).u64(p.size);
                 w.u32(p.mode).i64(p.mtime_sec).u32(p.mtime_nsec);
-                w.u64(p.chunk_size).bytes(p.recv_engine.as_bytes());
+                w.u64(p.chunk_size)
+                    .bytes(clip(p.recv_engine.as_bytes(), MAX_ENGINE_NAME));
                 w.u32(p.block_size);
             }
             Message::FileReady {
@@ -422,7 +423,8 @@ impl Message {
                 note,
                 target,
             } => {
-                w.u32(*file_id).bytes(engine.as_bytes());
+                w.u32(*file_id)
+                    .bytes(clip(engine.as_bytes(), MAX_ENGINE_NAME));
                 w.bytes(clip(note.as_bytes(), MAX_TEXT)).bytes(target);
             }
             Message::ChunkMac {
