@@ -20,20 +20,24 @@ fn three_digits(v: f64) -> String {
     }
 }
 
-/// `1.00 GBytes`, `512 KBytes`, `17 Bytes`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["Bytes", "KBytes", "MBytes", "GBytes", "TBytes"];
+/// `n` scaled by 1024 into the largest unit of `units` that keeps it at least 1.
+fn binary(n: u64, units: [&str; 5]) -> String {
     let mut v = n as f64;
     let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
+    while v >= 1024.0 && i + 1 < units.len() {
         v /= 1024.0;
         i += 1;
     }
     if i == 0 {
-        format!("{n} Bytes")
+        format!("{n} {}", units[0])
     } else {
-        format!("{} {}", three_digits(v), UNITS[i])
+        format!("{} {}", three_digits(v), units[i])
     }
+}
+
+/// `1.00 GBytes`, `512 KBytes`, `17 Bytes`.
+pub fn bytes(n: u64) -> String {
+    binary(n, ["Bytes", "KBytes", "MBytes", "GBytes", "TBytes"])
 }
 
 /// `9.41 Gbits/sec`.
@@ -56,18 +60,7 @@ pub fn rate(bits_per_second: f64) -> String {
 
 /// `1.00 GiB`-style size for headings (binary units, IEC names).
 pub fn size(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{} {}", three_digits(v), UNITS[i])
-    }
+    binary(n, ["B", "KiB", "MiB", "GiB", "TiB"])
 }
 
 #[cfg(test)]

@@ -352,12 +352,10 @@ enum Inner {
         pipe: Pipe,
         devnull: OwnedFd,
     },
-    ReadWrite {
+    /// `rw` (with a file) and `mem` (without): read into a user buffer.
+    Buffered {
         buf: Vec<u8>,
-        file: OwnedFd,
-    },
-    Mem {
-        buf: Vec<u8>,
+        file: Option<OwnedFd>,
     },
     Direct(direct::DirectRing),
 }
@@ -408,12 +406,13 @@ impl StreamReceiver {
                 )
                 .map_err(|e| EngineError::sys("open", "/dev/null", e))?,
             },
-            RecvEngine::ReadWrite => Inner::ReadWrite {
+            RecvEngine::ReadWrite => Inner::Buffered {
                 buf: vec![0; block],
-                file: dup(need_file(engine, file)?)?,
+                file: Some(dup(need_file(engine, file)?)?),
             },
-            RecvEngine::Mem => Inner::Mem {
+            RecvEngine::Mem => Inner::Buffered {
                 buf: vec![0; block],
+                file: None,
             },
             RecvEngine::Direct => Inner::Direct(direct::DirectRing::new(
                 dup(need_file(engine, direct)?)?,
@@ -490,7 +489,7 @@ impl StreamReceiver {
                 done(Ok(()));
                 Ok(())
             }
-            Inner::ReadWrite { buf, file } => {
+            Inner::Buffered { buf, file } => {
                 let mut sink = sink;
                 let mut got = 0;
                 while got < len {
@@ -505,29 +504,8 @@ impl StreamReceiver {
                     if let Some(s) = sink.as_mut() {
                         s.bytes(&buf[..n]);
                     }
-                    pwrite_all(file.as_fd(), &buf[..n], offset + got)?;
-                    got += n as u64;
-                }
-                if let Some(s) = sink {
-                    s.seen_all();
-                }
-                done(Ok(()));
-                Ok(())
-            }
-            Inner::Mem { buf } => {
-                let mut sink = sink;
-                let mut got = 0;
-                while got < len {
-                    let want = (len - got).min(buf.len() as u64) as usize;
-                    let n = retry("read", "socket", timeout, || {
-                        rustix::io::read(sock, &mut buf[..want])
-                    })?;
-                    if n == 0 {
-                        return Err(disconnected(got));
-                    }
-                    progress.fetch_add(n as u64, Ordering::Relaxed);
-                    if let Some(s) = sink.as_mut() {
-                        s.bytes(&buf[..n]);
+                    if let Some(f) = file {
+                        pwrite_all(f.as_fd(), &buf[..n], offset + got)?;
                     }
                     got += n as u64;
                 }
