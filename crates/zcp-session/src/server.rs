@@ -206,24 +206,48 @@ fn hex(b: &[u8]) -> String {
 fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<bool>) {
     let mut slot = PendingSlot(&ctx.pending, true);
     if ctx.pending.fetch_add(1, Ordering::Relaxed) >= ctx.cfg.max_pending {
-        return reject(
-            &ctx,
-            &mut stream,
-            peer,
-            ErrorCode::Busy,
-            "too many connections in their handshake; try again".into(),
-        );
+        let why = "too many connections in their handshake; try again".to_string();
+        return reject(&ctx, &mut stream, peer, ErrorCode::Busy, why);
     }
+    match handshake(&ctx, &mut stream) {
+        Err((code, why)) => reject(&ctx, &mut stream, peer, code, why),
+        Ok(Joined::Control(shared, sealer, opener)) => {
+            slot.release();
+            let ok = run_session(&ctx, &shared, stream, peer, sealer, opener);
+            let _ = ended.send(ok);
+        }
+        Ok(Joined::Data(shared)) => {
+            slot.release();
+            data_loop(&ctx, &shared, stream);
+        }
+    }
+}
+
+/// An authenticated connection, ready for its loop.
+enum Joined {
+    /// A new session's control connection, registered and welcomed.
+    Control(Arc<Shared>, zcp_wire::Sealer, zcp_wire::Opener),
+    /// A data stream that joined its session.
+    Data(Arc<Shared>),
+}
+
+fn random_or<const N: usize>(what: &str) -> Result<[u8; N], (ErrorCode, String)> {
+    random().map_err(|e| (ErrorCode::Internal, format!("getrandom ({what}): {e}")))
+}
+
+/// Runs a connection's handshake under the deadline. Errors carry the code and the reason
+/// to send back and log.
+fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, String)> {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
     let deadline = Deadline::new(Instant::now(), ctx.cfg.handshake_timeout);
-    let arm = |s: &TcpStream| -> Result<(), String> {
+    let arm = |s: &TcpStream| -> Result<(), (ErrorCode, String)> {
         let left = deadline
             .remaining(Instant::now())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| (ErrorCode::Limit, e.to_string()))?;
         s.set_read_timeout(Some(left))
             .and_then(|_| s.set_write_timeout(Some(left)))
-            .map_err(|e| e.to_string())
+            .map_err(|e| (ErrorCode::Internal, e.to_string()))
     };
     let frame_err = |e: FrameIoError| match e {
         FrameIoError::Io(e)
@@ -232,87 +256,54 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) =>
         {
-            format!(
-                "handshake not finished within {:?}",
-                ctx.cfg.handshake_timeout
+            (
+                ErrorCode::Limit,
+                format!(
+                    "handshake not finished within {:?}",
+                    ctx.cfg.handshake_timeout
+                ),
             )
         }
-        FrameIoError::Closed => "closed the connection during the handshake".to_string(),
-        other => other.to_string(),
+        FrameIoError::Closed => (
+            ErrorCode::Protocol,
+            "closed the connection during the handshake".to_string(),
+        ),
+        other => (ErrorCode::Protocol, other.to_string()),
     };
-    if let Err(e) = arm(&stream) {
-        return reject(&ctx, &mut stream, peer, ErrorCode::Limit, e);
-    }
-    let hello = match read_plain(&mut stream) {
-        Ok(m) => m,
+    let write = |s: &mut TcpStream, frame: &[u8]| {
+        s.write_all(frame)
+            .map_err(|e| (ErrorCode::Protocol, e.to_string()))
+    };
+
+    arm(stream)?;
+    let hello = read_plain(stream).map_err(|e| match e {
         // Whatever fails to decode as the first frame is most likely not zcp at all (an HTTP
         // probe, a port scanner): say so, with the decoder's detail.
-        Err(e @ FrameIoError::Decode(_)) => {
-            let why = format!("not a zcp client: {}", frame_err(e));
-            return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, why);
+        FrameIoError::Decode(_) => {
+            let (code, why) = frame_err(e);
+            (code, format!("not a zcp client: {why}"))
         }
-        Err(e) => return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, frame_err(e)),
-    };
-    let nonce = match random() {
-        Ok(n) => n,
-        Err(e) => {
-            return reject(
-                &ctx,
-                &mut stream,
-                peer,
-                ErrorCode::Internal,
-                format!("getrandom: {e}"),
-            );
-        }
-    };
-    let (state, reply) = match accept(&ctx.cfg.psk, hello, nonce) {
-        Ok(x) => x,
-        Err(e) => return reject(&ctx, &mut stream, peer, e.code(), e.to_string()),
-    };
-    if let Err(e) = stream.write_all(&reply.encode_frame()) {
-        return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, e.to_string());
-    }
-    let next = arm(&stream)
-        .map_err(|e| (ErrorCode::Limit, e))
-        .and_then(|_| read_plain(&mut stream).map_err(|e| (ErrorCode::Protocol, frame_err(e))));
-    let msg = match next {
-        Ok(m) => m,
-        Err((code, e)) => return reject(&ctx, &mut stream, peer, code, e),
-    };
-    if let Message::Error { message, .. } = &msg {
+        other => frame_err(other),
+    })?;
+    let (state, reply) = accept(&ctx.cfg.psk, hello, random_or::<32>("nonce")?)
+        .map_err(|e| (e.code(), e.to_string()))?;
+    write(stream, &reply.encode_frame())?;
+    arm(stream)?;
+    let msg = read_plain(stream).map_err(frame_err)?;
+    if let Message::Error { message, .. } = msg {
         // The client gave up on us (for example: our proof did not match its key).
-        let why = message.clone();
-        return reject(&ctx, &mut stream, peer, ErrorCode::Auth, why);
+        return Err((ErrorCode::Auth, message));
     }
     match state {
         Accepted::Control(await_proof) => {
-            let session_id: SessionId = match random() {
-                Ok(id) => id,
-                Err(e) => {
-                    return reject(
-                        &ctx,
-                        &mut stream,
-                        peer,
-                        ErrorCode::Internal,
-                        format!("getrandom: {e}"),
-                    );
-                }
-            };
-            let (est, welcome) = match await_proof.on_proof(msg, session_id, ctx.cfg.max_streams) {
-                Ok(x) => x,
-                Err(e) => return reject(&ctx, &mut stream, peer, e.code(), e.to_string()),
-            };
+            let session_id: SessionId = random_or::<16>("session id")?;
+            let (est, welcome) = await_proof
+                .on_proof(msg, session_id, ctx.cfg.max_streams)
+                .map_err(|e| (e.code(), e.to_string()))?;
             let shared = {
                 let mut sessions = ctx.sessions.lock().unwrap_or_else(|p| p.into_inner());
                 if sessions.len() >= ctx.cfg.max_sessions {
-                    drop(sessions);
-                    return reject(
-                        &ctx,
-                        &mut stream,
-                        peer,
-                        ErrorCode::Busy,
-                        "too many sessions; try again later".into(),
-                    );
+                    return Err((ErrorCode::Busy, "too many sessions; try again later".into()));
                 }
                 let shared = Arc::new(Shared::new(
                     session_id,
@@ -322,22 +313,19 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
                 sessions.insert(session_id, shared.clone());
                 shared
             };
-            if let Err(e) = stream.write_all(&welcome) {
+            if let Err(e) = write(stream, &welcome) {
                 ctx.sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&session_id);
-                return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, e.to_string());
+                return Err(e);
             }
-            slot.release();
-            let ok = run_session(&ctx, &shared, stream, peer, est.sealer, est.opener);
-            let _ = ended.send(ok);
+            Ok(Joined::Control(shared, est.sealer, est.opener))
         }
         Accepted::Data(await_join) => {
-            let req = match await_join.on_join(msg) {
-                Ok(r) => r,
-                Err(e) => return reject(&ctx, &mut stream, peer, e.code(), e.to_string()),
-            };
+            let req = await_join
+                .on_join(msg)
+                .map_err(|e| (e.code(), e.to_string()))?;
             let shared = ctx
                 .sessions
                 .lock()
@@ -346,22 +334,20 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
                 .cloned();
             // An unknown session and a bad proof get the same answer: the peer learns nothing
             // about which sessions exist.
-            let refused = "data connection proof does not match any session".to_string();
-            let Some(shared) = shared else {
-                return reject(&ctx, &mut stream, peer, ErrorCode::Auth, refused);
+            let refused = || {
+                (
+                    ErrorCode::Auth,
+                    "data connection proof does not match any session".to_string(),
+                )
             };
-            if req.verify(&shared.keys).is_err() {
-                return reject(&ctx, &mut stream, peer, ErrorCode::Auth, refused);
-            }
-            if let Err(e) = shared.join(req.stream) {
-                return reject(&ctx, &mut stream, peer, ErrorCode::Limit, e);
-            }
-            if let Err(e) = stream.write_all(&Message::DataAccept.encode_frame()) {
+            let shared = shared.ok_or_else(refused)?;
+            req.verify(&shared.keys).map_err(|_| refused())?;
+            shared.join(req.stream).map_err(|e| (ErrorCode::Limit, e))?;
+            if let Err(e) = write(stream, &Message::DataAccept.encode_frame()) {
                 shared.stream_ended(Usage::default());
-                return reject(&ctx, &mut stream, peer, ErrorCode::Protocol, e.to_string());
+                return Err(e);
             }
-            slot.release();
-            data_loop(&ctx, &shared, stream);
+            Ok(Joined::Data(shared))
         }
     }
 }
