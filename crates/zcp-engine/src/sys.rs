@@ -155,7 +155,7 @@ pub fn random<const N: usize>() -> io::Result<[u8; N]> {
 }
 
 /// Sets `SO_RCVTIMEO` and `SO_SNDTIMEO`: a blocking call that makes no progress for `t`
-/// fails with EAGAIN, which [`crate::error::classify`] reports as a timeout.
+/// fails with EAGAIN, which the engine's errno classifier reports as a timeout.
 pub fn set_socket_timeouts(fd: impl AsFd, t: Option<Duration>) -> io::Result<()> {
     use rustix::net::sockopt::{Timeout, set_socket_timeout};
     set_socket_timeout(&fd, Timeout::Recv, t)?;
@@ -168,6 +168,17 @@ pub fn socket_timeout(fd: impl AsFd) -> Option<Duration> {
     rustix::net::sockopt::socket_timeout(&fd, rustix::net::sockopt::Timeout::Recv)
         .ok()
         .flatten()
+}
+
+/// `poll(2)` for readability: whether `fd` became readable within `timeout`.
+pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
 }
 
 #[cfg(test)]
@@ -205,15 +216,4 @@ mod tests {
         let b: [u8; 32] = random().unwrap();
         assert_ne!(a, b);
     }
-}
-
-/// `poll(2)` for readability: whether `fd` became readable within `timeout`.
-pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
-    use rustix::event::{PollFd, PollFlags, Timespec, poll};
-    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-    let ts = Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
-    matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
 }

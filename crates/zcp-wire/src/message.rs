@@ -232,7 +232,7 @@ pub enum Message {
     FileEnd {
         /// The file.
         file_id: u32,
-        /// Digest over the chunk MACs (see [`crate::keys::file_digest`]).
+        /// Digest over the chunk MACs (see [`crate::keys::FileDigest`]).
         digest: [u8; 32],
     },
     /// Server -> client, sealed: the file is done. For storing engines: verified, synced and

@@ -5,7 +5,7 @@
 //!   ([`crate::fs::start_writeback`]) so the disk works while the network does.
 //! * `direct` — `recv(2)` into page-aligned buffers, then (on other threads) hashed and written
 //!   with `O_DIRECT`, through a ring of buffers: the network fills one buffer while others are
-//!   hashed and written, and the page cache is not touched at all ([`direct`]).
+//!   hashed and written, and the page cache is not touched at all (`recv/direct.rs`).
 //! * `rw` — `read(2)` into a buffer, `pwrite(2)` into the page cache: the conventional path.
 //! * `null` — socket -> pipe -> `/dev/null`: bytes are dropped without being copied; the
 //!   network-only ceiling.
@@ -15,7 +15,7 @@
 //! Verification is pushed, not pulled: the caller hands each chunk a [`ChunkSink`], and the
 //! engine feeds it the chunk's bytes where they already are — in the receive buffer for
 //! `direct`, `rw` and `mem`, from the page cache through a guarded mapping after the write for
-//! `splice` ([`readback`]) — so hashing never costs an extra copy. `direct` and `splice` feed
+//! `splice` (`recv/readback.rs`) — so hashing never costs an extra copy. `direct` and `splice` feed
 //! sinks on their own threads, so one stream's receiving, hashing and writing overlap.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -152,83 +152,71 @@ pub struct Choice {
 /// that store are probed on the real file; one that fails falls back (direct -> splice -> rw)
 /// and the note says why.
 pub fn choose(requested: RecvEngine, tmp: Option<&TempFile>, fs: Option<&FsInfo>) -> Choice {
-    let plain = |engine| Choice {
+    let choice = |engine, note: Option<String>, direct| Choice {
         engine,
-        note: None,
-        direct: None,
+        note,
+        direct,
     };
     let (Some(tmp), Some(fs)) = (tmp, fs) else {
-        return plain(requested);
+        return choice(requested, None, None);
+    };
+    // Without O_DIRECT: splice if it works on this file, else rw (and why not splice).
+    let buffered = || match probe_splice(tmp) {
+        Ok(()) => (RecvEngine::Splice, String::new()),
+        Err(e) => (RecvEngine::ReadWrite, format!("; splice fails too ({e})")),
     };
     match requested {
-        RecvEngine::Null | RecvEngine::Mem | RecvEngine::ReadWrite => plain(requested),
-        RecvEngine::Direct => match probe_direct(tmp, fs) {
-            Ok(fd) => Choice {
-                engine: RecvEngine::Direct,
-                note: None,
-                direct: Some(fd),
-            },
-            Err(why) => fallback_from_direct(
-                tmp,
-                format!(
-                    "direct is unavailable on this {} destination ({why})",
-                    fs.name
-                ),
-            ),
-        },
+        RecvEngine::Null | RecvEngine::Mem | RecvEngine::ReadWrite => choice(requested, None, None),
         RecvEngine::Splice => match probe_splice(tmp) {
-            Ok(()) => plain(RecvEngine::Splice),
-            Err(why) => Choice {
-                engine: RecvEngine::ReadWrite,
-                note: Some(format!(
+            Ok(()) => choice(RecvEngine::Splice, None, None),
+            Err(why) => choice(
+                RecvEngine::ReadWrite,
+                Some(format!(
                     "splice does not work on this {} destination ({why}); using rw",
                     fs.name
                 )),
-                direct: None,
-            },
+                None,
+            ),
         },
-        RecvEngine::Auto => {
-            if fs.in_memory {
-                let mut c = fallback_from_direct(tmp, String::new());
-                c.note = Some(format!(
-                    "auto chose {}: the destination is {}, which lives in memory, so O_DIRECT has no disk to reach",
-                    c.engine.name(),
-                    fs.name
-                ));
-                return c;
+        RecvEngine::Direct => match probe_direct(tmp, fs) {
+            Ok(fd) => choice(RecvEngine::Direct, None, Some(fd)),
+            Err(why) => {
+                let (engine, also) = buffered();
+                let note = format!(
+                    "direct is unavailable on this {} destination ({why}){also}; using {}",
+                    fs.name,
+                    engine.name()
+                );
+                choice(engine, Some(note), None)
             }
-            match probe_direct(tmp, fs) {
-                Ok(fd) => Choice {
-                    engine: RecvEngine::Direct,
-                    note: Some(format!(
-                        "auto chose direct: O_DIRECT works on this {} destination",
-                        fs.name
-                    )),
-                    direct: Some(fd),
-                },
-                Err(why) => fallback_from_direct(
-                    tmp,
-                    format!(
-                        "auto: direct is unavailable on this {} destination ({why})",
-                        fs.name
-                    ),
-                ),
-            }
+        },
+        RecvEngine::Auto if fs.in_memory => {
+            let (engine, also) = buffered();
+            let note = format!(
+                "auto chose {}: the destination is {}, which lives in memory, so O_DIRECT has no disk to reach{also}",
+                engine.name(),
+                fs.name
+            );
+            choice(engine, Some(note), None)
         }
-    }
-}
-
-fn fallback_from_direct(tmp: &TempFile, why: String) -> Choice {
-    match probe_splice(tmp) {
-        Ok(()) => Choice {
-            engine: RecvEngine::Splice,
-            note: Some(format!("{why}; using splice")),
-            direct: None,
-        },
-        Err(e) => Choice {
-            engine: RecvEngine::ReadWrite,
-            note: Some(format!("{why}; splice fails too ({e}); using rw")),
-            direct: None,
+        RecvEngine::Auto => match probe_direct(tmp, fs) {
+            Ok(fd) => choice(
+                RecvEngine::Direct,
+                Some(format!(
+                    "auto chose direct: O_DIRECT works on this {} destination",
+                    fs.name
+                )),
+                Some(fd),
+            ),
+            Err(why) => {
+                let (engine, also) = buffered();
+                let note = format!(
+                    "auto chose {}: direct is unavailable on this {} destination ({why}){also}",
+                    engine.name(),
+                    fs.name
+                );
+                choice(engine, Some(note), None)
+            }
         },
     }
 }
@@ -542,4 +530,64 @@ pub fn pwrite_all(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> Result<(), E
         done += n;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{Root, fs_info};
+
+    fn temp_file() -> (tempfile::TempDir, TempFile) {
+        let d = tempfile::tempdir().unwrap();
+        let root = Root::open(d.path()).unwrap();
+        let t = TempFile::create(root.open_dir(&[], false).unwrap()).unwrap();
+        (d, t)
+    }
+
+    #[test]
+    fn choose_explains_every_decision() {
+        let (_d, t) = temp_file();
+        let fs = fs_info(t.fd()).unwrap();
+
+        let c = choose(RecvEngine::Auto, Some(&t), Some(&fs));
+        let note = c.note.unwrap();
+        assert!(
+            note.starts_with(&format!("auto chose {}", c.engine.name())),
+            "{note}"
+        );
+
+        let mem = FsInfo {
+            in_memory: true,
+            name: "tmpfs".into(),
+            ..fs.clone()
+        };
+        let c = choose(RecvEngine::Auto, Some(&t), Some(&mem));
+        assert_eq!(c.engine, RecvEngine::Splice);
+        assert!(c.note.unwrap().contains("lives in memory"));
+        assert!(c.direct.is_none());
+
+        // A filesystem whose O_DIRECT alignment zcp's chunks cannot meet.
+        let strict = FsInfo {
+            dio_align: Some((65536, 65536)),
+            ..fs.clone()
+        };
+        let c = choose(RecvEngine::Direct, Some(&t), Some(&strict));
+        assert_eq!(c.engine, RecvEngine::Splice);
+        let note = c.note.unwrap();
+        assert!(
+            note.contains("65536-byte") && note.ends_with("using splice"),
+            "{note}"
+        );
+        let c = choose(RecvEngine::Auto, Some(&t), Some(&strict));
+        assert!(
+            c.note
+                .unwrap()
+                .starts_with("auto chose splice: direct is unavailable")
+        );
+
+        for e in [RecvEngine::Null, RecvEngine::Mem, RecvEngine::ReadWrite] {
+            let c = choose(e, Some(&t), Some(&fs));
+            assert_eq!((c.engine, c.note.is_none()), (e, true));
+        }
+    }
 }
