@@ -209,3 +209,45 @@ fn memory_stays_bounded_as_files_grow() {
         let _ = std::fs::remove_file(root.join("small"));
     }
 }
+
+#[test]
+fn auto_explains_its_choice_and_avoids_o_direct_on_memory_filesystems() {
+    let env = Env::new();
+    let src = env.path("src");
+    make_dense(&src, 1 << 20, 11);
+
+    // On a disk, auto says what it picked and why.
+    let disk = env.mkdir("disk");
+    let srv = ServerProc::start(&disk, &env.key, &[]);
+    let (o, v) = send_json(srv.port, &env.key, &src, "f", &[], 30);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ran = v["end"]["engines"]["receiver"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let note = v["start"]["engines"]["receiver_note"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(note.contains(&format!("auto chose {ran}")), "{note}");
+
+    let shm = std::path::Path::new("/dev/shm");
+    let Ok(mem) = tempfile::Builder::new().prefix("zcp-test-").tempdir_in(shm) else {
+        println!("skipped the memory-filesystem half: no /dev/shm");
+        return;
+    };
+    let srv = ServerProc::start(mem.path(), &env.key, &[]);
+    let (o, v) = send_json(srv.port, &env.key, &src, "f", &[], 30);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(v["end"]["engines"]["receiver"], "splice", "{v}");
+    let note = v["start"]["engines"]["receiver_note"].as_str().unwrap();
+    assert!(note.contains("tmpfs") && note.contains("memory"), "{note}");
+    // The text report prints the reason too.
+    let o = run(send_cmd(srv.port, &env.key, &src, "g", &["-i", "0"]), 30);
+    assert!(
+        text(&o.stdout).contains("receiver: auto chose splice"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(same_file(&src, &mem.path().join("g")));
+}
