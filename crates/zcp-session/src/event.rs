@@ -12,7 +12,7 @@ use std::time::Duration;
 pub use zcp_engine::TcpStats;
 
 /// CPU time of one side, in seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Cpu {
     /// User-mode seconds.
     pub user: f64,
