@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use zcp_session::{SendOptions, Server, ServerConfig, send_file};
+use zcp_session::{Connection, SendOptions, Server, ServerConfig, send};
 
 use super::TransferArgs;
 
@@ -84,7 +84,6 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 pub(crate) fn run(a: DemoArgs) -> anyhow::Result<i32> {
-    let interval = a.transfer.interval()?;
     let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = tempfile::Builder::new()
         .prefix("zcp-demo-")
@@ -122,24 +121,22 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<i32> {
     let stop = Arc::new(AtomicBool::new(false));
 
     let opts = SendOptions {
-        host: "127.0.0.1".into(),
-        port,
-        psk,
-        source: source.clone(),
+        conn: Connection {
+            host: "127.0.0.1".into(),
+            port,
+            psk,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        },
+        transfer: a.transfer.transfer()?,
+        sources: vec![source.clone()],
         dest: b"demo.bin".to_vec(),
-        engine: a.transfer.engine,
-        recv_engine: a.transfer.recv_engine,
-        block_size: a.transfer.block_size,
-        chunk_size: a.transfer.chunk_size,
-        interval,
-        connect_timeout: Duration::from_secs(10),
-        idle_timeout: Duration::from_secs(60),
     };
     let mut out = a.transfer.output();
     let result = std::thread::scope(|s| {
         let stop_srv = stop.clone();
         let srv = s.spawn(move || server.run(&stop_srv, true));
-        let r = send_file(&opts, out.reporter());
+        let r = send(&opts, out.reporter());
         if r.is_err() {
             stop.store(true, Ordering::Relaxed);
         }

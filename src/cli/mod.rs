@@ -3,6 +3,7 @@
 //! (`HOST:PATH`, `[v6addr]:PATH`).
 
 mod demo;
+mod get;
 mod keygen;
 mod send;
 mod serve;
@@ -33,10 +34,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Write a new random pre-shared key to a file (mode 0600).
     Keygen(keygen::KeygenArgs),
-    /// Receive files beneath a root directory.
+    /// Receive files beneath a root directory (and serve them to `zcp get`).
     Serve(serve::ServeArgs),
-    /// Send a file to a server.
+    /// Send files and directory trees to a server.
     Send(send::SendArgs),
+    /// Fetch files and directory trees from a server.
+    Get(get::GetArgs),
 }
 
 /// Runs the command; returns the process exit code.
@@ -46,6 +49,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Keygen(a) => keygen::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Send(a) => send::run(a),
+        Command::Get(a) => get::run(a),
     };
     match result {
         Ok(code) => code,
@@ -73,9 +77,16 @@ struct TransferArgs {
     /// engine choose.
     #[arg(long, default_value = "0", value_parser = parse_size, value_name = "BYTES")]
     block_size: u64,
-    /// Chunk size (suffixes K, M, G): the unit of verification; default grows with the file.
+    /// Chunk size (suffixes K, M, G): the unit of verification, resume and scheduling over
+    /// streams; default grows with the file.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     chunk_size: Option<u64>,
+    /// Parallel data streams (TCP connections); chunks of every file are spread over them.
+    #[arg(short = 'P', long = "parallel", default_value_t = 1, value_name = "N")]
+    streams: u16,
+    /// Descend into directories: send (or get) whole trees.
+    #[arg(short = 'r', long)]
+    recursive: bool,
     /// Seconds between interval reports; 0 for none.
     #[arg(short = 'i', long, default_value = "1", value_name = "SECONDS")]
     interval: f64,
@@ -88,6 +99,22 @@ struct TransferArgs {
 }
 
 impl TransferArgs {
+    /// The session's transfer settings.
+    fn transfer(&self) -> anyhow::Result<zcp_session::Transfer> {
+        if self.streams == 0 || self.streams > 256 {
+            anyhow::bail!("-P/--parallel takes 1 to 256 streams, got {}", self.streams);
+        }
+        Ok(zcp_session::Transfer {
+            engine: self.engine,
+            recv_engine: self.recv_engine,
+            block_size: self.block_size,
+            chunk_size: self.chunk_size,
+            streams: self.streams,
+            recursive: self.recursive,
+            interval: self.interval()?,
+        })
+    }
+
     fn interval(&self) -> anyhow::Result<Option<std::time::Duration>> {
         if !self.interval.is_finite() || self.interval < 0.0 {
             anyhow::bail!(
@@ -216,6 +243,68 @@ pub(crate) fn parse_target(arg: &std::ffi::OsStr) -> Result<(String, Vec<u8>), S
     }
     let path = if path.is_empty() { b"." } else { path };
     Ok((host.to_string(), path.to_vec()))
+}
+
+/// Connection flags shared by `send` and `get`.
+#[derive(Debug, Clone, Args)]
+struct ConnArgs {
+    /// Server port.
+    #[arg(short = 'p', long, default_value_t = zcp_session::DEFAULT_PORT)]
+    port: u16,
+    /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Seconds allowed to connect and authenticate.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    connect_timeout: u64,
+    /// Fail after this many seconds without progress or word from the peer.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    idle_timeout: u64,
+}
+
+impl ConnArgs {
+    fn connection(&self, host: String) -> anyhow::Result<zcp_session::Connection> {
+        let psk = key_arg(&self.key_file)?;
+        if self.connect_timeout == 0 || self.idle_timeout == 0 {
+            anyhow::bail!("--connect-timeout and --idle-timeout must be above 0");
+        }
+        Ok(zcp_session::Connection {
+            host,
+            port: self.port,
+            psk,
+            connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
+            idle_timeout: std::time::Duration::from_secs(self.idle_timeout),
+        })
+    }
+}
+
+/// Reports a finished transfer's outcome as an exit code: 0 only when every entry arrived.
+fn outcome(out: &mut Output, r: Result<zcp_session::Summary, SessionError>, what: &str) -> i32 {
+    match r {
+        Ok(s) if s.failed == 0 => 0,
+        Ok(s) => {
+            let code = s.failures.first().map_or(zcp_session::exit::FAILURE, |f| {
+                zcp_session::exit::for_failure(f.code)
+            });
+            let first = s
+                .failures
+                .first()
+                .map(|f| format!("; first: {}: {}", f.path, f.message))
+                .unwrap_or_default();
+            eprintln!(
+                "zcp: {what}: {} entr{} did not arrive{first}",
+                s.failed,
+                if s.failed == 1 { "y" } else { "ies" }
+            );
+            code
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            out.fail(&e);
+            eprintln!("zcp: {e}");
+            code
+        }
+    }
 }
 
 /// `--key-file` as given, else the environment and the default location.

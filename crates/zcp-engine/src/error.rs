@@ -93,6 +93,9 @@ pub enum EngineError {
     /// A path beneath the root was refused or could not be resolved.
     #[error("{0}")]
     Path(String),
+    /// Someone else holds what this needs (another transfer to the same destination).
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl EngineError {

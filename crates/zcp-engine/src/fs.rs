@@ -206,57 +206,98 @@ pub fn fs_info(fd: impl AsFd) -> Result<FsInfo, EngineError> {
     })
 }
 
-/// A file being received, under a temporary name beside its target. Dropped without
-/// [`TempFile::commit`], it removes itself: a partial file is never renamed into place.
+/// A file being received, under a name derived from its target (`.zcp-<key>.part`, with its
+/// resume journal `.zcp-<key>.journal`) in the target's directory. The same target always maps
+/// to the same names, so a later session finds what an interrupted one left. While open, the
+/// part file is locked: a second transfer to the same target is refused, not interleaved.
+///
+/// Dropped without [`PartFile::rename_to`], it removes itself and its journal — unless marked
+/// [`PartFile::set_keep`] (it holds verified chunks worth resuming). Either way a partial file
+/// never gets the target's name.
 #[derive(Debug)]
-pub struct TempFile {
+pub struct PartFile {
     dir: OwnedFd,
-    name: CString,
+    part: CString,
+    journal: CString,
     file: OwnedFd,
+    journal_fd: Option<OwnedFd>,
+    keep: bool,
     live: bool,
 }
 
-impl TempFile {
-    /// Creates `.zcp-<random>.part` in `dir`, mode 0600, exclusively.
-    pub fn create(dir: OwnedFd) -> Result<TempFile, EngineError> {
-        loop {
-            let tag: [u8; 8] =
-                crate::sys::random().map_err(|e| EngineError::Path(format!("getrandom: {e}")))?;
-            let name = CString::new(format!(".zcp-{}.part", hex(&tag))).expect("no NUL in hex");
-            match rustix::fs::openat(
-                &dir,
-                name.as_c_str(),
-                OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::from_raw_mode(0o600),
-            ) {
-                Ok(file) => {
-                    return Ok(TempFile {
-                        dir,
-                        name,
-                        file,
-                        live: true,
-                    });
-                }
-                Err(Errno::EXIST) | Err(Errno::INTR) => continue,
-                Err(e) => {
-                    return Err(EngineError::sys(
-                        "openat(O_CREAT|O_EXCL)",
-                        "temporary file",
-                        e,
-                    ));
-                }
+/// Largest journal zcp reads back (a journal for 2^18 chunks is about 13 MiB).
+pub const MAX_JOURNAL_BYTES: u64 = 32 << 20;
+
+impl PartFile {
+    /// Opens `.zcp-<key>.part` in `dir`, creating it (mode 0600) if absent, and locks it.
+    /// Returns whether it already existed.
+    pub fn open(dir: OwnedFd, key: &str) -> Result<(PartFile, bool), EngineError> {
+        let part = CString::new(format!(".zcp-{key}.part"))
+            .map_err(|_| EngineError::Path("NUL in key".into()))?;
+        let journal = CString::new(format!(".zcp-{key}.journal"))
+            .map_err(|_| EngineError::Path("NUL in key".into()))?;
+        let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let (file, existed) = match rustix::fs::openat(&dir, part.as_c_str(), flags, Mode::empty())
+        {
+            Ok(f) => (f, true),
+            Err(Errno::NOENT) => {
+                let f = retry("openat(O_CREAT)", "partial file", None, || {
+                    rustix::fs::openat(
+                        &dir,
+                        part.as_c_str(),
+                        flags | OFlags::CREATE,
+                        Mode::from_raw_mode(0o600),
+                    )
+                })?;
+                (f, false)
             }
+            Err(e) => return Err(EngineError::sys("openat", "partial file", e)),
+        };
+        if FileType::from_raw_mode(
+            rustix::fs::fstat(&file)
+                .map_err(|e| EngineError::sys("fstat", "partial file", e))?
+                .st_mode,
+        ) != FileType::RegularFile
+        {
+            return Err(EngineError::Path(format!(
+                "{} is not a regular file",
+                part.to_string_lossy()
+            )));
         }
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => {
+                return Err(EngineError::Busy(
+                    "another transfer is writing this destination right now".into(),
+                ));
+            }
+            Err(e) => return Err(EngineError::sys("flock", "partial file", e)),
+        }
+        let pf = PartFile {
+            dir,
+            part,
+            journal,
+            file,
+            journal_fd: None,
+            keep: existed,
+            live: true,
+        };
+        Ok((pf, existed))
     }
 
-    /// The open file (buffered).
+    /// The partial file (buffered).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
     }
 
-    /// The temporary name, for messages and tests.
+    /// The directory the file is in.
+    pub fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// The partial file's name, for messages and tests.
     pub fn name(&self) -> String {
-        self.name.to_string_lossy().into_owned()
+        self.part.to_string_lossy().into_owned()
     }
 
     /// A second descriptor on the same file, opened with `O_DIRECT`; an error where the
@@ -264,101 +305,429 @@ impl TempFile {
     pub fn open_direct(&self) -> Result<OwnedFd, Errno> {
         rustix::fs::openat(
             &self.dir,
-            self.name.as_c_str(),
+            self.part.as_c_str(),
             OFlags::WRONLY | OFlags::DIRECT | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
         )
     }
 
+    /// Whether to keep the files when dropped uncommitted (they hold resumable chunks).
+    pub fn set_keep(&mut self, keep: bool) {
+        self.keep = keep;
+    }
+
     /// Reserves `size` bytes, so a full filesystem fails now, not mid-transfer. Filesystems
     /// without `fallocate` get the size set and a free-space check instead.
     pub fn preallocate(&self, size: u64) -> Result<(), EngineError> {
-        if size == 0 {
-            return Ok(());
-        }
-        match retry("fallocate", "temporary file", None, || {
-            rustix::fs::fallocate(&self.file, FallocateFlags::empty(), 0, size)
-        }) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_no_space() => {
-                let free = fs_info(&self.file).map(|i| i.free_bytes).unwrap_or(0);
-                Err(EngineError::NoSpace(format!(
-                    "the file needs {size} bytes, {free} are free"
-                )))
-            }
-            Err(EngineError::Sys { source, .. })
-                if matches!(
-                    source.raw_os_error(),
-                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
-                ) =>
-            {
-                let free = fs_info(&self.file)?.free_bytes;
-                if free < size {
-                    return Err(EngineError::NoSpace(format!(
-                        "the file needs {size} bytes, {free} are free"
-                    )));
-                }
-                retry("ftruncate", "temporary file", None, || {
-                    rustix::fs::ftruncate(&self.file, size)
-                })
-            }
-            Err(e) => Err(e),
-        }
+        preallocate(&self.file, size)
     }
 
-    /// Makes the file durable and gives it its final name: cut to `size` (O_DIRECT may have
-    /// padded the last block), set mode and mtime, `fsync` the file, rename over `target`,
-    /// `fsync` the directory. Call only after the contents are verified.
-    pub fn commit(
-        mut self,
-        size: u64,
-        mode: u32,
-        mtime: (i64, u32),
-        target: &[u8],
-    ) -> Result<(), EngineError> {
-        let f = &self.file;
-        retry("ftruncate", "temporary file", None, || {
-            rustix::fs::ftruncate(f, size)
-        })?;
-        retry("fchmod", "temporary file", None, || {
-            rustix::fs::fchmod(f, Mode::from_raw_mode(mode & 0o777))
-        })?;
-        let times = rustix::fs::Timestamps {
-            last_access: rustix::fs::Timespec {
-                tv_sec: 0,
-                tv_nsec: rustix::fs::UTIME_OMIT,
-            },
-            last_modification: rustix::fs::Timespec {
-                tv_sec: mtime.0,
-                tv_nsec: i64::from(mtime.1.min(999_999_999)),
-            },
+    /// The journal's bytes, if there is one (and it is not absurdly large).
+    pub fn read_journal(&self) -> Result<Option<Vec<u8>>, EngineError> {
+        let fd = match rustix::fs::openat(
+            &self.dir,
+            self.journal.as_c_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(EngineError::sys("openat", "journal", e)),
         };
-        retry("futimens", "temporary file", None, || {
-            rustix::fs::futimens(f, &times)
+        let size = rustix::fs::fstat(&fd)
+            .map_err(|e| EngineError::sys("fstat", "journal", e))?
+            .st_size as u64;
+        if size > MAX_JOURNAL_BYTES {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; size as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            let n = retry("pread", "journal", None, || {
+                rustix::io::pread(&fd, &mut buf[got..], got as u64)
+            })?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        buf.truncate(got);
+        Ok(Some(buf))
+    }
+
+    /// Forgets everything received so far: empties the file and removes the journal.
+    pub fn reset(&mut self) -> Result<(), EngineError> {
+        self.journal_fd = None;
+        match rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(EngineError::sys("unlinkat", "journal", e)),
+        }
+        retry("ftruncate", "partial file", None, || {
+            rustix::fs::ftruncate(&self.file, 0)
+        })
+    }
+
+    /// Starts a new journal with `header` (replacing any old one), durably.
+    pub fn start_journal(&mut self, header: &[u8]) -> Result<(), EngineError> {
+        let fd = retry("openat(O_CREAT)", "journal", None, || {
+            rustix::fs::openat(
+                &self.dir,
+                self.journal.as_c_str(),
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::TRUNC
+                    | OFlags::CLOEXEC
+                    | OFlags::NOFOLLOW,
+                Mode::from_raw_mode(0o600),
+            )
         })?;
-        // fsync, not fdatasync: the mode and mtime just set must survive a crash too.
-        retry("fsync", "temporary file", None, || rustix::fs::fsync(f))?;
-        retry("renameat", "destination", None, || {
-            rustix::fs::renameat(&self.dir, self.name.as_c_str(), &self.dir, target)
-        })?;
-        self.live = false;
+        crate::recv::pwrite_all(fd.as_fd(), header, 0)?;
+        retry("fdatasync", "journal", None, || rustix::fs::fdatasync(&fd))?;
+        // The new name must survive a crash too, or the chunks it records are lost.
         retry("fsync", "destination directory", None, || {
             rustix::fs::fsync(&self.dir)
-        })
+        })?;
+        self.journal_fd = Some(fd);
+        Ok(())
+    }
+
+    /// Continues an existing journal, cutting off anything after its last intact record.
+    pub fn continue_journal(&mut self, valid_len: u64) -> Result<(), EngineError> {
+        let fd = retry("openat", "journal", None, || {
+            rustix::fs::openat(
+                &self.dir,
+                self.journal.as_c_str(),
+                OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )
+        })?;
+        retry("ftruncate", "journal", None, || {
+            rustix::fs::ftruncate(&fd, valid_len)
+        })?;
+        self.journal_fd = Some(fd);
+        Ok(())
+    }
+
+    /// Appends records to the journal and makes them durable. The caller has already made the
+    /// chunks they record durable ([`PartFile::sync_data`]).
+    pub fn append_journal(&mut self, records: &[u8]) -> Result<(), EngineError> {
+        let Some(fd) = &self.journal_fd else {
+            return Err(EngineError::Path("no journal open".into()));
+        };
+        let end = rustix::fs::fstat(fd)
+            .map_err(|e| EngineError::sys("fstat", "journal", e))?
+            .st_size as u64;
+        crate::recv::pwrite_all(fd.as_fd(), records, end)?;
+        retry("fdatasync", "journal", None, || rustix::fs::fdatasync(fd))
+    }
+
+    /// Whether a journal is open for appending.
+    pub fn has_journal(&self) -> bool {
+        self.journal_fd.is_some()
     }
 
     /// `fdatasync` the file: its data reaches stable storage.
     pub fn sync_data(&self) -> Result<(), EngineError> {
-        retry("fdatasync", "temporary file", None, || {
+        retry("fdatasync", "partial file", None, || {
             rustix::fs::fdatasync(&self.file)
         })
     }
+
+    /// Cuts the file to `size` (O_DIRECT may have padded its last block) and sets its mode
+    /// and mtime. Makes nothing durable: see [`PartFile::sync`] or [`syncfs`].
+    pub fn set_final_metadata(
+        &self,
+        size: u64,
+        mode: u32,
+        mtime: (i64, u32),
+    ) -> Result<(), EngineError> {
+        let f = &self.file;
+        retry("ftruncate", "partial file", None, || {
+            rustix::fs::ftruncate(f, size)
+        })?;
+        retry("fchmod", "partial file", None, || {
+            rustix::fs::fchmod(f, Mode::from_raw_mode(mode & 0o777))
+        })?;
+        let times = timestamps(mtime);
+        retry("futimens", "partial file", None, || {
+            rustix::fs::futimens(f, &times)
+        })
+    }
+
+    /// `fsync` the file: data and metadata (mode, mtime) reach stable storage.
+    pub fn sync(&self) -> Result<(), EngineError> {
+        retry("fsync", "partial file", None, || {
+            rustix::fs::fsync(&self.file)
+        })
+    }
+
+    /// Renames the file over `target` in its directory and removes its journal. The rename
+    /// is durable once the directory is synced ([`fsync_dir`] or [`syncfs`]). Call only after
+    /// the contents are verified and synced.
+    pub fn rename_to(mut self, target: &[u8]) -> Result<(), EngineError> {
+        retry("renameat", "destination", None, || {
+            rustix::fs::renameat(&self.dir, self.part.as_c_str(), &self.dir, target)
+        })?;
+        self.live = false;
+        self.journal_fd = None;
+        let _ = rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty());
+        Ok(())
+    }
 }
 
-impl Drop for TempFile {
+impl Drop for PartFile {
     fn drop(&mut self) {
-        if self.live {
-            let _ = rustix::fs::unlinkat(&self.dir, self.name.as_c_str(), AtFlags::empty());
+        if self.live && !self.keep {
+            let _ = rustix::fs::unlinkat(&self.dir, self.part.as_c_str(), AtFlags::empty());
+            let _ = rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty());
+        }
+    }
+}
+
+fn preallocate(file: &OwnedFd, size: u64) -> Result<(), EngineError> {
+    if size == 0 {
+        return Ok(());
+    }
+    let no_space =
+        |free: u64| EngineError::NoSpace(format!("the file needs {size} bytes, {free} are free"));
+    match retry("fallocate", "partial file", None, || {
+        rustix::fs::fallocate(file, FallocateFlags::empty(), 0, size)
+    }) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_no_space() => {
+            Err(no_space(fs_info(file).map(|i| i.free_bytes).unwrap_or(0)))
+        }
+        Err(EngineError::Sys { source, .. })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+            ) =>
+        {
+            let free = fs_info(file)?.free_bytes;
+            let have = rustix::fs::fstat(file)
+                .map(|s| s.st_blocks as u64 * 512)
+                .unwrap_or(0);
+            if free + have < size {
+                return Err(no_space(free));
+            }
+            retry("ftruncate", "partial file", None, || {
+                rustix::fs::ftruncate(file, size)
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn timestamps(mtime: (i64, u32)) -> rustix::fs::Timestamps {
+    rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: mtime.0,
+            tv_nsec: i64::from(mtime.1.min(999_999_999)),
+        },
+    }
+}
+
+/// `fsync` a directory: renames and creations in it become durable.
+pub fn fsync_dir(dir: impl AsFd) -> Result<(), EngineError> {
+    retry("fsync", "destination directory", None, || {
+        rustix::fs::fsync(&dir)
+    })
+}
+
+/// `syncfs`: everything written to the filesystem under `fd` reaches stable storage. One call
+/// for a batch of small files instead of an `fsync` each.
+pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {
+    retry("syncfs", "destination filesystem", None, || {
+        rustix::fs::syncfs(&fd)
+    })
+}
+
+/// Sets a directory's permission bits and mtime.
+pub fn set_dir_times(dir: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result<(), EngineError> {
+    retry("fchmod", "directory", None, || {
+        rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode & 0o7777))
+    })?;
+    let times = timestamps(mtime);
+    retry("futimens", "directory", None, || {
+        rustix::fs::futimens(&dir, &times)
+    })
+}
+
+/// Creates symlink `name` -> `target` in `dir`, replacing an existing non-directory entry of
+/// that name atomically (a new link under a temporary name, renamed over it). The target is
+/// stored as given and never followed.
+pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<(), EngineError> {
+    match entry_kind(&dir, name)? {
+        EntryKind::Dir => {
+            return Err(EngineError::Path(format!(
+                "'{}' is a directory on the receiver; not replaced by a link",
+                show(name)
+            )));
+        }
+        EntryKind::Missing => {
+            return retry("symlinkat", "destination", None, || {
+                rustix::fs::symlinkat(target, &dir, name)
+            });
+        }
+        _ => {}
+    }
+    let tag: [u8; 8] =
+        crate::sys::random().map_err(|e| EngineError::Path(format!("getrandom: {e}")))?;
+    let tmp = format!(".zcp-{}.link", hex(&tag));
+    retry("symlinkat", "destination", None, || {
+        rustix::fs::symlinkat(target, &dir, tmp.as_str())
+    })?;
+    retry("renameat", "destination", None, || {
+        rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)
+    })
+    .inspect_err(|_| {
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+    })
+}
+
+/// What a directory entry is and the facts a sender announces, without following symlinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// File, directory, link, other.
+    pub kind: EntryKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// `st_mode & 0o7777`.
+    pub mode: u32,
+    /// Modification time.
+    pub mtime: (i64, u32),
+    /// Status change time (catches changes that keep the mtime).
+    pub ctime: (i64, u32),
+    /// Device and inode: the file's identity.
+    pub id: (u64, u64),
+    /// Hard links; 0 once the file was deleted.
+    pub nlink: u64,
+    /// For `Other`: what it is, for the note that skips it.
+    pub other: &'static str,
+}
+
+fn meta_of(st: &rustix::fs::Stat) -> Meta {
+    let ft = FileType::from_raw_mode(st.st_mode);
+    let (kind, other) = match ft {
+        FileType::Directory => (EntryKind::Dir, ""),
+        FileType::RegularFile => (EntryKind::File, ""),
+        FileType::Symlink => (EntryKind::Symlink, ""),
+        FileType::Fifo => (EntryKind::Other, "FIFO"),
+        FileType::Socket => (EntryKind::Other, "socket"),
+        FileType::CharacterDevice => (EntryKind::Other, "character device"),
+        FileType::BlockDevice => (EntryKind::Other, "block device"),
+        _ => (EntryKind::Other, "special file"),
+    };
+    Meta {
+        kind,
+        size: st.st_size as u64,
+        mode: st.st_mode & 0o7777,
+        mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+        ctime: (st.st_ctime, st.st_ctime_nsec as u32),
+        id: (st.st_dev, st.st_ino),
+        nlink: st.st_nlink,
+        other,
+    }
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
+pub fn stat_at(dir: impl AsFd, name: &[u8]) -> Result<Meta, EngineError> {
+    rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| meta_of(&st))
+        .map_err(|e| EngineError::Sys {
+            call: "fstatat",
+            what: "source",
+            source: e.into(),
+        })
+}
+
+/// `fstat(fd)`.
+pub fn stat_fd(fd: impl AsFd) -> Result<Meta, EngineError> {
+    rustix::fs::fstat(&fd)
+        .map(|st| meta_of(&st))
+        .map_err(|e| EngineError::Sys {
+            call: "fstat",
+            what: "source",
+            source: e.into(),
+        })
+}
+
+/// Opens a path as given (following symlinks, as for command-line arguments).
+pub fn open_path(path: &Path) -> Result<OwnedFd, EngineError> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|e| EngineError::Path(format!("{}: {}", path.display(), std::io::Error::from(e))))
+}
+
+/// Opens entry `name` of `dir` for reading, never following a symlink; a regular file or a
+/// directory. `O_NONBLOCK` keeps a FIFO that appeared in its place from hanging the open.
+pub fn open_at(dir: impl AsFd, name: &[u8]) -> Result<OwnedFd, EngineError> {
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+    retry("openat", "source", None, || {
+        rustix::fs::openat(&dir, name, flags, Mode::empty())
+    })
+}
+
+/// The target of symlink `name` in `dir`, as raw bytes.
+pub fn read_link_at(dir: impl AsFd, name: &[u8]) -> Result<Vec<u8>, EngineError> {
+    rustix::fs::readlinkat(&dir, name, Vec::new())
+        .map(|c| c.into_bytes())
+        .map_err(|e| EngineError::Sys {
+            call: "readlinkat",
+            what: "source",
+            source: e.into(),
+        })
+}
+
+/// Reads the entries of a directory (without `.` and `..`), a batch at a time: memory stays
+/// bounded however many entries it holds.
+pub struct DirEntries(rustix::fs::Dir);
+
+impl std::fmt::Debug for DirEntries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirEntries")
+    }
+}
+
+/// Starts reading the directory open at `dir`.
+pub fn read_dir(dir: impl AsFd) -> Result<DirEntries, EngineError> {
+    rustix::fs::Dir::read_from(&dir)
+        .map(DirEntries)
+        .map_err(|e| EngineError::Sys {
+            call: "getdents64",
+            what: "source directory",
+            source: e.into(),
+        })
+}
+
+impl Iterator for DirEntries {
+    type Item = Result<Vec<u8>, EngineError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.0.read()? {
+                Ok(e) => {
+                    let name = e.file_name().to_bytes();
+                    if name == b"." || name == b".." {
+                        continue;
+                    }
+                    return Some(Ok(name.to_vec()));
+                }
+                Err(e) => {
+                    return Some(Err(EngineError::Sys {
+                        call: "getdents64",
+                        what: "source directory",
+                        source: e.into(),
+                    }));
+                }
+            }
         }
     }
 }
@@ -437,28 +806,78 @@ mod tests {
     }
 
     #[test]
-    fn temp_file_is_removed_unless_committed() {
+    fn part_file_is_locked_kept_or_removed_and_renamed() {
         let (d, r) = root();
-        let t = TempFile::create(r.open_dir(&[], false).unwrap()).unwrap();
-        let name = t.name();
-        assert!(d.path().join(&name).exists());
-        drop(t);
-        assert!(!d.path().join(&name).exists());
+        let (p, existed) = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap();
+        assert!(!existed);
+        let name = p.name();
+        assert_eq!(name, ".zcp-abc.part");
+        // A second writer for the same target is refused while the first holds it.
+        let e = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap_err();
+        assert!(matches!(e, EngineError::Busy(_)), "{e}");
+        drop(p);
+        assert!(!d.path().join(&name).exists(), "removed when not kept");
 
-        let t = TempFile::create(r.open_dir(&[], false).unwrap()).unwrap();
-        t.preallocate(10_000).unwrap();
-        rustix::io::pwrite(t.fd(), b"hello", 0).unwrap();
-        t.commit(5, 0o640, (1_000_000_000, 5), b"final").unwrap();
-        let p = d.path().join("final");
-        assert_eq!(std::fs::read(&p).unwrap(), b"hello");
+        let (mut p, _) = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap();
+        p.start_journal(b"header").unwrap();
+        p.append_journal(b"+record").unwrap();
+        assert_eq!(p.read_journal().unwrap().unwrap(), b"header+record");
+        p.set_keep(true);
+        drop(p);
+        assert!(d.path().join(".zcp-abc.part").exists(), "kept for resume");
+        let (mut p, existed) = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap();
+        assert!(existed);
+        p.continue_journal(6).unwrap();
+        p.append_journal(b"!").unwrap();
+        assert_eq!(p.read_journal().unwrap().unwrap(), b"header!");
+
+        p.preallocate(10_000).unwrap();
+        rustix::io::pwrite(p.fd(), b"hello", 0).unwrap();
+        p.set_final_metadata(5, 0o640, (1_000_000_000, 5)).unwrap();
+        p.sync().unwrap();
+        p.rename_to(b"final").unwrap();
+        let path = d.path().join("final");
+        assert_eq!(std::fs::read(&path).unwrap(), b"hello");
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let m = std::fs::metadata(&p).unwrap();
+        let m = std::fs::metadata(&path).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o640);
         assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
         assert_eq!(
             std::fs::read_dir(d.path()).unwrap().count(),
             1,
-            "no temporary file left"
+            "no partial or journal left"
+        );
+    }
+
+    #[test]
+    fn symlinks_are_made_and_replaced_atomically_never_over_directories() {
+        let (d, r) = root();
+        make_symlink(r.fd(), b"l", b"/somewhere").unwrap();
+        make_symlink(r.fd(), b"l", b"elsewhere").unwrap();
+        assert_eq!(
+            std::fs::read_link(d.path().join("l")).unwrap(),
+            std::path::Path::new("elsewhere")
+        );
+        std::fs::create_dir(d.path().join("dir")).unwrap();
+        assert!(make_symlink(r.fd(), b"dir", b"x").is_err());
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn walking_by_descriptor() {
+        let (d, r) = root();
+        std::fs::write(d.path().join("f"), b"12345").unwrap();
+        symlink("f", d.path().join("l")).unwrap();
+        let mut names: Vec<_> = read_dir(r.fd()).unwrap().map(|n| n.unwrap()).collect();
+        names.sort();
+        assert_eq!(names, vec![b"f".to_vec(), b"l".to_vec()]);
+        let m = stat_at(r.fd(), b"f").unwrap();
+        assert_eq!((m.kind, m.size), (EntryKind::File, 5));
+        assert_eq!(stat_at(r.fd(), b"l").unwrap().kind, EntryKind::Symlink);
+        assert_eq!(read_link_at(r.fd(), b"l").unwrap(), b"f");
+        assert!(
+            open_at(r.fd(), b"l").is_err(),
+            "a symlink is never opened through"
         );
     }
 

@@ -1,9 +1,11 @@
-//! The human-readable report, laid out like iperf3's: a connection line, one line per
-//! interval, a separator, and the summary with the engines, verification, CPU and memory.
+//! The human-readable report, laid out like iperf3's: a connection line, one line per stream
+//! per interval (and a `[SUM]` line when there are several streams), a separator, and the
+//! summary with the engines, verification, CPU and memory. Notices and failures are printed
+//! as they happen.
 
 use std::io::Write;
 
-use zcp_session::{Event, Interval, Reporter, Start, Summary};
+use zcp_session::{Event, Failure, Interval, Reporter, Start, Summary};
 
 use crate::units::{bits_per_second, bytes, rate, size};
 
@@ -15,6 +17,7 @@ const HEADER: &str =
 pub struct Human<W: Write> {
     out: W,
     header_done: bool,
+    streams: u16,
 }
 
 impl<W: Write> Human<W> {
@@ -23,6 +26,7 @@ impl<W: Write> Human<W> {
         Human {
             out,
             header_done: false,
+            streams: 1,
         }
     }
 
@@ -32,6 +36,7 @@ impl<W: Write> Human<W> {
     }
 
     fn start(&mut self, s: &Start) -> std::io::Result<()> {
+        self.streams = s.streams;
         let o = &mut self.out;
         writeln!(
             o,
@@ -48,13 +53,24 @@ impl<W: Write> Human<W> {
             s.remote.port(),
             &s.session[..s.session.len().min(16)]
         )?;
+        let what = match s.size {
+            Some(n) => format!("{} ({})", s.source, size(n)),
+            None => s.source.clone(),
+        };
+        let verb = if s.direction == "get" {
+            "Fetching"
+        } else {
+            "Sending"
+        };
+        let chunks = if s.chunk_size == 0 {
+            String::from("chunks sized per file")
+        } else {
+            format!("{} chunks", size(s.chunk_size))
+        };
         writeln!(
             o,
-            "Sending {} ({}) to {} in {} chunks, {} stream{}",
-            s.source,
-            size(s.size),
+            "{verb} {what} to {} in {chunks}, {} stream{}",
             s.target,
-            size(s.chunk_size),
             s.streams,
             if s.streams == 1 { "" } else { "s" }
         )?;
@@ -78,37 +94,57 @@ impl<W: Write> Human<W> {
         Ok(())
     }
 
+    fn line(
+        &mut self,
+        id: &str,
+        start: f64,
+        end: f64,
+        n: u64,
+        retr: u32,
+        tcp: Option<&zcp_session::TcpStats>,
+    ) -> std::io::Result<()> {
+        let (cwnd, rtt) = match tcp {
+            Some(t) => (
+                bytes(u64::from(t.snd_cwnd) * u64::from(t.snd_mss)),
+                format!("{} us", t.rtt_us),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let line = format!(
+            "[{id:>3}] {start:>6.2}-{end:<6.2} sec  {:>11}  {:>15} {retr:>4}  {cwnd:>12}  {rtt:>8}",
+            bytes(n),
+            rate(bits_per_second(n, end - start)),
+        );
+        writeln!(self.out, "{}", line.trim_end())
+    }
+
     fn interval(&mut self, i: &Interval) -> std::io::Result<()> {
         if !self.header_done {
             writeln!(self.out, "{HEADER}")?;
             self.header_done = true;
         }
         for st in &i.streams {
-            let secs = i.end - i.start;
-            let (cwnd, rtt) = match &st.tcp {
-                Some(t) => (
-                    bytes(u64::from(t.snd_cwnd) * u64::from(t.snd_mss)),
-                    format!("{} us", t.rtt_us),
-                ),
-                None => (String::from("-"), String::from("-")),
-            };
-            writeln!(
-                self.out,
-                "[{:>3}] {:>6.2}-{:<6.2} sec  {:>11}  {:>15} {:>4}  {:>12}  {:>8}",
-                st.id,
+            self.line(
+                &st.id.to_string(),
                 i.start,
                 i.end,
-                bytes(st.bytes),
-                rate(bits_per_second(st.bytes, secs)),
+                st.bytes,
                 st.retransmits,
-                cwnd,
-                rtt
+                st.tcp.as_ref(),
             )?;
+        }
+        if i.streams.len() > 1 {
+            self.line("SUM", i.start, i.end, i.bytes(), i.retransmits(), None)?;
         }
         Ok(())
     }
 
+    fn failed(&mut self, f: &Failure) -> std::io::Result<()> {
+        writeln!(self.out, "failed:   {}: {} [{}]", f.path, f.message, f.code)
+    }
+
     fn summary(&mut self, s: &Summary) -> std::io::Result<()> {
+        let id = if self.streams > 1 { "SUM" } else { "  0" };
         let o = &mut self.out;
         writeln!(o, "- - - - - - - - - - - - - - - - - - - - - - - - -")?;
         writeln!(
@@ -117,21 +153,22 @@ impl<W: Write> Human<W> {
         )?;
         writeln!(
             o,
-            "[  0] {:>6.2}-{:<6.2} sec  {:>11}  {:>15} {:>4}  sent",
+            "[{id}] {:>6.2}-{:<6.2} sec  {:>11}  {:>15} {:>4}  sent",
             0.0,
             s.send_seconds,
-            bytes(s.bytes),
-            rate(bits_per_second(s.bytes, s.send_seconds)),
+            bytes(s.bytes_sent),
+            rate(bits_per_second(s.bytes_sent, s.send_seconds)),
             s.retransmits
         )?;
         let what = match (s.stored, s.verified) {
+            _ if s.files == 0 => "nothing committed",
             (true, _) => "stored durably and verified",
             (false, true) => "received into memory and verified",
             (false, false) => "discarded by the receiver",
         };
         writeln!(
             o,
-            "[  0] {:>6.2}-{:<6.2} sec  {:>11}  {:>15}       {what}",
+            "[{id}] {:>6.2}-{:<6.2} sec  {:>11}  {:>15}       {what}",
             0.0,
             s.seconds,
             bytes(s.bytes),
@@ -139,14 +176,42 @@ impl<W: Write> Human<W> {
         )?;
         writeln!(
             o,
+            "Files:    {} committed, {} directories and links{}{}",
+            s.files,
+            s.entries,
+            if s.failed > 0 {
+                format!(", {} FAILED", s.failed)
+            } else {
+                String::new()
+            },
+            if s.resent_chunks > 0 {
+                format!(
+                    ", {} chunks sent again after failing verification",
+                    s.resent_chunks
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        if s.bytes_skipped > 0 {
+            writeln!(
+                o,
+                "Resumed:  {} were already on the receiver and not sent again",
+                bytes(s.bytes_skipped)
+            )?;
+        }
+        writeln!(
+            o,
             "Engines:  sender {}, receiver {}",
             s.sender_engine, s.receiver_engine
         )?;
-        match &s.digest {
-            Some(d) if s.verified => writeln!(
+        match (&s.digest, s.verified) {
+            (Some(d), true) => writeln!(
                 o,
                 "Verified: every chunk MAC matched; keyed BLAKE3 digest {d}"
             )?,
+            (None, true) => writeln!(o, "Verified: every chunk MAC and file digest matched")?,
+            _ if s.files == 0 => {}
             _ => writeln!(o, "Verified: no (the null receiver never reads the bytes)")?,
         }
         if s.stored {
@@ -155,7 +220,7 @@ impl<W: Write> Human<W> {
                 "Stored:   {} (fsync'd, then renamed into place)",
                 s.target
             )?;
-        } else {
+        } else if s.files > 0 {
             writeln!(o, "Stored:   no ({} receiver)", s.receiver_engine)?;
         }
         writeln!(
@@ -183,6 +248,8 @@ impl<W: Write> Reporter for Human<W> {
         let _ = match event {
             Event::Start(s) => self.start(s),
             Event::Interval(i) => self.interval(i),
+            Event::Notice(n) => writeln!(self.out, "note:     {n}"),
+            Event::Failed(f) => self.failed(f),
             Event::Summary(s) => self.summary(s),
         };
         let _ = self.out.flush();

@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use serde_json::{Value, json};
-use zcp_session::{Event, Interval, Reporter, Start, Summary};
+use zcp_session::{Event, Failure, Interval, Reporter, Start, Summary};
 
 use crate::units::bits_per_second;
 
@@ -17,6 +17,7 @@ fn start(s: &Start) -> Value {
         "version": format!("zcp {}", env!("CARGO_PKG_VERSION")),
         "protocol": zcp_wire::PROTOCOL_VERSION,
         "session": s.session,
+        "direction": s.direction,
         "connected": [{
             "local_host": s.local.ip().to_string(),
             "local_port": s.local.port(),
@@ -80,8 +81,22 @@ fn per_gib(cpu: f64, bytes: u64) -> f64 {
     }
 }
 
+fn failure(f: &Failure) -> Value {
+    json!({ "path": f.path, "code": f.code, "message": f.message })
+}
+
 fn end(s: &Summary) -> Value {
     json!({
+        "files": {
+            "committed": s.files,
+            "entries": s.entries,
+            "failed": s.failed,
+            "failures": s.failures.iter().map(failure).collect::<Vec<_>>(),
+        },
+        "resume": {
+            "bytes_skipped": s.bytes_skipped,
+            "chunks_resent": s.resent_chunks,
+        },
         "sum": {
             "start": 0.0,
             "end": s.seconds,
@@ -94,8 +109,8 @@ fn end(s: &Summary) -> Value {
             "start": 0.0,
             "end": s.send_seconds,
             "seconds": s.send_seconds,
-            "bytes": s.bytes,
-            "bits_per_second": bits_per_second(s.bytes, s.send_seconds),
+            "bytes": s.bytes_sent,
+            "bits_per_second": bits_per_second(s.bytes_sent, s.send_seconds),
         },
         "engines": {
             "sender": s.sender_engine,
@@ -127,6 +142,7 @@ pub struct JsonDoc<W: Write> {
     out: W,
     start: Value,
     intervals: Vec<Value>,
+    notices: Vec<String>,
 }
 
 impl<W: Write> JsonDoc<W> {
@@ -136,6 +152,7 @@ impl<W: Write> JsonDoc<W> {
             out,
             start: json!({}),
             intervals: Vec::new(),
+            notices: Vec::new(),
         }
     }
 
@@ -149,6 +166,7 @@ impl<W: Write> JsonDoc<W> {
         let doc = json!({
             "start": self.start,
             "intervals": self.intervals,
+            "notices": self.notices,
             "error": message,
             "exit_code": exit_code,
         });
@@ -165,10 +183,18 @@ impl<W: Write> Reporter for JsonDoc<W> {
         match event {
             Event::Start(s) => self.start = start(s),
             Event::Interval(i) => self.intervals.push(interval(i)),
+            Event::Notice(n) => {
+                if self.notices.len() < 1000 {
+                    self.notices.push(n.clone());
+                }
+            }
+            // Failures are listed in `end.files.failures`.
+            Event::Failed(_) => {}
             Event::Summary(s) => {
                 let doc = json!({
                     "start": self.start,
                     "intervals": self.intervals,
+                    "notices": self.notices,
                     "end": end(s),
                 });
                 let _ = writeln!(
@@ -218,6 +244,8 @@ impl<W: Write> Reporter for JsonStream<W> {
         match event {
             Event::Start(s) => self.line("start", start(s)),
             Event::Interval(i) => self.line("interval", interval(i)),
+            Event::Notice(n) => self.line("notice", json!({ "message": n })),
+            Event::Failed(f) => self.line("failed", failure(f)),
             Event::Summary(s) => self.line("end", end(s)),
         }
     }

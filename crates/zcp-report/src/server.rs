@@ -26,28 +26,34 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
 
     /// Formats one event as a line.
     pub fn line(event: &ServerEvent) -> String {
+        let short = |s: &str| s[..s.len().min(16)].to_string();
         match event {
             ServerEvent::Listening { addr, root } => {
                 format!("zcp: listening on {addr}, root {root}")
             }
             ServerEvent::Rejected { peer, reason } => format!("zcp: refused {peer}: {reason}"),
-            ServerEvent::SessionStart { peer, session } => {
-                format!(
-                    "zcp: session {} from {peer}",
-                    &session[..session.len().min(16)]
-                )
-            }
+            ServerEvent::SessionStart {
+                peer,
+                session,
+                direction,
+                streams,
+            } => format!(
+                "zcp: session {} from {peer}: {direction}, {streams} stream{}",
+                short(session),
+                if *streams == 1 { "" } else { "s" }
+            ),
             ServerEvent::FileDone {
                 session,
                 target,
                 bytes,
+                skipped,
                 seconds,
                 engine,
                 verified,
                 stored,
             } => format!(
-                "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}",
-                &session[..session.len().min(16)],
+                "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}{}",
+                short(session),
                 if *stored { "stored" } else { "received" },
                 target,
                 size(*bytes),
@@ -58,6 +64,11 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                 } else {
                     ", not verified"
                 },
+                if *skipped > 0 {
+                    format!(", {} resumed", size(*skipped))
+                } else {
+                    String::new()
+                },
             ),
             ServerEvent::FileFailed {
                 session,
@@ -66,21 +77,25 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
             } => {
                 format!(
                     "zcp: session {}: {target} not committed: {reason}",
-                    &session[..session.len().min(16)]
+                    short(session)
                 )
             }
             ServerEvent::SessionEnd {
                 session,
                 ok,
                 reason,
+                files,
+                bytes,
             } => match (ok, reason) {
                 (true, _) => format!(
-                    "zcp: session {} finished",
-                    &session[..session.len().min(16)]
+                    "zcp: session {} finished: {files} file{}, {}",
+                    short(session),
+                    if *files == 1 { "" } else { "s" },
+                    size(*bytes)
                 ),
                 (false, r) => format!(
                     "zcp: session {} failed: {}",
-                    &session[..session.len().min(16)],
+                    short(session),
                     r.as_deref().unwrap_or("unknown reason")
                 ),
             },

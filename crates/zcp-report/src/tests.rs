@@ -2,7 +2,7 @@
 //! the machine.
 
 use zcp_session::{
-    Cpu, Event, Interval, Reporter, ServerEvent, Start, StreamInterval, Summary, TcpStats,
+    Cpu, Event, Failure, Interval, Reporter, ServerEvent, Start, StreamInterval, Summary, TcpStats,
 };
 
 use crate::{Human, JsonDoc, JsonStream, ServerLog};
@@ -12,12 +12,13 @@ fn events(verify: bool) -> Vec<Event> {
         local: "127.0.0.1:40122".parse().unwrap(),
         remote: "127.0.0.1:5310".parse().unwrap(),
         session: "3fa2c1d4e5f60718293a4b5c6d7e8f90".into(),
+        direction: "send",
         source: "data.bin".into(),
         target: "incoming/data.bin".into(),
-        size: 4 << 30,
+        size: Some(4 << 30),
         chunk_size: 64 << 20,
         block_size: 8 << 20,
-        streams: 1,
+        streams: 2,
         sender_engine: "sendfile".into(),
         sender_note: None,
         receiver_engine: if verify {
@@ -40,12 +41,20 @@ fn events(verify: bool) -> Vec<Event> {
         Event::Interval(Interval {
             start,
             end,
-            streams: vec![StreamInterval {
-                id: 0,
-                bytes,
-                tcp: Some(tcp),
-                retransmits: 0,
-            }],
+            streams: vec![
+                StreamInterval {
+                    id: 0,
+                    bytes: bytes / 2,
+                    tcp: Some(tcp),
+                    retransmits: 0,
+                },
+                StreamInterval {
+                    id: 1,
+                    bytes: bytes - bytes / 2,
+                    tcp: Some(tcp),
+                    retransmits: 1,
+                },
+            ],
         })
     };
     vec![
@@ -53,8 +62,28 @@ fn events(verify: bool) -> Vec<Event> {
         iv(0.0, 1.0, 2_040_109_465),
         iv(1.0, 2.0, 2_147_483_648),
         iv(2.0, 2.1, 107_374_183),
+        Event::Notice(
+            "data.bin: resumed; 1073741824 bytes were already on the receiver and not sent again"
+                .into(),
+        ),
+        Event::Failed(Failure {
+            path: "dir/fifo".into(),
+            code: "source",
+            message: "is a FIFO; only files, directories and links are sent".into(),
+        }),
         Event::Summary(Summary {
             bytes: 4 << 30,
+            bytes_sent: 3 << 30,
+            bytes_skipped: 1 << 30,
+            files: 1,
+            entries: 2,
+            resent_chunks: 1,
+            failed: 1,
+            failures: vec![Failure {
+                path: "dir/fifo".into(),
+                code: "source",
+                message: "is a FIFO".into(),
+            }],
             seconds: 2.45,
             send_seconds: 2.1,
             sender_engine: "sendfile".into(),
@@ -173,11 +202,14 @@ fn server_lines() {
         ServerEvent::SessionStart {
             peer: "127.0.0.1:4001".parse().unwrap(),
             session: "00112233445566778899aabbccddeeff".into(),
+            direction: "push",
+            streams: 4,
         },
         ServerEvent::FileDone {
             session: "00112233445566778899aabbccddeeff".into(),
             target: "a/b.bin".into(),
             bytes: 1 << 30,
+            skipped: 1 << 29,
             seconds: 0.5,
             engine: "direct".into(),
             verified: true,
@@ -192,6 +224,8 @@ fn server_lines() {
             session: "00112233445566778899aabbccddeeff".into(),
             ok: true,
             reason: None,
+            files: 1,
+            bytes: 1 << 30,
         },
     ];
     let lines: Vec<String> = evs

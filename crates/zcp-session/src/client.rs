@@ -1,757 +1,768 @@
-//! The sending side: one file, pushed to a server, verified and committed there.
+//! The client: `zcp send` (push: the client sends) and `zcp get` (pull: the server sends).
 //!
-//! After the handshake and the receiver's `FileReady`, four threads run:
-//! * the data thread sends each chunk's header and then its bytes with the sender engine;
-//! * the hash thread reads the same chunks from the page cache through guarded mappings,
-//!   sends each chunk's MAC on the control connection, waits for the data thread, checks the
-//!   source did not change, and sends `FileEnd` with the whole-file digest;
-//! * the reader thread forwards control messages from the receiver;
-//! * the calling thread ticks the interval reports, watches liveness, and on `FileCommitted`
-//!   sends `Finish` and waits for the receiver's `Stats`.
-//!
-//! Any failure cancels the rest: sockets are shut down so blocked threads return, and the
-//! receiver, seeing the session end without `FileEnd`, removes its temporary file.
+//! Both connect, authenticate, ask for a session with `Open`, open the data streams the server
+//! granted (the client always connects, so a firewall need only let one port in), and then
+//! run a role: the [`crate::sender`] for a push, the [`crate::receiver`] for a pull. A
+//! [`ClientObserver`] turns what the role reports into [`Event`]s, adds the interval reports
+//! from the streams' counters and `TCP_INFO`, and builds the [`Summary`].
 
-use std::fs::File;
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsFd;
+use std::net::TcpStream;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use zcp_engine::send::send_all;
+use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, random, tcp_info, thread_usage};
-use zcp_engine::{EngineError, FileSender, RecvEngine, SendEngine};
-use zcp_wire::{
-    ChunkHeader, ChunkPlan, ErrorCode, Message, Psk, PutFile, ReceiverStats, RelPath, SessionKeys,
-    escape,
-};
+use zcp_engine::{RecvEngine, SendEngine, Usage};
+use zcp_wire::{ErrorCode, Message, Open, Psk, escape};
 
-use crate::conn::{ControlTx, authenticate, connect, open_data};
+use crate::conn::{ClientSession, authenticate, connect, open_data};
+use crate::control::{ControlWriter, spawn_reader};
 use crate::error::{FrameIoError, SessionError};
-use crate::event::{Cpu, Event, Interval, Reporter, Start, StreamInterval, Summary};
+use crate::event::{
+    Cpu, Event, Failure, FileOutcome, Interval, Observer, Reporter, Start, StreamInterval, Summary,
+};
+use crate::manifest::{Top, Walker};
+use crate::receiver::{REvent, ReceiverConfig, RxShared};
+use crate::sender::{SEvent, SenderConfig, SenderSetup};
 
-/// How often background threads wake to check for cancellation and liveness.
-const TICK: Duration = Duration::from_millis(250);
+/// Failures kept in a summary (all are counted).
+const MAX_FAILURES_KEPT: usize = 100;
 
-/// Everything a send needs.
+/// Connection settings shared by `send` and `get`.
 #[derive(Debug, Clone)]
-pub struct SendOptions {
+pub struct Connection {
     /// Server host name or address.
     pub host: String,
     /// Server port.
     pub port: u16,
     /// The pre-shared key.
     pub psk: Psk,
-    /// The file to send.
-    pub source: PathBuf,
-    /// Destination relative to the server root (raw bytes).
-    pub dest: Vec<u8>,
+    /// Time allowed to connect and authenticate.
+    pub connect_timeout: Duration,
+    /// A transfer with no progress and no word from the peer for this long fails.
+    pub idle_timeout: Duration,
+}
+
+/// How bytes move, shared by `send` and `get`.
+#[derive(Debug, Clone)]
+pub struct Transfer {
     /// Sender engine to try first.
     pub engine: SendEngine,
     /// Receiver engine to ask for.
     pub recv_engine: RecvEngine,
     /// Bytes per engine call (0: each engine's default), on both sides.
     pub block_size: u64,
-    /// Chunk size; `None` picks one from the file size.
+    /// Chunk size; `None` picks one per file from its size.
     pub chunk_size: Option<u64>,
+    /// Data streams to ask for.
+    pub streams: u16,
+    /// Descend into directories.
+    pub recursive: bool,
     /// Interval between reports; `None` for none.
     pub interval: Option<Duration>,
-    /// Time allowed to connect and authenticate.
-    pub connect_timeout: Duration,
-    /// A transfer with no progress and no word from the receiver for this long fails.
-    pub idle_timeout: Duration,
 }
 
-/// What identifies a file's contents cheaply; any change between the start and the end of
-/// the send means the source changed while being sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fingerprint {
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-    ino: u64,
-    dev: u64,
+/// `zcp send`: what to send and where.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// How to reach the server.
+    pub conn: Connection,
+    /// How to move the bytes.
+    pub transfer: Transfer,
+    /// Files and directories to send.
+    pub sources: Vec<PathBuf>,
+    /// Destination relative to the server root (raw bytes).
+    pub dest: Vec<u8>,
 }
 
-impl Fingerprint {
-    fn of(m: &std::fs::Metadata) -> Fingerprint {
-        Fingerprint {
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-            ino: m.ino(),
-            dev: m.dev(),
+/// `zcp get`: what to fetch and where to put it.
+#[derive(Debug, Clone)]
+pub struct GetOptions {
+    /// How to reach the server.
+    pub conn: Connection,
+    /// How to move the bytes.
+    pub transfer: Transfer,
+    /// Paths relative to the server root.
+    pub paths: Vec<Vec<u8>>,
+    /// Local destination: a directory (created if missing), or for one path a new name.
+    pub dest: PathBuf,
+}
+
+/// Turns a role's reports into events, and adds intervals.
+struct ClientObserver<'a> {
+    reporter: &'a mut dyn Reporter,
+    start: Option<Start>,
+    t0: Instant,
+    interval: Option<Duration>,
+    last_tick: Instant,
+    counters: Vec<Arc<AtomicU64>>,
+    socks: Vec<TcpStream>,
+    at_tick: Vec<(u64, u32)>,
+    first_retrans: Vec<u32>,
+    failures: Vec<Failure>,
+    failed: u64,
+    skipped: u64,
+    files: u64,
+    bytes: u64,
+    verified: bool,
+    stored: bool,
+    digest: Option<[u8; 32]>,
+    receiver_engine: Option<String>,
+    sender_engine: Option<String>,
+    /// Notices and failures that came before the engines were known; shown right after the
+    /// `Start` they would otherwise have forced out early.
+    early: Vec<Event>,
+}
+
+/// Early events kept before `Start` at most; more force it out.
+const MAX_EARLY: usize = 1000;
+
+impl<'a> ClientObserver<'a> {
+    fn new(
+        reporter: &'a mut dyn Reporter,
+        start: Start,
+        interval: Option<Duration>,
+        streams: &[TcpStream],
+        counters: Vec<Arc<AtomicU64>>,
+    ) -> Self {
+        let socks: Vec<TcpStream> = streams.iter().filter_map(|s| s.try_clone().ok()).collect();
+        let first_retrans: Vec<u32> = socks
+            .iter()
+            .map(|s| tcp_info(s).map_or(0, |t| t.total_retrans))
+            .collect();
+        let now = Instant::now();
+        ClientObserver {
+            reporter,
+            start: Some(start),
+            t0: now,
+            interval,
+            last_tick: now,
+            at_tick: first_retrans.iter().map(|r| (0, *r)).collect(),
+            first_retrans,
+            counters,
+            socks,
+            failures: Vec::new(),
+            failed: 0,
+            skipped: 0,
+            files: 0,
+            bytes: 0,
+            verified: true,
+            stored: true,
+            digest: None,
+            receiver_engine: None,
+            sender_engine: None,
+            early: Vec::new(),
+        }
+    }
+
+    /// Shows `e` now, or keeps it until `Start` is out.
+    fn emit(&mut self, e: Event) {
+        if self.start.is_some() && self.early.len() < MAX_EARLY {
+            self.early.push(e);
+        } else {
+            self.flush_start();
+            self.reporter.event(&e);
+        }
+    }
+
+    /// Emits the pending `Start` (once), then what waited for it; intervals count from here.
+    fn flush_start(&mut self) {
+        if let Some(s) = self.start.take() {
+            self.reporter.event(&Event::Start(s));
+            for e in std::mem::take(&mut self.early) {
+                self.reporter.event(&e);
+            }
+            self.t0 = Instant::now();
+            self.last_tick = self.t0;
+        }
+    }
+
+    fn interval(&mut self, now: Instant) {
+        let mut streams = Vec::with_capacity(self.counters.len());
+        for (i, c) in self.counters.iter().enumerate() {
+            let bytes = c.load(Ordering::Relaxed);
+            let tcp = self.socks.get(i).and_then(tcp_info);
+            let (b0, r0) = self.at_tick[i];
+            let retrans = tcp.map_or(r0, |t| t.total_retrans);
+            streams.push(StreamInterval {
+                id: i as u16,
+                bytes: bytes - b0,
+                tcp,
+                retransmits: retrans.saturating_sub(r0),
+            });
+            self.at_tick[i] = (bytes, retrans);
+        }
+        self.reporter.event(&Event::Interval(Interval {
+            start: self.last_tick.duration_since(self.t0).as_secs_f64(),
+            end: now.duration_since(self.t0).as_secs_f64(),
+            streams,
+        }));
+        self.last_tick = now;
+    }
+
+    /// The final partial interval, ending when the data did, when anything moved since the
+    /// last one.
+    fn last_interval(&mut self, end: Instant) {
+        if self.interval.is_some() && self.start.is_none() {
+            let moved = self
+                .counters
+                .iter()
+                .enumerate()
+                .any(|(i, c)| c.load(Ordering::Relaxed) != self.at_tick[i].0);
+            if moved {
+                self.interval(end.max(self.last_tick));
+            }
+        }
+    }
+
+    fn retransmits(&self) -> u32 {
+        self.socks
+            .iter()
+            .zip(&self.first_retrans)
+            .map(|(s, r0)| tcp_info(s).map_or(0, |t| t.total_retrans.saturating_sub(*r0)))
+            .sum()
+    }
+
+    fn record_failure(&mut self, f: Failure) {
+        self.failed += 1;
+        if self.failures.len() < MAX_FAILURES_KEPT {
+            self.failures.push(f.clone());
+        }
+        self.emit(Event::Failed(f));
+    }
+}
+
+impl Observer for ClientObserver<'_> {
+    fn engines(
+        &mut self,
+        sender: &str,
+        sender_note: Option<&str>,
+        receiver: &str,
+        receiver_note: Option<&str>,
+    ) {
+        self.receiver_engine = Some(receiver.to_string());
+        self.sender_engine = Some(sender.to_string());
+        if let Some(s) = self.start.as_mut() {
+            s.sender_engine = sender.to_string();
+            s.sender_note = sender_note.map(str::to_string);
+            s.receiver_engine = receiver.to_string();
+            s.receiver_note = receiver_note.map(str::to_string);
+            s.verify = receiver != RecvEngine::Null.name();
+        }
+        self.flush_start();
+    }
+
+    fn file_done(&mut self, done: FileOutcome) {
+        match done.failure {
+            Some(mut f) => {
+                if f.path.is_empty() {
+                    f.path = done.path;
+                }
+                self.record_failure(f);
+            }
+            None => {
+                self.files += 1;
+                self.bytes += done.bytes;
+                self.skipped += done.skipped;
+                self.verified &= done.verified;
+                self.stored &= done.stored;
+                self.digest = (self.files == 1 && done.verified).then_some(done.digest);
+                if done.skipped > 0 {
+                    self.emit(Event::Notice(format!(
+                        "{}: resumed; {} bytes were already on the receiver and not sent again",
+                        done.path, done.skipped
+                    )));
+                }
+            }
+        }
+    }
+
+    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
+        if let Some(f) = failure {
+            self.record_failure(f);
+        }
+        if let Some(n) = note {
+            self.emit(Event::Notice(n));
+        }
+    }
+
+    fn tick(&mut self) {
+        if self.start.is_some() {
+            return;
+        }
+        if let Some(i) = self.interval {
+            let now = Instant::now();
+            if now >= self.last_tick + i {
+                self.interval(now);
+            }
         }
     }
 }
 
-/// A one-shot flag other threads can wait on.
-#[derive(Debug, Default)]
-struct Latch {
-    value: Mutex<Option<bool>>,
-    cv: Condvar,
-}
-
-impl Latch {
-    fn set(&self, v: bool) {
-        *self.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(v);
-        self.cv.notify_all();
-    }
-
-    /// The value once set; `None` if `cancel` is raised first.
-    fn wait(&self, cancel: &AtomicBool) -> Option<bool> {
-        let mut g = self.value.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(v) = *g {
-                return Some(v);
-            }
-            if cancel.load(Ordering::Relaxed) {
-                return None;
-            }
-            g = self
-                .cv
-                .wait_timeout(g, TICK)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-}
-
-enum Note {
-    Control(Result<Message, FrameIoError>),
-    DataDone(Result<Instant, SessionError>),
-    Hashed(Result<(ControlTx, [u8; 32]), SessionError>),
-}
-
-fn source_error(path: &str, reason: impl std::fmt::Display) -> SessionError {
-    SessionError::Source {
-        path: path.to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-fn engine_error(path: &str, e: EngineError) -> SessionError {
-    match e {
-        EngineError::SourceShort { .. } | EngineError::SourceChanged(_) => {
-            SessionError::SourceChanged {
-                path: path.to_string(),
-                reason: e.to_string(),
-            }
-        }
-        other => SessionError::Engine(other),
-    }
-}
-
-/// Sends one file and returns once the receiver has verified and committed it; the summary
-/// is also pushed to `reporter` as [`Event::Summary`].
-pub fn send_file(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
-    // CPU is counted per thread, over this session's threads only, so a server running in the
-    // same process (zcp demo, tests) is not counted as the sender.
-    let usage0 = thread_usage();
-    let helpers = Mutex::new(zcp_engine::Usage::default());
-    // The data thread alone: what the sender engine costs, without hashing.
-    let data_usage = Mutex::new(zcp_engine::Usage::default());
-    let source_changed: Mutex<Option<String>> = Mutex::new(None);
-    let shown = escape(opts.source.as_os_str().as_bytes());
-    let file = File::open(&opts.source).map_err(|e| source_error(&shown, e))?;
-    let meta = file.metadata().map_err(|e| source_error(&shown, e))?;
-    if meta.is_dir() {
-        return Err(source_error(
-            &shown,
-            "is a directory; zcp send takes a regular file",
-        ));
-    }
-    if !meta.is_file() {
-        return Err(source_error(
-            &shown,
-            "is not a regular file (device, FIFO or socket)",
-        ));
-    }
-    let before = Fingerprint::of(&meta);
-    let size = meta.len();
-    let name = opts
-        .source
-        .file_name()
-        .map(|n| n.as_bytes().to_vec())
-        .ok_or_else(|| source_error(&shown, "has no file name"))?;
-    RelPath::parse(&opts.dest).map_err(|e| SessionError::Refused {
-        code: ErrorCode::BadPath,
-        message: e.to_string(),
-    })?;
-    let chunk_size = opts
-        .chunk_size
-        .unwrap_or_else(|| ChunkPlan::default_chunk_size(size));
-    let plan = ChunkPlan::new(size, chunk_size)
-        .map_err(|e| source_error(&shown, format!("--chunk-size: {e}")))?;
-    let (engine, sender_note) = opts.engine.probe(file.as_fd(), size);
-
-    let control = connect(&opts.host, opts.port, opts.connect_timeout)?;
-    control.set_read_timeout(Some(opts.connect_timeout)).ok();
-    control.set_write_timeout(Some(opts.connect_timeout)).ok();
+/// Connects, authenticates and opens the session and its data streams.
+fn open_session(
+    conn: &Connection,
+    mut open: Open,
+) -> Result<(ClientSession, u16, Duration, Vec<TcpStream>), SessionError> {
+    let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
+    control.set_read_timeout(Some(conn.connect_timeout)).ok();
+    control.set_write_timeout(Some(conn.connect_timeout)).ok();
     let nonce = random().map_err(|source| SessionError::Io {
         what: "getrandom".into(),
         source,
     })?;
-    let mut cs = authenticate(control, opts.psk.clone(), nonce)?;
+    let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
     let peer = cs.peer.to_string();
-    let put = PutFile {
-        file_id: 0,
-        dest: opts.dest.clone(),
-        name,
-        size,
-        mode: meta.mode() & 0o7777,
-        mtime_sec: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec() as u32,
-        chunk_size,
-        recv_engine: opts.recv_engine.name().into(),
-        block_size: opts.block_size.min(u64::from(u32::MAX)) as u32,
-    };
+    // The server said its limit in Welcome; ask for no more.
+    open.streams = open.streams.clamp(1, cs.max_streams.max(1));
     cs.tx
-        .send(&Message::PutFile(put))
+        .send(&Message::Open(open))
         .map_err(|e| FrameIoError::from(e).into_session(&peer))?;
-    cs.rx.stream.set_read_timeout(Some(TICK)).ok();
+    cs.rx
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(250)))
+        .ok();
     let asked = Instant::now();
-    let (receiver_engine, receiver_note, target) = loop {
+    let (streams, idle_ms) = loop {
         match cs.rx.poll().map_err(|e| e.into_session(&peer))? {
-            Some(Message::FileReady {
-                engine,
-                note,
-                target,
-                ..
-            }) => {
-                break (engine, (!note.is_empty()).then_some(note), escape(&target));
-            }
-            Some(Message::Progress { .. }) => {}
-            Some(Message::FileFailed { code, message, .. })
-            | Some(Message::Error { code, message }) => {
+            Some(Message::Opened { streams, idle_ms }) => break (streams, idle_ms),
+            Some(Message::Error { code, message }) => {
                 return Err(SessionError::Refused { code, message });
             }
             Some(other) => {
                 return Err(SessionError::Protocol {
                     peer,
-                    reason: format!("expected FileReady, got {}", other.name()),
+                    reason: format!("expected Opened, got {}", other.name()),
                 });
             }
-            None if asked.elapsed() > opts.idle_timeout => {
+            None if asked.elapsed() > conn.connect_timeout => {
                 return Err(SessionError::Connection {
                     peer,
-                    reason: "the receiver did not open the file within the timeout".into(),
+                    reason: "no answer to Open within the timeout".into(),
                 });
             }
             None => {}
         }
     };
-    let verify = receiver_engine != RecvEngine::Null.name();
-    let data = open_data(
-        cs.peer,
-        &cs.keys,
-        cs.session_id,
-        0,
-        random().unwrap_or(nonce),
-        opts.connect_timeout,
-    )?;
-    data.set_read_timeout(None).ok();
-    data.set_write_timeout(Some(opts.idle_timeout)).ok();
-    zcp_engine::sys::set_socket_timeouts(&data, Some(opts.idle_timeout)).ok();
-    cs.tx.stream.set_write_timeout(Some(opts.idle_timeout)).ok();
-
-    let block = if opts.block_size == 0 {
-        engine.default_block()
-    } else {
-        opts.block_size
-    };
-    reporter.event(&Event::Start(Start {
-        local: cs.local,
-        remote: cs.peer,
-        session: cs.session_id.iter().map(|b| format!("{b:02x}")).collect(),
-        source: shown.clone(),
-        target: target.clone(),
-        size,
-        chunk_size,
-        block_size: block,
-        streams: 1,
-        sender_engine: engine.name().into(),
-        sender_note,
-        receiver_engine: receiver_engine.clone(),
-        receiver_note,
-        verify,
-    }));
-
-    let progress = AtomicU64::new(0);
-    let cancel = AtomicBool::new(false);
-    let data_done = Latch::default();
-    let (note_tx, notes) = mpsc::channel::<Note>();
-    let data_ctl = data.try_clone().map_err(|source| SessionError::Io {
-        what: "data connection".into(),
-        source,
-    })?;
-    let ctl_ctl = cs
-        .tx
-        .stream
-        .try_clone()
-        .map_err(|source| SessionError::Io {
-            what: "control connection".into(),
+    if streams == 0 {
+        return Err(SessionError::Protocol {
+            peer,
+            reason: "the server granted no data streams".into(),
+        });
+    }
+    let idle = Duration::from_millis(u64::from(idle_ms)).min(conn.idle_timeout);
+    let mut data = Vec::with_capacity(usize::from(streams));
+    for i in 0..streams {
+        let nonce = random().map_err(|source| SessionError::Io {
+            what: "getrandom".into(),
             source,
         })?;
-    let keys = cs.keys.clone();
-    let (ctl_tx, mut ctl_rx) = (cs.tx, cs.rx);
-    let t0 = Instant::now();
+        let s = open_data(
+            cs.peer,
+            &cs.keys,
+            cs.session_id,
+            i,
+            nonce,
+            conn.connect_timeout,
+        )?;
+        s.set_read_timeout(Some(idle)).ok();
+        zcp_engine::sys::set_socket_timeouts(&s, Some(idle)).ok();
+        data.push(s);
+    }
+    cs.tx.stream.set_write_timeout(Some(idle)).ok();
+    Ok((cs, streams, idle, data))
+}
 
-    let outcome = std::thread::scope(|s| {
-        {
-            let (note, file, plan, progress, cancel, data_done, shown) = (
-                note_tx.clone(),
-                &file,
-                &plan,
-                &progress,
-                &cancel,
-                &data_done,
-                &shown,
-            );
-            let (data, helpers, data_usage) = (&data, &helpers, &data_usage);
-            s.spawn(move || {
-                let u0 = thread_usage();
-                let r = send_chunks(data, file, plan, engine, opts.block_size, progress, cancel)
-                    .map_err(|e| engine_error(shown, e));
-                data_done.set(r.is_ok());
-                let used = thread_usage().since(&u0);
-                helpers.lock().unwrap_or_else(|p| p.into_inner()).add(&used);
-                *data_usage.lock().unwrap_or_else(|p| p.into_inner()) = used;
-                let _ = note.send(Note::DataDone(r));
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn start_event(
+    cs: &ClientSession,
+    direction: &'static str,
+    source: String,
+    target: String,
+    size: Option<u64>,
+    t: &Transfer,
+    streams: u16,
+) -> Start {
+    Start {
+        local: cs.local,
+        remote: cs.peer,
+        session: hex(&cs.session_id),
+        direction,
+        source,
+        target,
+        size,
+        chunk_size: t.chunk_size.unwrap_or(0),
+        block_size: t.block_size,
+        streams,
+        sender_engine: t.engine.name().into(),
+        sender_note: None,
+        receiver_engine: t.recv_engine.name().into(),
+        receiver_note: None,
+        verify: t.recv_engine != RecvEngine::Null,
+    }
+}
+
+fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
+    Open {
+        pull,
+        recursive: t.recursive,
+        streams: t.streams.max(1),
+        idle_ms: idle.as_millis().min(u128::from(u32::MAX)) as u32,
+        recv_engine: t.recv_engine.name().into(),
+        send_engine: t.engine.name().into(),
+        block_size: t.block_size.min(u64::from(u32::MAX)) as u32,
+        chunk_size: t.chunk_size.unwrap_or(0),
+    }
+}
+
+fn basename(p: &Path) -> Vec<u8> {
+    p.file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_else(|| b".".to_vec())
+}
+
+fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    if a.is_empty() || a == b"." {
+        return b.to_vec();
+    }
+    let mut out = a.to_vec();
+    if !out.ends_with(b"/") {
+        out.push(b'/');
+    }
+    out.extend_from_slice(b);
+    out
+}
+
+/// Sends files and trees; returns once every entry is committed or failed and the session
+/// has ended. The summary is also pushed to `reporter`.
+pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
+    let t = &opts.transfer;
+    zcp_wire::RelPath::parse(&opts.dest).map_err(|e| SessionError::Refused {
+        code: ErrorCode::BadPath,
+        message: e.to_string(),
+    })?;
+    if opts.sources.is_empty() {
+        return Err(SessionError::Source {
+            path: String::new(),
+            reason: "nothing to send".into(),
+        });
+    }
+    // What cannot be sent at all is said before connecting.
+    for s in &opts.sources {
+        let shown = escape(s.as_os_str().as_bytes());
+        let m = std::fs::metadata(s).map_err(|e| SessionError::Source {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        if m.is_dir() && !t.recursive {
+            return Err(SessionError::Source {
+                path: shown,
+                reason: "is a directory; send directories with -r".into(),
             });
         }
-        {
-            let (note, file, plan, cancel, data_done, shown, keys, helpers) = (
-                note_tx.clone(),
-                &file,
-                &plan,
-                &cancel,
-                &data_done,
-                &shown,
-                &keys,
-                &helpers,
-            );
-            let source_changed = &source_changed;
-            s.spawn(move || {
-                let u0 = thread_usage();
-                let r = hash_and_end(
-                    ctl_tx,
-                    file,
-                    plan,
-                    keys,
-                    verify,
-                    data_done,
-                    cancel,
-                    before,
-                    shown,
-                    source_changed,
-                );
-                helpers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .add(&thread_usage().since(&u0));
-                let _ = note.send(Note::Hashed(r));
+        if !m.is_dir() && !m.is_file() {
+            return Err(SessionError::Source {
+                path: shown,
+                reason: "is not a regular file or directory (device, FIFO or socket)".into(),
             });
         }
-        {
-            let (note, cancel, helpers) = (note_tx.clone(), &cancel, &helpers);
-            s.spawn(move || {
-                let u0 = thread_usage();
-                let _count = CountOnDrop(helpers, u0);
-                loop {
-                    match ctl_rx.poll() {
-                        Ok(Some(m)) => {
-                            let last = matches!(
-                                m,
-                                Message::Stats(_)
-                                    | Message::Error { .. }
-                                    | Message::FileFailed { .. }
-                            );
-                            let _ = note.send(Note::Control(Ok(m)));
-                            if last {
-                                return;
-                            }
-                        }
-                        Ok(None) if cancel.load(Ordering::Relaxed) => return,
-                        Ok(None) => {}
-                        Err(e) => {
-                            let _ = note.send(Note::Control(Err(e)));
-                            return;
-                        }
-                    }
-                }
+    }
+    // One regular file is sent scp-style (the destination may name the file); anything else
+    // goes into the destination as a directory.
+    let lone_file = opts.sources.len() == 1
+        && std::fs::metadata(&opts.sources[0])
+            .map(|m| m.is_file())
+            .unwrap_or(false);
+    let tops: Vec<Top> = if lone_file {
+        vec![Top::Local {
+            path: opts.sources[0].clone(),
+            dest: opts.dest.clone(),
+            name: basename(&opts.sources[0]),
+        }]
+    } else {
+        let mut v = Vec::new();
+        if opts.dest != b"." {
+            v.push(Top::Dir {
+                dest: opts.dest.clone(),
             });
         }
-        drop(note_tx);
-        let r = drive(opts, reporter, &notes, &progress, &data, t0, &peer, verify);
-        // A source that changed is the root cause of whatever else failed after it.
-        let r = match (
-            r,
-            source_changed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        ) {
-            (Err(_), Some(reason)) => Err(SessionError::SourceChanged {
-                path: shown.clone(),
-                reason,
-            }),
-            (r, _) => r,
-        };
-        if r.is_err() {
-            cancel.store(true, Ordering::Relaxed);
-            let _ = data_ctl.shutdown(Shutdown::Both);
-            let _ = ctl_ctl.shutdown(Shutdown::Both);
+        for s in &opts.sources {
+            v.push(Top::Local {
+                path: s.clone(),
+                dest: join(&opts.dest, &basename(s)),
+                name: Vec::new(),
+            });
         }
-        r
-    });
-    let done = outcome?;
+        v
+    };
+    let size = if lone_file {
+        std::fs::metadata(&opts.sources[0]).ok().map(|m| m.len())
+    } else {
+        None
+    };
+    let source_shown: Vec<String> = opts
+        .sources
+        .iter()
+        .map(|p| escape(p.as_os_str().as_bytes()))
+        .collect();
+
+    let usage0 = thread_usage();
+    let (cs, streams, idle, data) =
+        open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
+    let peer = cs.peer.to_string();
+    let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let start = start_event(
+        &cs,
+        "send",
+        source_shown.join(" "),
+        escape(&opts.dest),
+        size,
+        t,
+        streams,
+    );
+    let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    let ClientSession { tx, rx, keys, .. } = cs;
+    let ctl = Arc::new(ControlWriter::new(tx));
+    let (ev_tx, events) = mpsc::channel::<SEvent>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = spawn_reader(rx, ev_tx.clone(), SEvent::ctl, stop.clone()).map_err(|source| {
+        SessionError::Io {
+            what: "spawning a thread".into(),
+            source,
+        }
+    })?;
+    let cfg = SenderConfig {
+        engine: t.engine,
+        block: t.block_size,
+        chunk_size: t.chunk_size,
+        idle,
+    };
+    let setup = SenderSetup {
+        ctl: ctl.clone(),
+        events,
+        events_tx: ev_tx,
+        keys,
+        psk: opts.conn.psk.clone(),
+        streams: data,
+        counters: counters.clone(),
+        peer,
+    };
+    let result = crate::sender::run(&cfg, setup, Walker::new(tops, t.recursive), &mut obs);
+    stop.store(true, Ordering::Relaxed);
+    if result.is_err() {
+        ctl.shutdown();
+    }
+    let reader_usage = reader.join().unwrap_or_default();
+    let totals = result?;
+    obs.flush_start();
+    obs.last_interval(totals.send_end.unwrap_or_else(Instant::now));
     let mut usage = thread_usage().since(&usage0);
-    usage.add(&helpers.into_inner().unwrap_or_else(|p| p.into_inner()));
-    usage.max_rss_bytes = process_usage().max_rss_bytes;
-    let stats = done.stats;
-    let mut summary = finish_summary(done, usage, stats, engine, receiver_engine, target, size);
-    let d = data_usage.into_inner().unwrap_or_else(|p| p.into_inner());
-    summary.sender_data_cpu = Cpu::new(d.user, d.sys);
-    reporter.event(&Event::Summary(summary.clone()));
+    usage.add(&reader_usage);
+    usage.add(&totals.usage);
+    let end = totals.last_commit.unwrap_or_else(Instant::now);
+    let summary = Summary {
+        bytes: obs.bytes,
+        bytes_sent: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        bytes_skipped: obs.skipped,
+        files: obs.files,
+        entries: totals.entries,
+        resent_chunks: totals.resent,
+        seconds: end.saturating_duration_since(obs.t0).as_secs_f64(),
+        send_seconds: totals
+            .send_end
+            .unwrap_or(end)
+            .saturating_duration_since(obs.t0)
+            .as_secs_f64(),
+        sender_engine: totals.engine.unwrap_or(t.engine).name().into(),
+        receiver_engine: totals
+            .receiver_engine
+            .clone()
+            .unwrap_or_else(|| t.recv_engine.name().into()),
+        sender_cpu: Cpu::new(usage.user, usage.sys),
+        sender_data_cpu: Cpu::new(totals.data_usage.user, totals.data_usage.sys),
+        receiver_cpu: Cpu::new(
+            Duration::from_micros(totals.peer.cpu_user_us),
+            Duration::from_micros(totals.peer.cpu_sys_us),
+        ),
+        sender_max_rss: process_usage().max_rss_bytes,
+        receiver_max_rss: totals.peer.max_rss_bytes,
+        retransmits: obs.retransmits(),
+        verified: obs.files > 0 && obs.verified,
+        stored: obs.files > 0 && obs.stored,
+        digest: obs.digest.map(|d| hex(&d)),
+        target: escape(&opts.dest),
+        failed: obs.failed,
+        failures: obs.failures.clone(),
+    };
+    obs.reporter.event(&Event::Summary(summary.clone()));
     Ok(summary)
 }
 
-/// Adds a thread's CPU since `.1` to `.0` when the thread's work ends, however it ends.
-struct CountOnDrop<'a>(&'a Mutex<zcp_engine::Usage>, zcp_engine::Usage);
-
-impl Drop for CountOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(&thread_usage().since(&self.1));
-    }
-}
-
-struct Done {
-    send_end: Instant,
-    commit: Instant,
-    t0: Instant,
-    digest: [u8; 32],
-    verified: bool,
-    stored: bool,
-    stats: ReceiverStats,
-    retransmits: u32,
-}
-
-fn finish_summary(
-    d: Done,
-    usage: zcp_engine::Usage,
-    stats: ReceiverStats,
-    engine: SendEngine,
-    receiver_engine: String,
-    target: String,
-    size: u64,
-) -> Summary {
-    Summary {
-        bytes: size,
-        seconds: d.commit.duration_since(d.t0).as_secs_f64(),
-        send_seconds: d.send_end.duration_since(d.t0).as_secs_f64(),
-        sender_engine: engine.name().into(),
-        receiver_engine,
-        sender_cpu: Cpu::new(usage.user, usage.sys),
-        sender_data_cpu: Cpu::default(),
-        receiver_cpu: Cpu::new(
-            Duration::from_micros(stats.cpu_user_us),
-            Duration::from_micros(stats.cpu_sys_us),
-        ),
-        sender_max_rss: usage.max_rss_bytes,
-        receiver_max_rss: stats.max_rss_bytes,
-        retransmits: d.retransmits,
-        verified: d.verified,
-        stored: d.stored,
-        digest: d
-            .verified
-            .then(|| d.digest.iter().map(|b| format!("{b:02x}")).collect()),
-        target,
-    }
-}
-
-/// The calling thread's part: intervals, liveness, and the end of the session.
-#[allow(clippy::too_many_arguments)]
-fn drive(
-    opts: &SendOptions,
-    reporter: &mut dyn Reporter,
-    notes: &mpsc::Receiver<Note>,
-    progress: &AtomicU64,
-    data: &TcpStream,
-    t0: Instant,
-    peer: &str,
-    verify: bool,
-) -> Result<Done, SessionError> {
-    let mut ctl: Option<ControlTx> = None;
-    let mut ours: Option<[u8; 32]> = None;
-    let mut send_end: Option<Instant> = None;
-    let mut committed: Option<(Instant, [u8; 32], bool, bool)> = None;
-    let mut finish_sent = false;
-    let mut last_alive = Instant::now();
-    let mut last_progress = 0;
-    let first_retrans = tcp_info(data).map_or(0, |t| t.total_retrans);
-    let mut retrans_at_tick = first_retrans;
-    let mut last_tick = t0;
-    let mut bytes_at_tick = 0;
-    let emit = |reporter: &mut dyn Reporter,
-                now: Instant,
-                last_tick: &mut Instant,
-                bytes_at_tick: &mut u64,
-                retrans_at_tick: &mut u32| {
-        let bytes = progress.load(Ordering::Relaxed);
-        let tcp = tcp_info(data);
-        let retrans = tcp.map_or(*retrans_at_tick, |t| t.total_retrans);
-        reporter.event(&Event::Interval(Interval {
-            start: last_tick.duration_since(t0).as_secs_f64(),
-            end: now.duration_since(t0).as_secs_f64(),
-            streams: vec![StreamInterval {
-                id: 0,
-                bytes: bytes - *bytes_at_tick,
-                tcp,
-                retransmits: retrans.saturating_sub(*retrans_at_tick),
-            }],
-        }));
-        *last_tick = now;
-        *bytes_at_tick = bytes;
-        *retrans_at_tick = retrans;
-    };
-    loop {
-        let now = Instant::now();
-        let wait = match (opts.interval, send_end) {
-            (Some(i), None) => (last_tick + i).saturating_duration_since(now).min(TICK),
-            _ => TICK,
-        };
-        match notes.recv_timeout(wait) {
-            Ok(Note::DataDone(Ok(t))) => {
-                send_end = Some(t);
-                if opts.interval.is_some() && t > last_tick {
-                    emit(
-                        reporter,
-                        t,
-                        &mut last_tick,
-                        &mut bytes_at_tick,
-                        &mut retrans_at_tick,
-                    );
-                }
-            }
-            Ok(Note::DataDone(Err(e))) | Ok(Note::Hashed(Err(e))) => return Err(e),
-            Ok(Note::Hashed(Ok((tx, digest)))) => {
-                ctl = Some(tx);
-                ours = Some(digest);
-            }
-            Ok(Note::Control(Ok(m))) => {
-                last_alive = Instant::now();
-                match m {
-                    Message::Progress { .. } => {}
-                    Message::FileCommitted {
-                        digest,
-                        verified,
-                        stored,
-                        ..
-                    } => {
-                        committed = Some((Instant::now(), digest, verified, stored));
-                    }
-                    Message::FileFailed { code, message, .. }
-                    | Message::Error { code, message } => {
-                        return Err(match code {
-                            ErrorCode::Verify => SessionError::Verify(message),
-                            _ => SessionError::Refused { code, message },
-                        });
-                    }
-                    Message::Stats(stats) => {
-                        let (commit, digest, verified, stored) =
-                            committed.ok_or_else(|| SessionError::Protocol {
-                                peer: peer.into(),
-                                reason: "Stats before FileCommitted".into(),
-                            })?;
-                        return Ok(Done {
-                            send_end: send_end.unwrap_or(commit),
-                            commit,
-                            t0,
-                            digest,
-                            verified,
-                            stored,
-                            stats,
-                            retransmits: tcp_info(data)
-                                .map_or(0, |t| t.total_retrans)
-                                .saturating_sub(first_retrans),
-                        });
-                    }
-                    other => {
-                        return Err(SessionError::Protocol {
-                            peer: peer.into(),
-                            reason: format!("unexpected {} from the receiver", other.name()),
-                        });
-                    }
-                }
-            }
-            Ok(Note::Control(Err(e))) => return Err(e.into_session(peer)),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let now = Instant::now();
-                if let Some(i) = opts.interval {
-                    if send_end.is_none() && now >= last_tick + i {
-                        emit(
-                            reporter,
-                            now,
-                            &mut last_tick,
-                            &mut bytes_at_tick,
-                            &mut retrans_at_tick,
-                        );
-                    }
-                }
-                let p = progress.load(Ordering::Relaxed);
-                if p != last_progress {
-                    last_progress = p;
-                    last_alive = now;
-                }
-                if last_alive.elapsed() > opts.idle_timeout {
-                    return Err(SessionError::Connection {
-                        peer: peer.into(),
-                        reason: format!(
-                            "no progress and no word from the receiver for {} s",
-                            opts.idle_timeout.as_secs()
-                        ),
-                    });
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(SessionError::Connection {
-                    peer: peer.into(),
-                    reason: "the session's threads ended unexpectedly".into(),
-                });
-            }
-        }
-        if let (Some((_, digest, verified, _)), Some(ours), false) = (committed, ours, finish_sent)
-        {
-            if verify && (!verified || digest != ours) {
-                return Err(SessionError::Verify(
-                    "the receiver reported a digest that differs from the sender's".into(),
-                ));
-            }
-            let tx = ctl.as_mut().expect("digest and control come together");
-            tx.send(&Message::Finish)
-                .map_err(|e| FrameIoError::from(e).into_session(peer))?;
-            finish_sent = true;
-        }
-    }
-}
-
-fn send_chunks(
-    sock: &TcpStream,
-    file: &File,
-    plan: &ChunkPlan,
-    engine: SendEngine,
-    block: u64,
-    progress: &AtomicU64,
-    cancel: &AtomicBool,
-) -> Result<Instant, EngineError> {
-    let mut sender = FileSender::new(engine, block);
-    let headers = AtomicU64::new(0);
-    for i in 0..plan.count() {
-        if cancel.load(Ordering::Relaxed) {
-            break;
-        }
-        let (off, len) = plan.chunk(i);
-        send_all(
-            sock.as_fd(),
-            &ChunkHeader::data(0, off, len).encode(),
-            true,
-            &headers,
-        )?;
-        sender.send(file.as_fd(), sock.as_fd(), off, len, progress)?;
-    }
-    send_all(sock.as_fd(), &ChunkHeader::end().encode(), false, &headers)?;
-    Ok(Instant::now())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn hash_and_end(
-    mut ctl: ControlTx,
-    file: &File,
-    plan: &ChunkPlan,
-    keys: &SessionKeys,
-    verify: bool,
-    data_done: &Latch,
-    cancel: &AtomicBool,
-    before: Fingerprint,
-    shown: &str,
-    source_changed: &Mutex<Option<String>>,
-) -> Result<(ControlTx, [u8; 32]), SessionError> {
-    let peer = ctl
-        .stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let io = |e: std::io::Error| FrameIoError::from(e).into_session(&peer);
-    let abort = |ctl: &mut ControlTx, reason: String| -> SessionError {
-        // Record the root cause before telling the receiver, whose answer may otherwise win
-        // the race to the calling thread.
-        *source_changed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
-        let _ = ctl.send(&Message::Error {
-            code: ErrorCode::SourceChanged,
-            message: format!("the source changed while being sent: {reason}"),
+/// Fetches paths from the server; returns once every entry is committed or failed and the
+/// session has ended. The summary is also pushed to `reporter`.
+pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
+    let t = &opts.transfer;
+    if opts.paths.is_empty() {
+        return Err(SessionError::Source {
+            path: String::new(),
+            reason: "nothing to get".into(),
         });
-        SessionError::SourceChanged {
-            path: shown.to_string(),
-            reason,
-        }
+    }
+    for p in &opts.paths {
+        zcp_wire::RelPath::parse(p).map_err(|e| SessionError::Refused {
+            code: ErrorCode::BadPath,
+            message: e.to_string(),
+        })?;
+    }
+    // One path into something that is not a directory: that is its new name. Otherwise
+    // everything goes into the destination directory, made if missing.
+    let dest_is_dir = opts.dest.is_dir() || opts.dest.as_os_str().as_bytes().ends_with(b"/");
+    let (root_path, names): (PathBuf, Vec<Vec<u8>>) = if opts.paths.len() == 1 && !dest_is_dir {
+        let parent = opts
+            .dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (parent.to_path_buf(), vec![basename(&opts.dest)])
+    } else {
+        std::fs::create_dir_all(&opts.dest).map_err(|source| SessionError::Io {
+            what: format!("creating {}", opts.dest.display()),
+            source,
+        })?;
+        let names = opts
+            .paths
+            .iter()
+            .map(|p| basename(Path::new(std::ffi::OsStr::from_bytes(p))))
+            .collect();
+        (opts.dest.clone(), names)
     };
-    let mut digest = keys.file_digest(0, plan.size(), plan.chunk_size());
-    if verify {
-        for i in 0..plan.count() {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(SessionError::Connection {
-                    peer,
-                    reason: "cancelled".into(),
-                });
-            }
-            let (off, len) = plan.chunk(i);
-            let mut h = keys.chunk_hasher(0, off, len);
-            if let Err(e) = zcp_engine::map::visit_mapped(file, off, len, |b| {
-                h.update(b);
-            }) {
-                return Err(abort(&mut ctl, e.to_string()));
-            }
-            let mac = *h.finalize().as_bytes();
-            digest.push(&mac);
-            ctl.send(&Message::ChunkMac {
-                file_id: 0,
-                index: i,
-                mac,
-            })
-            .map_err(io)?;
+    let root = Arc::new(Root::open(&root_path)?);
+    let usage0 = thread_usage();
+    let (cs, streams, idle, data) =
+        open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+    let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
+    let start = start_event(
+        &cs,
+        "get",
+        shown.join(" "),
+        escape(opts.dest.as_os_str().as_bytes()),
+        None,
+        t,
+        streams,
+    );
+    let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    let ClientSession {
+        tx,
+        rx,
+        keys,
+        nonces,
+        ..
+    } = cs;
+    let ctl = Arc::new(ControlWriter::new(tx));
+    for (path, name) in opts.paths.iter().zip(names) {
+        ctl.send(&Message::Get {
+            path: path.clone(),
+            dest: name,
+        })
+        .map_err(|reason| SessionError::Connection {
+            peer: "the server".into(),
+            reason,
+        })?;
+    }
+    ctl.send(&Message::GetEnd)
+        .map_err(|reason| SessionError::Connection {
+            peer: "the server".into(),
+            reason,
+        })?;
+    let (ev_tx, events) = mpsc::channel::<REvent>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = spawn_reader(rx, ev_tx.clone(), REvent::ctl, stop.clone()).map_err(|source| {
+        SessionError::Io {
+            what: "spawning a thread".into(),
+            source,
         }
+    })?;
+    let cfg = ReceiverConfig {
+        requested: t.recv_engine,
+        block: t.block_size,
+        idle,
+        sender_engine: t.engine.name().into(),
+    };
+    let shared = Arc::new(RxShared::new(keys, nonces, root, ctl.clone(), ev_tx, cfg));
+    let mut loops = Vec::new();
+    for (i, s) in data.iter().enumerate() {
+        let sock = s.try_clone().map_err(|source| SessionError::Io {
+            what: "data connection".into(),
+            source,
+        })?;
+        let (sh, ctr) = (shared.clone(), counters[i].clone());
+        loops.push(
+            std::thread::Builder::new()
+                .name(format!("zcp-recv-{i}"))
+                .spawn(move || crate::receiver::data_loop(sh, sock, ctr))
+                .map_err(|source| SessionError::Io {
+                    what: "spawning a thread".into(),
+                    source,
+                })?,
+        );
     }
-    // The source must stay unchanged until its last byte has left.
-    match data_done.wait(cancel) {
-        Some(true) => {}
-        _ => {
-            return Err(SessionError::Connection {
-                peer,
-                reason: "cancelled".into(),
-            });
-        }
+    let result = crate::receiver::run(shared.clone(), events, streams, &mut obs);
+    stop.store(true, Ordering::Relaxed);
+    if result.is_err() {
+        shared.close();
+        ctl.shutdown();
     }
-    let after = file.metadata().map(|m| Fingerprint::of(&m));
-    if after.as_ref().ok() != Some(&before) {
-        let why = match after {
-            Ok(a) if a.len != before.len => {
-                format!("its size went from {} to {} bytes", before.len, a.len)
-            }
-            Ok(_) => "it was modified (mtime/ctime changed)".to_string(),
-            Err(e) => format!("it can no longer be read: {e}"),
-        };
-        return Err(abort(&mut ctl, why));
+    for l in loops {
+        let _ = l.join();
     }
-    let digest = if verify { digest.finish() } else { [0; 32] };
-    ctl.send(&Message::FileEnd { file_id: 0, digest })
-        .map_err(io)?;
-    Ok((ctl, digest))
+    let mut reader_usage: Usage = reader.join().unwrap_or_default();
+    let totals = result?;
+    obs.flush_start();
+    obs.last_interval(Instant::now());
+    reader_usage.add(&thread_usage().since(&usage0));
+    let mut usage = totals.usage;
+    usage.add(&reader_usage);
+    let end = Instant::now();
+    let summary = Summary {
+        bytes: obs.bytes,
+        bytes_sent: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        bytes_skipped: obs.skipped,
+        files: obs.files,
+        entries: totals.entries,
+        resent_chunks: 0,
+        seconds: end.saturating_duration_since(obs.t0).as_secs_f64(),
+        send_seconds: end.saturating_duration_since(obs.t0).as_secs_f64(),
+        sender_engine: obs
+            .sender_engine
+            .clone()
+            .unwrap_or_else(|| t.engine.name().into()),
+        receiver_engine: obs
+            .receiver_engine
+            .clone()
+            .unwrap_or_else(|| t.recv_engine.name().into()),
+        sender_cpu: Cpu::new(
+            Duration::from_micros(totals.peer.cpu_user_us),
+            Duration::from_micros(totals.peer.cpu_sys_us),
+        ),
+        sender_data_cpu: Cpu::default(),
+        receiver_cpu: Cpu::new(usage.user, usage.sys),
+        sender_max_rss: totals.peer.max_rss_bytes,
+        receiver_max_rss: process_usage().max_rss_bytes,
+        retransmits: obs.retransmits(),
+        verified: obs.files > 0 && obs.verified,
+        stored: obs.files > 0 && obs.stored,
+        digest: obs.digest.map(|d| hex(&d)),
+        target: escape(opts.dest.as_os_str().as_bytes()),
+        failed: obs.failed,
+        failures: obs.failures.clone(),
+    };
+    obs.reporter.event(&Event::Summary(summary.clone()));
+    Ok(summary)
 }

@@ -115,6 +115,8 @@ pub(crate) struct ClientSession {
     pub(crate) rx: ControlRx,
     pub(crate) keys: SessionKeys,
     pub(crate) session_id: SessionId,
+    pub(crate) max_streams: u16,
+    pub(crate) nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
     pub(crate) peer: SocketAddr,
     pub(crate) local: SocketAddr,
 }
@@ -163,7 +165,9 @@ pub(crate) fn authenticate(
         session_id,
         sealer,
         opener,
-        ..
+        client_nonce,
+        server_nonce,
+        max_streams,
     } = await_welcome
         .on_frame(h, &p)
         .map_err(|e| SessionError::from_handshake(&shown, e))?;
@@ -180,6 +184,8 @@ pub(crate) fn authenticate(
         },
         keys,
         session_id,
+        max_streams,
+        nonces: (client_nonce, server_nonce),
         peer,
         local,
     })

@@ -39,8 +39,8 @@ pub enum SessionError {
     /// Authentication failed on either side.
     #[error("authentication failed: {0}")]
     Auth(String),
-    /// The receiver refused or failed the file; nothing was renamed into place.
-    #[error("the receiver did not commit the file: {message} [{}]", code.name())]
+    /// The peer refused the session or failed it; nothing unverified was renamed into place.
+    #[error("the peer refused: {message} [{}]", code.name())]
     Refused {
         /// The receiver's failure class.
         code: ErrorCode,
@@ -93,6 +93,17 @@ pub mod exit {
     pub const REFUSED: i32 = 4;
     /// The data did not verify, or the source changed while being sent.
     pub const INTEGRITY: i32 = 5;
+
+    /// The exit code for a transfer that finished with failed entries, from the class of the
+    /// first failure (see [`crate::Failure::code`]).
+    pub fn for_failure(code: &str) -> i32 {
+        match code {
+            "verify" | "source-changed" => INTEGRITY,
+            "bad-path" | "no-space" | "io" | "busy" | "limit" => REFUSED,
+            "auth" => AUTH,
+            _ => FAILURE,
+        }
+    }
 }
 
 impl SessionError {

@@ -35,7 +35,7 @@ impl Cpu {
     }
 }
 
-/// Everything known when the first byte is about to be sent.
+/// Everything known when the first byte is about to move.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Start {
     /// Our end of the control connection.
@@ -44,15 +44,17 @@ pub struct Start {
     pub remote: SocketAddr,
     /// The session id, hex.
     pub session: String,
-    /// The source path, escaped for display.
+    /// `send` (push) or `get` (pull).
+    pub direction: &'static str,
+    /// What is sent, escaped for display (sources joined by spaces).
     pub source: String,
-    /// The final path on the receiver, relative to its root, escaped for display.
+    /// Where it goes, escaped for display.
     pub target: String,
-    /// File size in bytes.
-    pub size: u64,
-    /// Chunk size in bytes.
+    /// Total size when known up front (one file); `None` for trees, which stream.
+    pub size: Option<u64>,
+    /// Chunk size in bytes (0: chosen per file).
     pub chunk_size: u64,
-    /// Bytes per engine call on the sender.
+    /// Bytes per engine call on the sender (0: each engine's default).
     pub block_size: u64,
     /// Data streams.
     pub streams: u16,
@@ -60,11 +62,11 @@ pub struct Start {
     pub sender_engine: String,
     /// Why it differs from the one asked for.
     pub sender_note: Option<String>,
-    /// The receiver engine that runs.
+    /// The receiver engine that runs (of the first file; see each file's note).
     pub receiver_engine: String,
     /// Why it differs from the one asked for, or how `auto` chose.
     pub receiver_note: Option<String>,
-    /// Whether the receiver will verify chunk MACs.
+    /// Whether the receiver verifies chunk MACs.
     pub verify: bool,
 }
 
@@ -73,7 +75,7 @@ pub struct Start {
 pub struct StreamInterval {
     /// Stream index.
     pub id: u16,
-    /// Payload bytes sent in the interval.
+    /// Payload bytes moved in the interval.
     pub bytes: u64,
     /// TCP_INFO at the end of the interval, where available.
     pub tcp: Option<TcpStats>,
@@ -104,53 +106,83 @@ impl Interval {
     }
 }
 
+/// A file, directory or link that did not arrive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// Its path, escaped.
+    pub path: String,
+    /// The failure class (`bad-path`, `no-space`, `verify`, `source-changed`, ...).
+    pub code: &'static str,
+    /// Why.
+    pub message: String,
+}
+
 /// The outcome of a finished transfer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
-    /// Payload bytes transferred.
+    /// Bytes in the files committed.
     pub bytes: u64,
-    /// Seconds from the first byte sent to the receiver's durable commit.
+    /// Payload bytes that crossed the data streams (re-sent chunks count twice).
+    pub bytes_sent: u64,
+    /// Bytes already on the receiver from an interrupted earlier attempt, not sent again.
+    pub bytes_skipped: u64,
+    /// Files committed.
+    pub files: u64,
+    /// Directories and links created.
+    pub entries: u64,
+    /// Chunks sent again after failing verification.
+    pub resent_chunks: u64,
+    /// Seconds from the first byte to the last commit.
     pub seconds: f64,
     /// Seconds from the first byte to the last byte handed to the kernel.
     pub send_seconds: f64,
     /// Sender engine that ran.
     pub sender_engine: String,
-    /// Receiver engine that ran.
+    /// Receiver engine that ran (of the first file).
     pub receiver_engine: String,
-    /// Sender CPU of the session's threads (handshake and hashing included).
+    /// Sender CPU of the session's threads (hashing included).
     pub sender_cpu: Cpu,
-    /// Sender CPU of the data thread alone: what the sender engine costs, without hashing.
+    /// Sender CPU of the data threads alone: what the sender engine costs, without hashing.
     pub sender_data_cpu: Cpu,
     /// Receiver CPU of the session's threads.
     pub receiver_cpu: Cpu,
-    /// Sender peak RSS, bytes.
+    /// Sender peak RSS, bytes (process-wide).
     pub sender_max_rss: u64,
     /// Receiver peak RSS, bytes (process-wide).
     pub receiver_max_rss: u64,
-    /// Segments retransmitted over the whole transfer.
+    /// Segments retransmitted over the whole transfer, all streams.
     pub retransmits: u32,
-    /// Whether every chunk MAC and the digest were checked on the receiver.
+    /// Whether every chunk MAC and digest was checked on the receiver.
     pub verified: bool,
-    /// Whether the file was stored durably under its final name.
+    /// Whether the files were stored durably under their final names.
     pub stored: bool,
-    /// The keyed BLAKE3 digest, hex, when verified.
+    /// The keyed BLAKE3 digest, hex, when exactly one file was sent and verified.
     pub digest: Option<String>,
-    /// The final path on the receiver, escaped for display.
+    /// The destination, escaped for display.
     pub target: String,
+    /// What did not arrive (at most the first 100; `failed` counts all).
+    pub failures: Vec<Failure>,
+    /// How many entries failed.
+    pub failed: u64,
 }
 
-/// What a sending session reports.
+/// What a client session reports.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// Connected, authenticated, and the receiver is ready.
+    /// Connected, authenticated, streams open.
     Start(Start),
     /// One interval passed.
     Interval(Interval),
-    /// The transfer finished and was committed.
+    /// Something the person should know that is not a failure (a special file skipped, a
+    /// file resumed).
+    Notice(String),
+    /// An entry did not arrive; the transfer goes on with the rest.
+    Failed(Failure),
+    /// The transfer finished (some entries may have failed: see `failed`).
     Summary(Summary),
 }
 
-/// Receives a sending session's events, on the session's own thread, in order.
+/// Receives a client session's events, on the session's own thread, in order.
 pub trait Reporter {
     /// Handles one event.
     fn event(&mut self, event: &Event);
@@ -189,15 +221,21 @@ pub enum ServerEvent {
         peer: SocketAddr,
         /// Session id, hex.
         session: String,
+        /// `push` (receiving) or `pull` (sending).
+        direction: &'static str,
+        /// Data streams granted.
+        streams: u16,
     },
-    /// A file was verified and committed (or discarded by a null/mem receiver).
+    /// A file was verified and committed (or, pulled, sent and committed by the client).
     FileDone {
         /// Session id, hex.
         session: String,
-        /// Final path, escaped.
+        /// Path, escaped.
         target: String,
         /// Bytes.
         bytes: u64,
+        /// Bytes resumed from an earlier attempt rather than sent.
+        skipped: u64,
         /// Seconds from the file's announcement to its commit.
         seconds: f64,
         /// Receiver engine that ran.
@@ -207,11 +245,11 @@ pub enum ServerEvent {
         /// Whether it was stored.
         stored: bool,
     },
-    /// A file failed; nothing was renamed into place.
+    /// An entry failed; nothing was renamed into place.
     FileFailed {
         /// Session id, hex.
         session: String,
-        /// Destination as asked, escaped.
+        /// Path, escaped.
         target: String,
         /// Why.
         reason: String,
@@ -220,10 +258,14 @@ pub enum ServerEvent {
     SessionEnd {
         /// Session id, hex.
         session: String,
-        /// Whether every file it announced was committed and the session closed cleanly.
+        /// Whether the session closed cleanly.
         ok: bool,
         /// Why not, when not.
         reason: Option<String>,
+        /// Files committed (push) or sent (pull).
+        files: u64,
+        /// Payload bytes moved.
+        bytes: u64,
     },
 }
 
@@ -239,4 +281,38 @@ pub struct Quiet;
 
 impl ServerReporter for Quiet {
     fn event(&self, _event: &ServerEvent) {}
+}
+
+/// What a transfer role tells whoever runs it, as files and entries finish. The client turns
+/// these into [`Event`]s (and adds intervals on [`Observer::tick`]); the server into
+/// [`ServerEvent`]s.
+pub(crate) trait Observer {
+    /// The engines that run, known once the first file is ready (called at most once).
+    fn engines(
+        &mut self,
+        sender: &str,
+        sender_note: Option<&str>,
+        receiver: &str,
+        receiver_note: Option<&str>,
+    );
+    /// A file is done: committed (`ok`), or failed with `code` and `message`.
+    fn file_done(&mut self, done: FileOutcome);
+    /// A directory or link failed, or a note for the person.
+    fn notice(&mut self, failure: Option<Failure>, note: Option<String>);
+    /// Called about every 100 ms while the role runs.
+    fn tick(&mut self);
+}
+
+/// How one file ended, as a role reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct FileOutcome {
+    pub(crate) path: String,
+    pub(crate) bytes: u64,
+    pub(crate) skipped: u64,
+    pub(crate) seconds: f64,
+    pub(crate) engine: String,
+    pub(crate) verified: bool,
+    pub(crate) stored: bool,
+    pub(crate) digest: [u8; 32],
+    pub(crate) failure: Option<Failure>,
 }

@@ -1,19 +1,22 @@
-//! One file being received: where it goes, which engine writes it, and which of its chunks
-//! have arrived, been written, and been verified.
+//! One file being received: where it goes, which engine writes it, and where each of its
+//! chunks stands.
 //!
-//! Data-stream threads and the session's control thread share an [`Incoming`] through an
-//! `Arc`. A chunk is *done* when its bytes are written (the engine's completion fired) and its
-//! MAC is known (hashed in the engine's buffer, or from the page cache after a splice). The
-//! control thread commits the file only when every chunk is done, every MAC matches the
-//! sender's, and the whole-file digests agree: the verified ranges then cover exactly
-//! `[0, size)`, because the plan admits each chunk once, at one offset, with one length.
+//! Data-stream threads, engine helper threads, the journal thread and the session's control
+//! thread share an [`Incoming`] through an `Arc`. A chunk is *verified* when its bytes are
+//! written (the engine's completion fired), its MAC over what was written is known, and the
+//! sender's MAC for it has arrived and is equal; it is *durable* once the journal thread has
+//! synced the data and recorded it. A mismatch resets the chunk so the sender can send it
+//! again. The control thread commits the file only when every chunk is durable and the
+//! whole-file digests agree: the verified ranges then cover exactly `[0, size)`, because the
+//! plan admits each chunk once, at one offset, with one length.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use zcp_engine::RecvEngine;
-use zcp_engine::fs::TempFile;
+use zcp_engine::fs::PartFile;
+use zcp_engine::recv::{Target, WriteFailure};
 use zcp_wire::{ChunkPlan, ErrorCode, SessionKeys};
 
 /// Most chunks one file may have; bounds the receiver's per-file bookkeeping (about 70 bytes
@@ -23,6 +26,8 @@ pub(crate) const MAX_CHUNKS: u64 = 1 << 18;
 const CLAIMED: u8 = 1;
 const WRITTEN: u8 = 2;
 const HASHED: u8 = 4;
+const VERIFIED: u8 = 8;
+const DURABLE: u8 = 16;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Chunk {
@@ -31,11 +36,49 @@ struct Chunk {
     expected: Option<[u8; 32]>,
 }
 
-#[derive(Debug, Default)]
+/// Where a file stands as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Resumable chunks were offered; no data until the sender says `Go`.
+    AwaitGo,
+    /// Receiving.
+    Open,
+}
+
+#[derive(Debug)]
 struct State {
+    phase: Phase,
     chunks: Vec<Chunk>,
-    done: u64,
+    /// Chunks held from an earlier session, offered in `Have`, until `Go`.
+    offered: Vec<(u64, [u8; 32])>,
+    durable: u64,
     failed: Option<(ErrorCode, String)>,
+}
+
+/// What the caller must do after a chunk changed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Nothing yet.
+    Pending,
+    /// Verified: make it durable (journal), then acknowledge it.
+    Verified(u64),
+    /// Failed verification and was reset: ask the sender for it again.
+    Mismatch(u64),
+}
+
+/// The journal's state for one file, guarded with its part file.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) part: PartFile,
+    /// Whether the file keeps a journal at all (files of one chunk do not: there is nothing
+    /// to resume).
+    pub(crate) journaled: bool,
+    /// Whether the journal file exists with its header.
+    pub(crate) journal_open: bool,
+    /// Whether this session's record is in it yet.
+    pub(crate) session_recorded: bool,
+    /// This session's tag in the journal.
+    pub(crate) tag: u16,
 }
 
 /// A file being received.
@@ -44,37 +87,24 @@ pub(crate) struct Incoming {
     pub(crate) id: u32,
     pub(crate) plan: ChunkPlan,
     pub(crate) engine: RecvEngine,
-    pub(crate) block: u64,
     pub(crate) verify: bool,
-    /// Mode and mtime to set at commit.
     pub(crate) mode: u32,
     pub(crate) mtime: (i64, u32),
-    /// Final name inside `temp`'s directory.
+    /// Final name inside the part file's directory.
     pub(crate) name: Vec<u8>,
     /// Final path relative to the root, for display.
     pub(crate) target: String,
-    /// The temporary file, for storing engines; taken by the commit.
-    pub(crate) temp: Mutex<Option<TempFile>>,
-    /// The temporary file's descriptor for streams and hashing (a dup, so it outlives `temp`).
-    pub(crate) fd: Option<std::os::fd::OwnedFd>,
-    /// The O_DIRECT descriptor, for `direct`.
-    pub(crate) direct: Option<std::os::fd::OwnedFd>,
+    /// The part file and its journal, for storing engines; taken by the commit.
+    pub(crate) store: Mutex<Option<Store>>,
+    /// Where the engines write.
+    pub(crate) target_fds: Option<Target>,
     /// Bytes written so far.
     pub(crate) written: AtomicU64,
+    /// Bytes held from an earlier attempt.
+    pub(crate) skipped: AtomicU64,
     pub(crate) started: Instant,
     state: Mutex<State>,
     changed: Condvar,
-}
-
-/// How waiting for a file's chunks ended.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// Every chunk is done.
-    Complete,
-    /// The file failed.
-    Failed(ErrorCode, String),
-    /// The timeout passed first; ask again.
-    Pending,
 }
 
 impl Incoming {
@@ -83,14 +113,13 @@ impl Incoming {
         id: u32,
         plan: ChunkPlan,
         engine: RecvEngine,
-        block: u64,
         mode: u32,
         mtime: (i64, u32),
         name: Vec<u8>,
         target: String,
-        temp: Option<TempFile>,
-        fd: Option<std::os::fd::OwnedFd>,
-        direct: Option<std::os::fd::OwnedFd>,
+        store: Option<Store>,
+        target_fds: Option<Target>,
+        offered: Vec<(u64, [u8; 32])>,
     ) -> Incoming {
         let count = plan.count() as usize;
         Incoming {
@@ -98,19 +127,25 @@ impl Incoming {
             plan,
             verify: engine != RecvEngine::Null,
             engine,
-            block,
             mode,
             mtime,
             name,
             target,
-            temp: Mutex::new(temp),
-            fd,
-            direct,
+            store: Mutex::new(store),
+            target_fds,
             written: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
             started: Instant::now(),
             state: Mutex::new(State {
+                phase: if offered.is_empty() {
+                    Phase::Open
+                } else {
+                    Phase::AwaitGo
+                },
                 chunks: vec![Chunk::default(); count],
-                ..State::default()
+                offered,
+                durable: 0,
+                failed: None,
             }),
             changed: Condvar::new(),
         }
@@ -130,9 +165,57 @@ impl Incoming {
         });
     }
 
-    /// Claims chunk `index` for a stream; refuses a chunk that was already sent.
+    /// The sender's answer to the chunks offered for resume: keep them, or start over.
+    /// Returns the bytes kept.
+    pub(crate) fn go(&self, restart: bool) -> u64 {
+        self.update(|st| {
+            let mut kept = 0;
+            if !restart {
+                for (i, mac) in std::mem::take(&mut st.offered) {
+                    let c = &mut st.chunks[i as usize];
+                    if c.flags & DURABLE == 0 {
+                        *c = Chunk {
+                            flags: CLAIMED | WRITTEN | HASHED | VERIFIED | DURABLE,
+                            local: mac,
+                            expected: Some(mac),
+                        };
+                        st.durable += 1;
+                        kept += self.plan.chunk(i).1;
+                    }
+                }
+            }
+            st.offered.clear();
+            st.phase = Phase::Open;
+            kept
+        })
+    }
+
+    /// Waits until the file may receive data (after `Go`), up to `timeout`.
+    pub(crate) fn wait_open(&self, timeout: Duration) -> Result<(), String> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (st, _) = self
+            .changed
+            .wait_timeout_while(st, timeout, |st| {
+                st.phase == Phase::AwaitGo && st.failed.is_none()
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        match (&st.failed, st.phase) {
+            (Some((_, m)), _) => Err(m.clone()),
+            (None, Phase::Open) => Ok(()),
+            (None, Phase::AwaitGo) => Err(format!("no Go for file {} within {timeout:?}", self.id)),
+        }
+    }
+
+    /// Claims chunk `index` for a stream; refuses a chunk that is already being received or
+    /// done.
     pub(crate) fn claim(&self, index: u64) -> Result<(), String> {
         self.update(|st| {
+            if st.phase != Phase::Open {
+                return Err(format!(
+                    "chunk {index} of file {} arrived before Go",
+                    self.id
+                ));
+            }
             let c = &mut st.chunks[index as usize];
             if c.flags & CLAIMED != 0 {
                 return Err(format!("chunk {index} of file {} was sent twice", self.id));
@@ -142,21 +225,49 @@ impl Incoming {
         })
     }
 
+    fn check(&self, st: &mut State, index: u64) -> Outcome {
+        let c = &mut st.chunks[index as usize];
+        if c.flags & (WRITTEN | HASHED | VERIFIED) != WRITTEN | HASHED {
+            return Outcome::Pending;
+        }
+        match c.expected {
+            None => Outcome::Pending,
+            Some(want) if want == c.local => {
+                c.flags |= VERIFIED;
+                Outcome::Verified(index)
+            }
+            Some(_) => {
+                // Forget this attempt entirely: the sender sends the chunk and its MAC again.
+                *c = Chunk::default();
+                Outcome::Mismatch(index)
+            }
+        }
+    }
+
     /// Records the receiver's MAC of chunk `index` (zeros when not verifying).
-    pub(crate) fn hashed(&self, index: u64, mac: [u8; 32]) {
-        self.update(|st| {
-            st.chunks[index as usize].local = mac;
-            Self::mark(st, index, HASHED, self.id);
-        });
+    pub(crate) fn hashed(&self, index: u64, mac: [u8; 32]) -> Outcome {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.chunks[index as usize].local = mac;
+        st.chunks[index as usize].flags |= HASHED;
+        if !self.verify {
+            st.chunks[index as usize].expected = Some(mac);
+        }
+        let out = self.check(&mut st, index);
+        self.changed.notify_all();
+        out
     }
 
     /// Records that chunk `index` is written (or failed to be).
-    pub(crate) fn written(&self, index: u64, result: Result<(), zcp_engine::recv::WriteFailure>) {
+    pub(crate) fn written(&self, index: u64, result: Result<(), WriteFailure>) -> Outcome {
         match result {
             Ok(()) => {
-                let (_, len) = self.plan.chunk(index);
-                self.written.fetch_add(len, Ordering::Relaxed);
-                self.update(|st| Self::mark(st, index, WRITTEN, self.id));
+                self.written
+                    .fetch_add(self.plan.chunk(index).1, Ordering::Relaxed);
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.chunks[index as usize].flags |= WRITTEN;
+                let out = self.check(&mut st, index);
+                self.changed.notify_all();
+                out
             }
             Err(f) => {
                 let code = if f.no_space {
@@ -165,26 +276,13 @@ impl Incoming {
                     ErrorCode::Io
                 };
                 self.fail(code, f.message);
-            }
-        }
-    }
-
-    fn mark(st: &mut State, index: u64, flag: u8, id: u32) {
-        let c = &mut st.chunks[index as usize];
-        c.flags |= flag;
-        if c.flags & (WRITTEN | HASHED) == WRITTEN | HASHED {
-            st.done += 1;
-            if let Some(want) = c.expected {
-                if want != c.local {
-                    let msg = mismatch(id, index);
-                    st.failed.get_or_insert((ErrorCode::Verify, msg));
-                }
+                Outcome::Pending
             }
         }
     }
 
     /// Records the sender's MAC of chunk `index`.
-    pub(crate) fn expect(&self, index: u64, mac: [u8; 32]) -> Result<(), String> {
+    pub(crate) fn expect(&self, index: u64, mac: [u8; 32]) -> Result<Outcome, String> {
         if index >= self.plan.count() {
             return Err(format!(
                 "MAC for chunk {index}, but file {} has {} chunks",
@@ -192,82 +290,83 @@ impl Incoming {
                 self.plan.count()
             ));
         }
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let c = &mut st.chunks[index as usize];
+        if c.expected.is_some() {
+            return Err(format!(
+                "MAC for chunk {index} of file {} sent twice",
+                self.id
+            ));
+        }
+        c.expected = Some(mac);
+        let out = self.check(&mut st, index);
+        self.changed.notify_all();
+        Ok(out)
+    }
+
+    /// The MAC a verified chunk was verified against (for its journal record).
+    pub(crate) fn mac(&self, index: u64) -> [u8; 32] {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).chunks[index as usize].local
+    }
+
+    /// Records that verified chunk `index` is durable (synced and journaled).
+    pub(crate) fn durable(&self, index: u64) {
         self.update(|st| {
             let c = &mut st.chunks[index as usize];
-            if c.expected.is_some() {
-                return Err(format!(
-                    "MAC for chunk {index} of file {} sent twice",
-                    self.id
-                ));
+            if c.flags & VERIFIED != 0 && c.flags & DURABLE == 0 {
+                c.flags |= DURABLE;
+                st.durable += 1;
             }
-            c.expected = Some(mac);
-            if c.flags & (WRITTEN | HASHED) == WRITTEN | HASHED && mac != c.local {
-                let msg = mismatch(self.id, index);
-                st.failed.get_or_insert((ErrorCode::Verify, msg));
-            }
-            Ok(())
-        })
+        });
     }
 
-    /// Waits up to `timeout` for every chunk to be done or the file to fail.
-    pub(crate) fn wait(&self, timeout: Duration) -> Wait {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (st, _) = self
-            .changed
-            .wait_timeout_while(st, timeout, |st| {
-                st.failed.is_none() && st.done < st.chunks.len() as u64
-            })
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some((code, msg)) = &st.failed {
-            return Wait::Failed(*code, msg.clone());
-        }
-        if st.done == st.chunks.len() as u64 {
-            Wait::Complete
-        } else {
-            Wait::Pending
-        }
+    /// Whether any chunk is durable: a file worth keeping for a resume.
+    pub(crate) fn has_durable(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).durable > 0
     }
 
-    /// After [`Wait::Complete`]: checks that every chunk's MAC was sent and matched, and
-    /// returns the receiver's whole-file digest.
-    pub(crate) fn digest(&self, keys: &SessionKeys) -> Result<[u8; 32], String> {
+    /// For `FileEnd`: checks that every chunk is durable and returns the receiver's
+    /// whole-file digest over the MACs it verified.
+    pub(crate) fn digest(&self, keys: &SessionKeys) -> Result<[u8; 32], (ErrorCode, String)> {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &st.failed {
+            return Err(f.clone());
+        }
+        if st.durable < self.plan.count() {
+            return Err((
+                ErrorCode::Protocol,
+                format!(
+                    "FileEnd with {} of {} chunks verified",
+                    st.durable,
+                    self.plan.count()
+                ),
+            ));
+        }
         let mut d = keys.file_digest(self.id, self.plan.size(), self.plan.chunk_size());
-        for (i, c) in st.chunks.iter().enumerate() {
-            match c.expected {
-                None => return Err(format!("the sender sent no MAC for chunk {i}")),
-                Some(want) if want != c.local => return Err(mismatch(self.id, i as u64)),
-                Some(_) => d.push(&c.local),
-            }
+        for c in &st.chunks {
+            d.push(&c.local);
         }
         Ok(d.finish())
     }
-}
-
-fn mismatch(id: u32, index: u64) -> String {
-    format!(
-        "chunk {index} of file {id} does not match what the sender read (corrupted in transit or source changed)"
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn incoming(size: u64, engine: RecvEngine) -> Incoming {
+    fn incoming(size: u64, engine: RecvEngine, offered: Vec<(u64, [u8; 32])>) -> Incoming {
         let plan = ChunkPlan::new(size, 64 * 1024).unwrap();
         Incoming::new(
             0,
             plan,
             engine,
-            0,
             0o644,
             (0, 0),
             b"f".to_vec(),
             "f".into(),
             None,
             None,
-            None,
+            offered,
         )
     }
 
@@ -278,65 +377,77 @@ mod tests {
     }
 
     #[test]
-    fn completes_only_when_written_and_hashed() {
-        let f = incoming(100_000, RecvEngine::Direct);
-        for i in 0..2 {
-            f.claim(i).unwrap();
-            f.expect(i, [i as u8; 32]).unwrap();
-            f.hashed(i, [i as u8; 32]);
-        }
-        assert_eq!(f.wait(Duration::from_millis(1)), Wait::Pending);
-        f.written(0, Ok(()));
-        assert_eq!(f.wait(Duration::from_millis(1)), Wait::Pending);
-        f.written(1, Ok(()));
-        assert_eq!(f.wait(Duration::from_millis(1)), Wait::Complete);
+    fn verified_only_when_written_hashed_and_expected_match() {
+        let f = incoming(100_000, RecvEngine::Direct, vec![]);
+        f.claim(0).unwrap();
+        assert_eq!(f.expect(0, [7; 32]), Ok(Outcome::Pending));
+        assert_eq!(f.hashed(0, [7; 32]), Outcome::Pending);
+        assert_eq!(f.written(0, Ok(())), Outcome::Verified(0));
+        f.durable(0);
+        // The other order: written, hashed, then the sender's MAC.
+        f.claim(1).unwrap();
+        assert_eq!(f.written(1, Ok(())), Outcome::Pending);
+        assert_eq!(f.hashed(1, [8; 32]), Outcome::Pending);
+        assert_eq!(f.expect(1, [8; 32]), Ok(Outcome::Verified(1)));
+        assert!(f.digest(&keys()).is_err(), "chunk 1 is not durable yet");
+        f.durable(1);
         assert!(f.digest(&keys()).is_ok());
-        assert_eq!(f.written.load(Ordering::Relaxed), 100_000);
     }
 
     #[test]
-    fn duplicates_mismatches_and_missing_macs_never_commit() {
-        let f = incoming(100_000, RecvEngine::Splice);
+    fn a_mismatch_resets_the_chunk_for_a_resend() {
+        let f = incoming(100_000, RecvEngine::Splice, vec![]);
         f.claim(0).unwrap();
-        assert!(f.claim(0).is_err());
-        f.expect(0, [9; 32]).unwrap();
-        assert!(f.expect(0, [9; 32]).is_err());
-        assert!(f.expect(5, [9; 32]).is_err());
-        f.hashed(0, [8; 32]);
         f.written(0, Ok(()));
-        assert!(matches!(
-            f.wait(Duration::from_millis(1)),
-            Wait::Failed(ErrorCode::Verify, _)
-        ));
-
-        let f = incoming(1000, RecvEngine::Splice);
-        f.claim(0).unwrap();
         f.hashed(0, [1; 32]);
+        assert_eq!(f.expect(0, [2; 32]), Ok(Outcome::Mismatch(0)));
+        // Claimable again, with a fresh MAC expected.
+        f.claim(0).unwrap();
         f.written(0, Ok(()));
-        assert_eq!(f.wait(Duration::from_millis(1)), Wait::Complete);
-        assert!(f.digest(&keys()).unwrap_err().contains("no MAC"));
+        f.hashed(0, [2; 32]);
+        assert_eq!(f.expect(0, [2; 32]), Ok(Outcome::Verified(0)));
+        assert!(f.claim(0).is_err(), "a verified chunk is not sent twice");
+        assert!(f.expect(5, [0; 32]).is_err());
     }
 
     #[test]
-    fn a_write_failure_fails_the_file() {
-        let f = incoming(1000, RecvEngine::Direct);
+    fn resumed_chunks_wait_for_go() {
+        let f = incoming(
+            200_000,
+            RecvEngine::Direct,
+            vec![(0, [3; 32]), (1, [4; 32])],
+        );
+        assert!(f.claim(2).is_err(), "no data before Go");
+        assert!(f.wait_open(Duration::from_millis(1)).is_err());
+        assert_eq!(f.go(false), 2 * 65536);
+        f.wait_open(Duration::from_millis(1)).unwrap();
+        assert!(f.claim(0).is_err(), "kept chunks are done");
+        for i in 2..4 {
+            f.claim(i).unwrap();
+            f.written(i, Ok(()));
+            f.hashed(i, [9; 32]);
+            assert_eq!(f.expect(i, [9; 32]), Ok(Outcome::Verified(i)));
+            f.durable(i);
+        }
+        assert!(f.digest(&keys()).is_ok());
+
+        let f = incoming(200_000, RecvEngine::Direct, vec![(0, [3; 32])]);
+        assert_eq!(f.go(true), 0);
+        f.claim(0).unwrap();
+    }
+
+    #[test]
+    fn write_failures_and_empty_files() {
+        let f = incoming(1000, RecvEngine::Direct, vec![]);
         f.written(
             0,
-            Err(zcp_engine::recv::WriteFailure {
+            Err(WriteFailure {
                 no_space: true,
                 message: "full".into(),
             }),
         );
-        assert!(matches!(
-            f.wait(Duration::from_millis(1)),
-            Wait::Failed(ErrorCode::NoSpace, _)
-        ));
-    }
-
-    #[test]
-    fn empty_file_is_complete_at_once() {
-        let f = incoming(0, RecvEngine::Direct);
-        assert_eq!(f.wait(Duration::from_millis(1)), Wait::Complete);
+        assert!(matches!(f.digest(&keys()), Err((ErrorCode::NoSpace, _))));
+        let f = incoming(0, RecvEngine::Direct, vec![]);
         assert!(f.digest(&keys()).is_ok());
     }
 }

@@ -1,47 +1,42 @@
-//! The receiving server: accepts connections, authenticates them, runs each session's control
-//! connection and data streams on their own threads, and stores files beneath its root.
+//! The server: accepts connections, authenticates them, and runs each session's role —
+//! receiving beneath its root for a push, sending from beneath its root for a pull.
 //!
 //! Threads: the accept loop polls the listener; every connection gets a thread that runs its
-//! handshake under a deadline. An authenticated control connection becomes a session (its
-//! thread runs [`control_loop`]); an authenticated data connection joins its session and its
-//! thread runs [`data_loop`]. A stalled or hostile connection only ever holds its own thread,
-//! so it cannot block other sessions. Nothing here prints: events go to a [`ServerReporter`].
+//! handshake under a deadline. An authenticated control connection becomes a session: its
+//! thread reads `Open`, grants limits (a client may only tighten them) and runs the role. An
+//! authenticated data connection joins its session: for a push its thread receives the stream
+//! ([`crate::receiver::data_loop`]); for a pull it hands the socket to the sending role and
+//! ends. A stalled or hostile connection only ever holds its own thread, so it cannot block
+//! other sessions. Nothing here prints: events go to a [`ServerReporter`].
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use zcp_engine::fs::{EntryKind, Root, TempFile};
-use zcp_engine::recv::{ChunkSink, Completion, Sink, choose};
-use zcp_engine::sys::{Usage, random, thread_usage, wait_readable};
-use zcp_engine::{EngineError, RecvEngine, StreamReceiver};
+use zcp_engine::fs::Root;
+use zcp_engine::sys::{random, wait_readable};
+use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{
-    Accepted, CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ChunkPlan, Deadline, ErrorCode, Message,
-    Psk, PutFile, ReceiverStats, RelPath, SessionId, SessionKeys, accept, escape,
+    Accepted, Deadline, ErrorCode, Message, Opener, Psk, RelPath, Sealer, SessionId, SessionKeys,
 };
 
 use crate::conn::{ControlRx, ControlTx, FrameReader, read_plain};
-use crate::error::{FrameIoError, SessionError};
-use crate::event::{ServerEvent, ServerReporter};
-use crate::incoming::{Incoming, MAX_CHUNKS, Wait};
+use crate::control::{ControlWriter, spawn_reader};
+use crate::error::FrameIoError;
+use crate::event::{Failure, FileOutcome, Observer, ServerEvent, ServerReporter};
+use crate::manifest::{Top, Walker};
+use crate::receiver::{MAX_RECV_BLOCK, REvent, ReceiverConfig, RxShared};
+use crate::sender::{SEvent, SenderConfig, SenderSetup};
 
-/// Largest block size a client may ask the receiver for; the `direct` ring holds four.
-pub const MAX_RECV_BLOCK: u64 = 64 << 20;
-/// Most files one session may have open at once.
-const MAX_OPEN_FILES: usize = 1024;
-/// How often the control thread wakes to check liveness and send `Progress`.
-const TICK: Duration = Duration::from_secs(1);
-
-/// How a server runs.
+/// How the server runs.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Everything is written beneath this directory.
+    /// Everything is written beneath (and, for pulls, read from beneath) this directory.
     pub root: PathBuf,
     /// The pre-shared key.
     pub psk: Psk,
@@ -74,8 +69,8 @@ impl ServerConfig {
 
 struct Ctx {
     cfg: ServerConfig,
-    root: Root,
-    sessions: Mutex<HashMap<SessionId, Arc<Shared>>>,
+    root: Arc<Root>,
+    sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
     pending: AtomicUsize,
     reporter: Arc<dyn ServerReporter>,
 }
@@ -100,15 +95,15 @@ impl Server {
         addr: SocketAddr,
         cfg: ServerConfig,
         reporter: Arc<dyn ServerReporter>,
-    ) -> Result<Server, SessionError> {
-        let root = Root::open(&cfg.root)?;
-        let listener = TcpListener::bind(addr).map_err(|source| SessionError::Io {
+    ) -> Result<Server, crate::SessionError> {
+        let root = Arc::new(Root::open(&cfg.root)?);
+        let listener = TcpListener::bind(addr).map_err(|source| crate::SessionError::Io {
             what: format!("cannot listen on {addr}"),
             source,
         })?;
         listener
             .set_nonblocking(true)
-            .map_err(|source| SessionError::Io {
+            .map_err(|source| crate::SessionError::Io {
                 what: "listener".into(),
                 source,
             })?;
@@ -189,12 +184,13 @@ impl Drop for PendingSlot<'_> {
 }
 
 fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, code: ErrorCode, reason: String) {
-    let frame = Message::Error {
-        code,
-        message: reason.clone(),
-    }
-    .encode_frame();
-    let _ = stream.write_all(&frame);
+    let _ = stream.write_all(
+        &Message::Error {
+            code,
+            message: reason.clone(),
+        }
+        .encode_frame(),
+    );
     let _ = stream.shutdown(Shutdown::Both);
     ctx.reporter.event(&ServerEvent::Rejected { peer, reason });
 }
@@ -211,14 +207,14 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
     }
     match handshake(&ctx, &mut stream) {
         Err((code, why)) => reject(&ctx, &mut stream, peer, code, why),
-        Ok(Joined::Control(shared, sealer, opener)) => {
+        Ok(Joined::Control(session, sealer, opener, nonces)) => {
             slot.release();
-            let ok = run_session(&ctx, &shared, stream, peer, sealer, opener);
+            let ok = run_session(&ctx, &session, stream, peer, sealer, opener, nonces);
             let _ = ended.send(ok);
         }
-        Ok(Joined::Data(shared)) => {
+        Ok(Joined::Data(session, index)) => {
             slot.release();
-            data_loop(&ctx, &shared, stream);
+            session.attach(index, stream);
         }
     }
 }
@@ -226,9 +222,14 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
 /// An authenticated connection, ready for its loop.
 enum Joined {
     /// A new session's control connection, registered and welcomed.
-    Control(Arc<Shared>, zcp_wire::Sealer, zcp_wire::Opener),
-    /// A data stream that joined its session.
-    Data(Arc<Shared>),
+    Control(
+        Arc<Session>,
+        Sealer,
+        Opener,
+        (zcp_wire::Nonce, zcp_wire::Nonce),
+    ),
+    /// A data stream that joined its session, with its index.
+    Data(Arc<Session>, u16),
 }
 
 fn random_or<const N: usize>(what: &str) -> Result<[u8; N], (ErrorCode, String)> {
@@ -285,7 +286,7 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
         }
         other => frame_err(other),
     })?;
-    let (state, reply) = accept(&ctx.cfg.psk, hello, random_or::<32>("nonce")?)
+    let (state, reply) = zcp_wire::accept(&ctx.cfg.psk, hello, random_or::<32>("nonce")?)
         .map_err(|e| (e.code(), e.to_string()))?;
     write(stream, &reply.encode_frame())?;
     arm(stream)?;
@@ -300,18 +301,14 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
             let (est, welcome) = await_proof
                 .on_proof(msg, session_id, ctx.cfg.max_streams)
                 .map_err(|e| (e.code(), e.to_string()))?;
-            let shared = {
+            let session = {
                 let mut sessions = ctx.sessions.lock().unwrap_or_else(|p| p.into_inner());
                 if sessions.len() >= ctx.cfg.max_sessions {
                     return Err((ErrorCode::Busy, "too many sessions; try again later".into()));
                 }
-                let shared = Arc::new(Shared::new(
-                    session_id,
-                    est.keys.clone(),
-                    ctx.cfg.max_streams,
-                ));
-                sessions.insert(session_id, shared.clone());
-                shared
+                let session = Arc::new(Session::new(session_id, est.keys.clone()));
+                sessions.insert(session_id, session.clone());
+                session
             };
             if let Err(e) = write(stream, &welcome) {
                 ctx.sessions
@@ -320,13 +317,18 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
                     .remove(&session_id);
                 return Err(e);
             }
-            Ok(Joined::Control(shared, est.sealer, est.opener))
+            Ok(Joined::Control(
+                session,
+                est.sealer,
+                est.opener,
+                (est.client_nonce, est.server_nonce),
+            ))
         }
         Accepted::Data(await_join) => {
             let req = await_join
                 .on_join(msg)
                 .map_err(|e| (e.code(), e.to_string()))?;
-            let shared = ctx
+            let session = ctx
                 .sessions
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -340,773 +342,440 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
                     "data connection proof does not match any session".to_string(),
                 )
             };
-            let shared = shared.ok_or_else(refused)?;
-            req.verify(&shared.keys).map_err(|_| refused())?;
-            shared.join(req.stream).map_err(|e| (ErrorCode::Limit, e))?;
-            if let Err(e) = write(stream, &Message::DataAccept.encode_frame()) {
-                shared.stream_ended(Usage::default());
-                return Err(e);
-            }
-            Ok(Joined::Data(shared))
+            let session = session.ok_or_else(refused)?;
+            req.verify(&session.keys).map_err(|_| refused())?;
+            session
+                .join(req.stream)
+                .map_err(|e| (ErrorCode::Limit, e))?;
+            write(stream, &Message::DataAccept.encode_frame())?;
+            Ok(Joined::Data(session, req.stream))
         }
     }
 }
 
-/// What every thread of one session shares.
-struct Shared {
-    hex: String,
-    keys: SessionKeys,
-    max_streams: u16,
-    joined: Mutex<Vec<bool>>,
-    files: Mutex<HashMap<u32, Arc<Incoming>>>,
-    bytes: AtomicU64,
-    usage: Mutex<Usage>,
-    socks: Mutex<Vec<TcpStream>>,
-    active: Mutex<usize>,
-    idle: Condvar,
-    closed: AtomicBool,
+/// What a session's data connections are for, once its `Open` is known.
+enum SessionRole {
+    /// Not yet known.
+    Opening,
+    /// Receiving (push): each stream's thread runs the receive loop.
+    Receive(Arc<RxShared>),
+    /// Sending (pull): the sockets wait here for the sending role.
+    Send(Vec<Option<TcpStream>>),
+    /// Over.
+    Closed,
 }
 
-impl Shared {
-    fn new(id: SessionId, keys: SessionKeys, max_streams: u16) -> Shared {
-        Shared {
+/// What the threads of one session share.
+struct Session {
+    hex: String,
+    keys: SessionKeys,
+    granted: Mutex<u16>,
+    joined: Mutex<Vec<bool>>,
+    role: Mutex<SessionRole>,
+    changed: Condvar,
+    counters: Mutex<Vec<Arc<AtomicU64>>>,
+}
+
+impl Session {
+    fn new(id: SessionId, keys: SessionKeys) -> Session {
+        Session {
             hex: hex(&id),
             keys,
-            max_streams,
-            joined: Mutex::new(vec![false; usize::from(max_streams)]),
-            files: Mutex::new(HashMap::new()),
-            bytes: AtomicU64::new(0),
-            usage: Mutex::new(Usage::default()),
-            socks: Mutex::new(Vec::new()),
-            active: Mutex::new(0),
-            idle: Condvar::new(),
-            closed: AtomicBool::new(false),
+            granted: Mutex::new(0),
+            joined: Mutex::new(Vec::new()),
+            role: Mutex::new(SessionRole::Opening),
+            changed: Condvar::new(),
+            counters: Mutex::new(Vec::new()),
         }
     }
 
     fn join(&self, stream: u16) -> Result<(), String> {
-        if self.closed.load(Ordering::Relaxed) {
+        let granted = *self.granted.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(
+            *self.role.lock().unwrap_or_else(|p| p.into_inner()),
+            SessionRole::Closed
+        ) {
             return Err("the session has ended".into());
         }
         let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
-        match joined.get_mut(usize::from(stream)) {
-            None => Err(format!(
-                "stream index {stream} is over the session's limit of {} streams",
-                self.max_streams
-            )),
-            Some(true) => Err(format!("stream {stream} already joined this session")),
-            Some(slot) => {
-                *slot = true;
-                *self.active.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-                Ok(())
+        if stream >= granted {
+            return Err(format!(
+                "stream index {stream} is over the {granted} streams this session was granted"
+            ));
+        }
+        if joined[usize::from(stream)] {
+            return Err(format!("stream {stream} already joined this session"));
+        }
+        joined[usize::from(stream)] = true;
+        Ok(())
+    }
+
+    fn counter(&self, i: u16) -> Arc<AtomicU64> {
+        self.counters.lock().unwrap_or_else(|p| p.into_inner())[usize::from(i)].clone()
+    }
+
+    /// Hands a joined data connection to the session's role.
+    fn attach(&self, index: u16, stream: TcpStream) {
+        let mut role = self.role.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match &mut *role {
+                SessionRole::Opening => {
+                    role = self
+                        .changed
+                        .wait_timeout(role, Duration::from_secs(1))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                SessionRole::Receive(shared) => {
+                    let shared = shared.clone();
+                    drop(role);
+                    crate::receiver::data_loop(shared, stream, self.counter(index));
+                    return;
+                }
+                SessionRole::Send(slots) => {
+                    slots[usize::from(index)] = Some(stream);
+                    self.changed.notify_all();
+                    return;
+                }
+                SessionRole::Closed => {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    return;
+                }
             }
         }
     }
 
-    fn stream_ended(&self, usage: Usage) {
-        self.usage
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(&usage);
-        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        *active = active.saturating_sub(1);
-        self.idle.notify_all();
-    }
-
-    /// Waits up to `timeout` for every data stream to end; whether they did.
-    fn wait_streams(&self, timeout: Duration) -> bool {
-        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        let (active, _) = self
-            .idle
-            .wait_timeout_while(active, timeout, |n| *n > 0)
+    /// For a pull: waits until every granted stream joined; the sockets in index order.
+    fn take_send_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, String> {
+        let role = self.role.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut role, _) = self
+            .changed
+            .wait_timeout_while(
+                role,
+                timeout,
+                |r| matches!(r, SessionRole::Send(s) if s.iter().any(Option::is_none)),
+            )
             .unwrap_or_else(|p| p.into_inner());
-        *active == 0
-    }
-
-    fn file(&self, id: u32) -> Option<Arc<Incoming>> {
-        self.files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-    }
-
-    fn fail_all(&self, code: ErrorCode, why: &str) {
-        for f in self
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
-            f.fail(code, why.to_string());
+        match &mut *role {
+            SessionRole::Send(slots) if slots.iter().all(Option::is_some) => Ok(slots
+                .iter_mut()
+                .map(|s| s.take().expect("checked"))
+                .collect()),
+            _ => Err(format!(
+                "not every data stream joined within {} s",
+                timeout.as_secs()
+            )),
         }
     }
 
-    /// Ends the session: fails open files and unblocks every data stream.
-    fn close(&self, why: &str) {
-        self.closed.store(true, Ordering::Relaxed);
-        self.fail_all(ErrorCode::Internal, why);
-        for s in self
-            .socks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            let _ = s.shutdown(Shutdown::Both);
+    fn set_role(&self, r: SessionRole) {
+        *self.role.lock().unwrap_or_else(|p| p.into_inner()) = r;
+        self.changed.notify_all();
+    }
+}
+
+/// Turns a role's reports into server events.
+struct ServerObserver<'a> {
+    reporter: &'a dyn ServerReporter,
+    session: String,
+    files: u64,
+}
+
+impl Observer for ServerObserver<'_> {
+    fn engines(&mut self, _: &str, _: Option<&str>, _: &str, _: Option<&str>) {}
+
+    fn file_done(&mut self, d: FileOutcome) {
+        match d.failure {
+            None => {
+                self.files += 1;
+                self.reporter.event(&ServerEvent::FileDone {
+                    session: self.session.clone(),
+                    target: d.path,
+                    bytes: d.bytes,
+                    skipped: d.skipped,
+                    seconds: d.seconds,
+                    engine: d.engine,
+                    verified: d.verified,
+                    stored: d.stored,
+                });
+            }
+            Some(f) => self.reporter.event(&ServerEvent::FileFailed {
+                session: self.session.clone(),
+                target: if f.path.is_empty() { d.path } else { f.path },
+                reason: f.message,
+            }),
+        }
+    }
+
+    fn notice(&mut self, failure: Option<Failure>, _note: Option<String>) {
+        if let Some(f) = failure {
+            self.reporter.event(&ServerEvent::FileFailed {
+                session: self.session.clone(),
+                target: f.path,
+                reason: f.message,
+            });
+        }
+    }
+
+    fn tick(&mut self) {}
+}
+
+/// Reads the next message on the control connection within `limit`.
+fn next_message(rx: &mut ControlRx, limit: Duration) -> Result<Message, String> {
+    let until = Instant::now() + limit;
+    loop {
+        match rx.poll() {
+            Ok(Some(m)) => return Ok(m),
+            Ok(None) if Instant::now() > until => {
+                return Err(format!(
+                    "nothing from the client within {} s",
+                    limit.as_secs()
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("control connection: {e}")),
         }
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_session(
     ctx: &Ctx,
-    shared: &Arc<Shared>,
+    session: &Arc<Session>,
     stream: TcpStream,
     peer: SocketAddr,
-    sealer: zcp_wire::Sealer,
-    opener: zcp_wire::Opener,
+    sealer: Sealer,
+    opener: Opener,
+    nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
 ) -> bool {
-    ctx.reporter.event(&ServerEvent::SessionStart {
-        peer,
-        session: shared.hex.clone(),
-    });
-    let usage0 = thread_usage();
-    let result = stream
-        .try_clone()
-        .map_err(|e| e.to_string())
-        .and_then(|read_half| {
-            stream
-                .set_write_timeout(Some(ctx.cfg.idle_timeout))
-                .map_err(|e| e.to_string())?;
-            read_half
-                .set_read_timeout(Some(TICK))
-                .map_err(|e| e.to_string())?;
-            let mut tx = ControlTx { stream, sealer };
-            let mut rx = ControlRx {
-                stream: read_half,
-                opener,
-                reader: FrameReader::default(),
+    let mut files = 0;
+    let mut bytes = 0;
+    let result = (|| -> Result<&'static str, String> {
+        let read_half = stream.try_clone().map_err(|e| e.to_string())?;
+        stream
+            .set_write_timeout(Some(ctx.cfg.idle_timeout))
+            .map_err(|e| e.to_string())?;
+        read_half
+            .set_read_timeout(Some(Duration::from_millis(250)))
+            .map_err(|e| e.to_string())?;
+        let mut rx = ControlRx {
+            stream: read_half,
+            opener,
+            reader: FrameReader::default(),
+        };
+        let ctl = Arc::new(ControlWriter::new(ControlTx { stream, sealer }));
+        let refuse = |code: ErrorCode, m: String| {
+            ctl.send_error(code, &m);
+            m
+        };
+        let open = match next_message(&mut rx, ctx.cfg.handshake_timeout)? {
+            Message::Open(o) => o,
+            other => {
+                return Err(refuse(
+                    ErrorCode::Protocol,
+                    format!("expected Open, got {}", other.name()),
+                ));
+            }
+        };
+        let recv = RecvEngine::parse(&open.recv_engine).ok_or_else(|| {
+            let names: Vec<_> = RecvEngine::ALL.iter().map(|e| e.name()).collect();
+            refuse(
+                ErrorCode::Protocol,
+                format!(
+                    "unknown receiver engine '{}' (known: {})",
+                    open.recv_engine,
+                    names.join(", ")
+                ),
+            )
+        })?;
+        let send = SendEngine::parse(&open.send_engine).ok_or_else(|| {
+            let names: Vec<_> = SendEngine::ALL.iter().map(|e| e.name()).collect();
+            refuse(
+                ErrorCode::Protocol,
+                format!(
+                    "unknown sender engine '{}' (known: {})",
+                    open.send_engine,
+                    names.join(", ")
+                ),
+            )
+        })?;
+        if u64::from(open.block_size) > MAX_RECV_BLOCK {
+            return Err(refuse(
+                ErrorCode::Limit,
+                format!(
+                    "block size {} is over the server's limit of {MAX_RECV_BLOCK}",
+                    open.block_size
+                ),
+            ));
+        }
+        if open.chunk_size != 0 {
+            zcp_wire::ChunkPlan::new(0, open.chunk_size)
+                .map_err(|e| refuse(ErrorCode::Limit, e.to_string()))?;
+        }
+        // A client may only tighten the server's limits.
+        let streams = open.streams.clamp(1, ctx.cfg.max_streams);
+        let idle = match open.idle_ms {
+            0 => ctx.cfg.idle_timeout,
+            ms => Duration::from_millis(u64::from(ms)).min(ctx.cfg.idle_timeout),
+        };
+        *session.granted.lock().unwrap_or_else(|p| p.into_inner()) = streams;
+        *session.joined.lock().unwrap_or_else(|p| p.into_inner()) =
+            vec![false; usize::from(streams)];
+        *session.counters.lock().unwrap_or_else(|p| p.into_inner()) =
+            (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+        ctx.reporter.event(&ServerEvent::SessionStart {
+            peer,
+            session: session.hex.clone(),
+            direction: if open.pull { "pull" } else { "push" },
+            streams,
+        });
+        let mut observer = ServerObserver {
+            reporter: &*ctx.reporter,
+            session: session.hex.clone(),
+            files: 0,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        if !open.pull {
+            let (ev_tx, events) = mpsc::channel::<REvent>();
+            let cfg = ReceiverConfig {
+                requested: recv,
+                block: u64::from(open.block_size),
+                idle,
+                sender_engine: send.name().into(),
             };
-            let r = control_loop(ctx, shared, &mut tx, &mut rx, usage0);
-            match &r {
-                // The client ended it and knows why: do not answer its error with another.
-                Err(End::ClientAborted(_)) | Ok(()) => {}
-                Err(End::Failed(code, e)) => {
-                    let _ = tx.stream.write_all(
-                        &Message::Error {
-                            code: *code,
-                            message: e.clone(),
-                        }
-                        .encode_frame(),
-                    );
+            let shared = Arc::new(RxShared::new(
+                session.keys.clone(),
+                nonces,
+                ctx.root.clone(),
+                ctl.clone(),
+                ev_tx.clone(),
+                cfg,
+            ));
+            session.set_role(SessionRole::Receive(shared.clone()));
+            ctl.send(&Message::Opened {
+                streams,
+                idle_ms: idle.as_millis() as u32,
+            })?;
+            let reader =
+                spawn_reader(rx, ev_tx, REvent::ctl, stop.clone()).map_err(|e| e.to_string())?;
+            let r = crate::receiver::run(shared.clone(), events, streams, &mut observer);
+            stop.store(true, Ordering::Relaxed);
+            if r.is_err() {
+                shared.close();
+            }
+            let _ = reader.join();
+            let totals = r.map_err(|e| e.to_string())?;
+            files = totals.files;
+            bytes = totals.peer.bytes.max(shared.bytes());
+            Ok("push")
+        } else {
+            session.set_role(SessionRole::Send((0..streams).map(|_| None).collect()));
+            ctl.send(&Message::Opened {
+                streams,
+                idle_ms: idle.as_millis() as u32,
+            })?;
+            // The paths come before the walk: read them now.
+            let mut tops = Vec::new();
+            loop {
+                match next_message(&mut rx, ctx.cfg.handshake_timeout)? {
+                    Message::Get { path, dest } => {
+                        tops.push(get_top(&ctx.root, &path, &dest).map_err(|(c, m)| refuse(c, m))?)
+                    }
+                    Message::GetEnd => break,
+                    other => {
+                        return Err(refuse(
+                            ErrorCode::Protocol,
+                            format!("expected Get, got {}", other.name()),
+                        ));
+                    }
+                }
+                if tops.len() > 4096 {
+                    return Err(refuse(
+                        ErrorCode::Limit,
+                        "more than 4096 paths in one get".into(),
+                    ));
                 }
             }
-            let _ = tx.stream.shutdown(Shutdown::Both);
-            r.map_err(|e| e.to_string())
-        });
-    let reason = result.as_ref().err().cloned();
-    shared.close(reason.as_deref().unwrap_or("the session ended"));
-    // Unfinished files drop here: their temporary files are removed, nothing is renamed.
-    shared
-        .files
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clear();
-    shared.wait_streams(ctx.cfg.idle_timeout);
+            let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(idle))?;
+            let (ev_tx, events) = mpsc::channel::<SEvent>();
+            let reader = spawn_reader(rx, ev_tx.clone(), SEvent::ctl, stop.clone())
+                .map_err(|e| e.to_string())?;
+            let counters = session
+                .counters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let cfg = SenderConfig {
+                engine: send,
+                block: u64::from(open.block_size),
+                chunk_size: (open.chunk_size != 0).then_some(open.chunk_size),
+                idle,
+            };
+            let setup = SenderSetup {
+                ctl: ctl.clone(),
+                events,
+                events_tx: ev_tx,
+                keys: session.keys.clone(),
+                psk: ctx.cfg.psk.clone(),
+                streams: data,
+                counters: counters.clone(),
+                peer: peer.to_string(),
+            };
+            let r = crate::sender::run(
+                &cfg,
+                setup,
+                Walker::new(tops, open.recursive),
+                &mut observer,
+            );
+            stop.store(true, Ordering::Relaxed);
+            if r.is_err() {
+                ctl.shutdown();
+            }
+            let _ = reader.join();
+            let totals = r.map_err(|e| e.to_string())?;
+            files = totals.files;
+            bytes = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+            Ok("pull")
+        }
+    })();
+    session.set_role(SessionRole::Closed);
     ctx.sessions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .retain(|_, s| !Arc::ptr_eq(s, shared));
+        .retain(|_, s| !Arc::ptr_eq(s, session));
+    let reason = result.as_ref().err().cloned();
     ctx.reporter.event(&ServerEvent::SessionEnd {
-        session: shared.hex.clone(),
+        session: session.hex.clone(),
         ok: reason.is_none(),
         reason,
+        files,
+        bytes,
     });
     result.is_ok()
 }
 
-/// Why a session's control loop ended early.
-#[derive(Debug)]
-enum End {
-    /// The client sent an `Error`: it knows why, and is told nothing back.
-    ClientAborted(String),
-    /// Anything else: the client is told with an `Error` of this code.
-    Failed(ErrorCode, String),
-}
-
-impl From<String> for End {
-    fn from(s: String) -> End {
-        End::Failed(ErrorCode::Protocol, s)
-    }
-}
-
-impl From<&str> for End {
-    fn from(s: &str) -> End {
-        End::Failed(ErrorCode::Protocol, s.to_string())
-    }
-}
-
-impl std::fmt::Display for End {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            End::ClientAborted(m) | End::Failed(_, m) => f.write_str(m),
-        }
-    }
-}
-
-fn control_loop(
-    ctx: &Ctx,
-    shared: &Shared,
-    tx: &mut ControlTx,
-    rx: &mut ControlRx,
-    usage0: Usage,
-) -> Result<(), End> {
-    let idle = ctx.cfg.idle_timeout;
-    let mut last_activity = Instant::now();
-    let mut last_bytes = 0;
-    let send = |tx: &mut ControlTx, m: &Message| {
-        tx.send(m)
-            .map_err(|e| format!("cannot write to the client: {e}"))
-    };
-    loop {
-        let msg = match rx.poll() {
-            Ok(Some(m)) => {
-                last_activity = Instant::now();
-                m
-            }
-            Ok(None) => {
-                let b = shared.bytes.load(Ordering::Relaxed);
-                if b != last_bytes {
-                    last_bytes = b;
-                    last_activity = Instant::now();
-                }
-                if last_activity.elapsed() > idle {
-                    return Err(End::Failed(
-                        ErrorCode::Limit,
-                        format!("no traffic from the client for {} s", idle.as_secs()),
-                    ));
-                }
-                continue;
-            }
-            Err(FrameIoError::Closed) => {
-                return Err("the client closed the control connection before finishing".into());
-            }
-            Err(e) => return Err(format!("control connection: {e}").into()),
-        };
-        match msg {
-            Message::PutFile(p) => {
-                let (id, dest) = (p.file_id, escape(&p.dest));
-                match prepare(ctx, shared, p) {
-                    Ok(inc) => {
-                        let ready = Message::FileReady {
-                            file_id: id,
-                            engine: inc.1.engine.name().into(),
-                            note: inc.0.unwrap_or_default(),
-                            target: inc.1.target.as_bytes().to_vec(),
-                        };
-                        shared
-                            .files
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(id, inc.1);
-                        send(tx, &ready)?;
-                    }
-                    Err((code, message)) => {
-                        ctx.reporter.event(&ServerEvent::FileFailed {
-                            session: shared.hex.clone(),
-                            target: dest,
-                            reason: message.clone(),
-                        });
-                        send(
-                            tx,
-                            &Message::FileFailed {
-                                file_id: id,
-                                code,
-                                message,
-                            },
-                        )?;
-                    }
-                }
-            }
-            Message::ChunkMac {
-                file_id,
-                index,
-                mac,
-            } => {
-                let f = shared
-                    .file(file_id)
-                    .ok_or_else(|| format!("MAC for unknown file {file_id}"))?;
-                f.expect(index, mac)?;
-            }
-            Message::FileEnd { file_id, digest } => {
-                let f = shared
-                    .file(file_id)
-                    .ok_or_else(|| format!("FileEnd for unknown file {file_id}"))?;
-                let reply = finish_file(ctx, shared, tx, &f, digest)?;
-                shared
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&file_id);
-                match &reply {
-                    Message::FileCommitted {
-                        bytes,
-                        verified,
-                        stored,
-                        ..
-                    } => ctx.reporter.event(&ServerEvent::FileDone {
-                        session: shared.hex.clone(),
-                        target: f.target.clone(),
-                        bytes: *bytes,
-                        seconds: f.started.elapsed().as_secs_f64(),
-                        engine: f.engine.name().into(),
-                        verified: *verified,
-                        stored: *stored,
-                    }),
-                    Message::FileFailed { message, .. } => {
-                        ctx.reporter.event(&ServerEvent::FileFailed {
-                            session: shared.hex.clone(),
-                            target: f.target.clone(),
-                            reason: message.clone(),
-                        })
-                    }
-                    _ => {}
-                }
-                send(tx, &reply)?;
-            }
-            Message::Finish => {
-                if !shared.wait_streams(idle) {
-                    return Err("data streams did not end after Finish".into());
-                }
-                let mut usage = *shared.usage.lock().unwrap_or_else(|p| p.into_inner());
-                usage.add(&thread_usage().since(&usage0));
-                let stats = ReceiverStats {
-                    cpu_user_us: usage.user.as_micros() as u64,
-                    cpu_sys_us: usage.sys.as_micros() as u64,
-                    max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
-                    bytes_received: shared.bytes.load(Ordering::Relaxed),
-                };
-                send(tx, &Message::Stats(stats))?;
-                return Ok(());
-            }
-            Message::Error { code, message } => {
-                return Err(End::ClientAborted(format!(
-                    "the client aborted: {message} [{}]",
-                    code.name()
-                )));
-            }
-            other => {
-                return Err(
-                    format!("unexpected {} on the control connection", other.name()).into(),
-                );
-            }
-        }
-    }
-}
-
-/// Validates a `PutFile`, resolves its destination beneath the root, creates and preallocates
-/// the temporary file, and picks the engine. Returns the engine note and the file.
-fn prepare(
-    ctx: &Ctx,
-    shared: &Shared,
-    p: PutFile,
-) -> Result<(Option<String>, Arc<Incoming>), (ErrorCode, String)> {
-    let bad_path = |e: zcp_wire::PathError| (ErrorCode::BadPath, e.to_string());
-    let dest = RelPath::parse(&p.dest).map_err(bad_path)?;
-    RelPath::check_name(&p.name).map_err(bad_path)?;
-    let requested = RecvEngine::parse(&p.recv_engine).ok_or_else(|| {
-        let names: Vec<_> = RecvEngine::ALL.iter().map(|e| e.name()).collect();
-        (
-            ErrorCode::Protocol,
-            format!(
-                "unknown receiver engine '{}' (known: {})",
-                p.recv_engine,
-                names.join(", ")
-            ),
-        )
-    })?;
-    let plan =
-        ChunkPlan::new(p.size, p.chunk_size).map_err(|e| (ErrorCode::Limit, e.to_string()))?;
-    if plan.count() > MAX_CHUNKS {
+/// Where a pulled path starts: resolved beneath the root, never through a symlink.
+fn get_top(root: &Root, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, String)> {
+    let p = RelPath::parse(path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    let Some((last, parent)) = p.components().split_last() else {
         return Err((
-            ErrorCode::Limit,
-            format!(
-                "{} chunks is over the limit of {MAX_CHUNKS}; use a larger chunk size",
-                plan.count()
-            ),
+            ErrorCode::BadPath,
+            "name a path below the server root, not the root itself".into(),
         ));
-    }
-    if u64::from(p.block_size) > MAX_RECV_BLOCK {
-        return Err((
-            ErrorCode::Limit,
-            format!(
-                "block size {} is over the receiver's limit of {MAX_RECV_BLOCK}",
-                p.block_size
-            ),
-        ));
-    }
-    {
-        let files = shared.files.lock().unwrap_or_else(|p| p.into_inner());
-        if files.contains_key(&p.file_id) {
-            return Err((
-                ErrorCode::Protocol,
-                format!("file id {} is already in use", p.file_id),
-            ));
-        }
-        if files.len() >= MAX_OPEN_FILES {
-            return Err((
-                ErrorCode::Limit,
-                format!("more than {MAX_OPEN_FILES} files open in one session"),
-            ));
-        }
-    }
-    let block = u64::from(p.block_size);
-    let mtime = (p.mtime_sec, p.mtime_nsec);
-    if !requested.stores() {
-        let choice = choose(requested, None, None);
-        let inc = Incoming::new(
-            p.file_id,
-            plan,
-            choice.engine,
-            block,
-            p.mode,
-            mtime,
-            p.name,
-            dest.to_string(),
-            None,
-            None,
-            None,
-        );
-        return Ok((choice.note, Arc::new(inc)));
-    }
-    let engine_err = |e: EngineError| match e {
-        EngineError::NoSpace(m) => (ErrorCode::NoSpace, format!("no space on the receiver: {m}")),
-        EngineError::Path(m) => (ErrorCode::BadPath, m),
-        other => (ErrorCode::Io, other.to_string()),
     };
-    // scp's rule: a destination that is (or is spelled as) a directory receives the file
-    // under the source's name; otherwise the destination is the file's own name.
-    let (dir_path, name) = if dest.names_directory() {
-        (dest.clone(), p.name.clone())
+    let dir = root
+        .open_dir(parent, false)
+        .map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    let dest = if dest.is_empty() {
+        last.clone()
     } else {
-        let comps = dest.components();
-        let (last, parent) = comps
-            .split_last()
-            .expect("a non-directory path has a component");
-        let parent_dir = ctx.root.open_dir(parent, true).map_err(engine_err)?;
-        match zcp_engine::fs::entry_kind(&parent_dir, last).map_err(engine_err)? {
-            EntryKind::Dir => (dest.clone(), p.name.clone()),
-            _ => (
-                RelPath::parse(&parent.join(&b'/'))
-                    .unwrap_or_else(|_| RelPath::parse(b".").expect("root")),
-                last.clone(),
-            ),
-        }
+        dest.to_vec()
     };
-    let dir = ctx
-        .root
-        .open_dir(dir_path.components(), true)
-        .map_err(engine_err)?;
-    let target = dir_path.join(&name).map_err(bad_path)?.to_string();
-    match zcp_engine::fs::entry_kind(&dir, &name).map_err(engine_err)? {
-        EntryKind::Missing | EntryKind::File => {}
-        EntryKind::Dir => {
-            return Err((
-                ErrorCode::BadPath,
-                format!("destination '{target}' is a directory"),
-            ));
-        }
-        EntryKind::Symlink => {
-            return Err((
-                ErrorCode::BadPath,
-                format!(
-                    "destination '{target}' is a symlink on the receiver; zcp never follows or replaces symlinks there"
-                ),
-            ));
-        }
-        EntryKind::Other => {
-            return Err((
-                ErrorCode::BadPath,
-                format!("destination '{target}' is a device, FIFO or socket"),
-            ));
-        }
-    }
-    let temp = TempFile::create(dir).map_err(engine_err)?;
-    temp.preallocate(p.size).map_err(engine_err)?;
-    let fs = zcp_engine::fs::fs_info(temp.fd()).map_err(engine_err)?;
-    let choice = choose(requested, Some(&temp), Some(&fs));
-    let fd = rustix_dup(&temp).map_err(engine_err)?;
-    let inc = Incoming::new(
-        p.file_id,
-        plan,
-        choice.engine,
-        block,
-        p.mode,
-        mtime,
-        name,
-        target,
-        Some(temp),
-        Some(fd),
-        choice.direct,
-    );
-    Ok((choice.note, Arc::new(inc)))
-}
-
-fn rustix_dup(temp: &TempFile) -> Result<std::os::fd::OwnedFd, EngineError> {
-    temp.fd()
-        .try_clone_to_owned()
-        .map_err(|source| EngineError::Sys {
-            call: "dup",
-            what: "temporary file",
-            source,
-        })
-}
-
-/// Waits for every chunk, checks the digests, and commits. Returns the reply to send; an
-/// `Err` only for a broken control connection.
-fn finish_file(
-    ctx: &Ctx,
-    shared: &Shared,
-    tx: &mut ControlTx,
-    f: &Incoming,
-    digest: [u8; 32],
-) -> Result<Message, String> {
-    let failed = |code, message| Message::FileFailed {
-        file_id: f.id,
-        code,
-        message,
-    };
-    let mut last_bytes = shared.bytes.load(Ordering::Relaxed);
-    let mut last_progress = Instant::now();
-    loop {
-        match f.wait(TICK) {
-            Wait::Complete => break,
-            Wait::Failed(code, msg) => return Ok(failed(code, msg)),
-            Wait::Pending => {
-                let b = shared.bytes.load(Ordering::Relaxed);
-                if b != last_bytes {
-                    last_bytes = b;
-                    last_progress = Instant::now();
-                } else if last_progress.elapsed() > ctx.cfg.idle_timeout {
-                    f.fail(
-                        ErrorCode::Io,
-                        format!("no data arrived for {} s", ctx.cfg.idle_timeout.as_secs()),
-                    );
-                    continue;
-                }
-                tx.send(&Message::Progress {
-                    file_id: f.id,
-                    bytes: f.written.load(Ordering::Relaxed),
-                })
-                .map_err(|e| format!("cannot write to the client: {e}"))?;
-            }
-        }
-    }
-    let local = if f.verify {
-        match f.digest(&shared.keys) {
-            Ok(d) if d == digest => d,
-            Ok(_) => {
-                return Ok(failed(
-                    ErrorCode::Verify,
-                    "the whole-file digests differ".into(),
-                ));
-            }
-            Err(m) => return Ok(failed(ErrorCode::Verify, m)),
-        }
-    } else {
-        [0; 32]
-    };
-    if f.engine.stores() {
-        let Some(temp) = f.temp.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-            return Ok(failed(
-                ErrorCode::Internal,
-                "the file was already committed".into(),
-            ));
-        };
-        // The commit's fsync can take a while on a slow disk: run it beside this thread, which
-        // keeps telling the client the receiver is alive.
-        let size = f.plan.size();
-        let result = std::thread::scope(|s| {
-            let job = s.spawn(|| {
-                let u0 = thread_usage();
-                let r = temp.commit(size, f.mode, f.mtime, &f.name);
-                shared
-                    .usage
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .add(&thread_usage().since(&u0));
-                r
-            });
-            let mut told = Instant::now();
-            while !job.is_finished() {
-                std::thread::sleep(Duration::from_millis(10));
-                if told.elapsed() >= TICK {
-                    told = Instant::now();
-                    let _ = tx.send(&Message::Progress {
-                        file_id: f.id,
-                        bytes: size,
-                    });
-                }
-            }
-            job.join()
-                .unwrap_or_else(|_| Err(EngineError::Path("the commit thread panicked".into())))
-        });
-        if let Err(e) = result {
-            let code = if e.is_no_space() {
-                ErrorCode::NoSpace
-            } else {
-                ErrorCode::Io
-            };
-            return Ok(failed(code, format!("commit failed: {e}")));
-        }
-    }
-    Ok(Message::FileCommitted {
-        file_id: f.id,
-        bytes: f.plan.size(),
-        digest: local,
-        verified: f.verify,
-        stored: f.engine.stores(),
+    RelPath::parse(&dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    Ok(Top::Beneath {
+        parent: dir,
+        name: last.clone(),
+        dest,
+        display: path.to_vec(),
     })
-}
-
-/// Reads exactly `buf.len()` bytes; `Ok(false)` when the stream ended before the first.
-fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, String> {
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err("the data stream ended inside a chunk header".into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err("no data from the client within the idle timeout".into());
-            }
-            Err(e) => return Err(format!("data stream: {e}")),
-        }
-    }
-    Ok(true)
-}
-
-fn data_loop(ctx: &Ctx, shared: &Shared, mut sock: TcpStream) {
-    let usage0 = thread_usage();
-    let _ = sock.set_read_timeout(Some(ctx.cfg.idle_timeout));
-    let _ = sock.set_write_timeout(Some(ctx.cfg.idle_timeout));
-    if let Ok(c) = sock.try_clone() {
-        shared
-            .socks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(c);
-    }
-    // Closed while we registered: stop at once.
-    if shared.closed.load(Ordering::Relaxed) {
-        let _ = sock.shutdown(Shutdown::Both);
-    }
-    let mut receivers: HashMap<u32, StreamReceiver> = HashMap::new();
-    let result = receive_chunks(shared, &mut sock, &mut receivers);
-    let mut usage = Usage::default();
-    for (id, rx) in receivers {
-        match rx.finish() {
-            Ok(u) => usage.add(&u),
-            Err(e) => {
-                if let Some(f) = shared.file(id) {
-                    f.fail(ErrorCode::Io, e.to_string());
-                }
-            }
-        }
-    }
-    if let Err((code, why)) = result {
-        // A broken stream leaves chunks missing: fail what it was carrying, so the control
-        // thread answers FileFailed at once instead of waiting for the idle timeout.
-        shared.fail_all(code, &format!("data stream failed: {why}"));
-        let _ = sock.shutdown(Shutdown::Both);
-    }
-    usage.add(&thread_usage().since(&usage0));
-    shared.stream_ended(usage);
-}
-
-/// Hashes a chunk's bytes, as the engine feeds them, into the chunk's MAC.
-struct MacSink {
-    hasher: blake3::Hasher,
-    file: Arc<Incoming>,
-    index: u64,
-}
-
-impl ChunkSink for MacSink {
-    fn bytes(&mut self, bytes: &[u8]) {
-        self.hasher.update(bytes);
-    }
-
-    fn seen_all(self: Box<Self>) {
-        self.file
-            .hashed(self.index, *self.hasher.finalize().as_bytes());
-    }
-}
-
-fn receive_chunks(
-    shared: &Shared,
-    sock: &mut TcpStream,
-    receivers: &mut HashMap<u32, StreamReceiver>,
-) -> Result<(), (ErrorCode, String)> {
-    let proto = |m: String| (ErrorCode::Protocol, m);
-    loop {
-        let mut hb = [0u8; CHUNK_HEADER_LEN];
-        if !read_header(sock, &mut hb).map_err(|m| (ErrorCode::Io, m))? {
-            return Err((
-                ErrorCode::Io,
-                "the data stream closed before its end marker".into(),
-            ));
-        }
-        let h = ChunkHeader::decode(&hb).map_err(|e| proto(e.to_string()))?;
-        if h.kind == ChunkKind::End {
-            return Ok(());
-        }
-        let f = shared
-            .file(h.file_id)
-            .ok_or_else(|| proto(format!("chunk for unknown file {}", h.file_id)))?;
-        let index = f
-            .plan
-            .locate(h.offset, h.len)
-            .map_err(|e| proto(e.to_string()))?;
-        f.claim(index).map_err(proto)?;
-        let rx = match receivers.entry(h.file_id) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(
-                StreamReceiver::new(
-                    f.engine,
-                    f.fd.as_ref().map(|fd| fd.as_fd()),
-                    f.direct.as_ref().map(|fd| fd.as_fd()),
-                    f.block,
-                )
-                .map_err(|e| (ErrorCode::Io, e.to_string()))?,
-            ),
-        };
-        let done: Completion = {
-            let f = f.clone();
-            Box::new(move |r| f.written(index, r))
-        };
-        let sink: Option<Sink> = if f.verify {
-            Some(Box::new(MacSink {
-                hasher: shared.keys.chunk_hasher(f.id, h.offset, h.len),
-                file: f.clone(),
-                index,
-            }))
-        } else {
-            // The null engine never sees the bytes: nothing to hash.
-            f.hashed(index, [0; 32]);
-            None
-        };
-        if let Err(e) = rx.receive(sock.as_fd(), h.offset, h.len, sink, &shared.bytes, done) {
-            let code = if e.is_no_space() {
-                ErrorCode::NoSpace
-            } else {
-                ErrorCode::Io
-            };
-            return Err((code, e.to_string()));
-        }
-    }
 }

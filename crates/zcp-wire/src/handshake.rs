@@ -125,6 +125,11 @@ impl Deadline {
 pub struct Established {
     /// The session's derived keys.
     pub keys: SessionKeys,
+    /// The client's handshake nonce (journals name the session that verified a chunk by its
+    /// nonces, so a later session can re-derive its chunk key from the pre-shared key).
+    pub client_nonce: Nonce,
+    /// The server's handshake nonce.
+    pub server_nonce: Nonce,
     /// The session's id.
     pub session_id: SessionId,
     /// Most data streams the server allows.
@@ -183,7 +188,13 @@ impl ClientHandshake {
             proof: keys::client_proof(&self.psk, &self.nonce, &nonce),
         };
         let keys = SessionKeys::derive(&self.psk, &self.nonce, &nonce);
-        Ok((reply, ClientAwaitWelcome { keys }))
+        Ok((
+            reply,
+            ClientAwaitWelcome {
+                keys,
+                nonces: (self.nonce, nonce),
+            },
+        ))
     }
 }
 
@@ -191,6 +202,7 @@ impl ClientHandshake {
 #[derive(Debug)]
 pub struct ClientAwaitWelcome {
     keys: SessionKeys,
+    nonces: (Nonce, Nonce),
 }
 
 impl ClientAwaitWelcome {
@@ -208,6 +220,8 @@ impl ClientAwaitWelcome {
             } => Ok(Established {
                 sealer: Sealer::new(&self.keys, Side::Client),
                 keys: self.keys,
+                client_nonce: self.nonces.0,
+                server_nonce: self.nonces.1,
                 session_id,
                 max_streams,
                 opener,
@@ -303,6 +317,8 @@ impl ServerAwaitProof {
         Ok((
             Established {
                 keys,
+                client_nonce: self.client,
+                server_nonce: self.server,
                 session_id,
                 max_streams,
                 sealer,

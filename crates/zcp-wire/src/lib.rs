@@ -14,6 +14,7 @@
 mod chunk;
 mod codec;
 mod handshake;
+pub mod journal;
 pub mod keys;
 mod message;
 mod path;
@@ -29,8 +30,8 @@ pub use handshake::{
 };
 pub use keys::{FileDigest, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
-    ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, MAX_ENGINE_NAME, MAX_NAME, MAX_PATH,
-    MAX_PAYLOAD, MAX_TEXT, Message, PutFile, ReceiverStats, Role,
+    ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES,
+    MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_TEXT, Message, Open, PutFile, Role, SideStats,
 };
 pub use path::{PathError, RelPath, escape};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};

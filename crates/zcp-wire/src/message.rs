@@ -21,6 +21,8 @@ pub const MAX_NAME: usize = 255;
 pub const MAX_TEXT: usize = 1024;
 /// Longest engine name.
 pub const MAX_ENGINE_NAME: usize = 32;
+/// Most `(index, mac)` entries in one [`Have`] message (fits [`MAX_PAYLOAD`]).
+pub const MAX_HAVE_ENTRIES: usize = 1500;
 /// First bytes of a `Hello` body: lets a server tell a zcp client from stray traffic.
 pub const HELLO_MAGIC: [u8; 4] = *b"ZCP\x01";
 
@@ -112,14 +114,36 @@ impl ErrorCode {
     }
 }
 
-/// A file the client wants to store, announced before any of its bytes.
+/// How a session runs, asked for by the client right after `Welcome`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Open {
+    /// `false`: the client sends (push); `true`: the server sends (pull, `zcp get`).
+    pub pull: bool,
+    /// Whether the sender descends into directories (`-r`).
+    pub recursive: bool,
+    /// Data streams the client wants; the server grants at most its own limit.
+    pub streams: u16,
+    /// Idle timeout the client wants, milliseconds (0: the server's); only ever tightened.
+    pub idle_ms: u32,
+    /// Receiver engine (`auto`, `splice`, `direct`, ...).
+    pub recv_engine: String,
+    /// Sender engine (`sendfile`, `rw`, `mmap`).
+    pub send_engine: String,
+    /// Bytes per read/write call on both sides; 0 lets each engine choose.
+    pub block_size: u32,
+    /// Chunk size; 0 lets the sender choose per file.
+    pub chunk_size: u64,
+}
+
+/// A file the sender is about to send, announced before any of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutFile {
     /// Session-local file number; chunk headers on data streams refer to it.
     pub file_id: u32,
-    /// Destination relative to the server root, raw bytes (validated by [`crate::RelPath`]).
+    /// Destination relative to the receiver's root, raw bytes (validated by [`crate::RelPath`]).
     pub dest: Vec<u8>,
-    /// Name to use when `dest` is a directory: the source's last component.
+    /// Empty: `dest` is the file's exact path. Otherwise the source's last component, used
+    /// when `dest` is (or is spelled as) a directory, as scp does.
     pub name: Vec<u8>,
     /// Exact size in bytes.
     pub size: u64,
@@ -131,23 +155,39 @@ pub struct PutFile {
     pub mtime_nsec: u32,
     /// Chunk size the sender cuts the file into (see [`crate::ChunkPlan`]).
     pub chunk_size: u64,
-    /// Receiver engine the client asks for (`auto`, `splice`, `direct`, ...).
-    pub recv_engine: String,
-    /// Bytes per read/write call on the receiver; 0 lets the receiver choose.
-    pub block_size: u32,
 }
 
-/// The receiver's per-session resource use, sent in reply to [`Message::Finish`].
+/// Chunks of a partial file the receiver already holds, verified and durable from an earlier
+/// session, with the MACs it verified them against in that session. The sender recomputes
+/// each MAC under that session's chunk key (derivable only with the pre-shared key) over its
+/// current source: all equal, and only the missing chunks are sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Have {
+    /// The file in *this* session.
+    pub file_id: u32,
+    /// Client nonce of the session that verified these chunks.
+    pub client_nonce: Nonce,
+    /// Server nonce of that session.
+    pub server_nonce: Nonce,
+    /// The file's id in that session (chunk MACs are bound to it).
+    pub old_file_id: u32,
+    /// `(chunk index, MAC)` pairs, at most [`MAX_HAVE_ENTRIES`].
+    pub entries: Vec<(u64, [u8; 32])>,
+}
+
+/// One side's resource use for a session, exchanged at its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ReceiverStats {
-    /// CPU time in user mode of the session's threads, microseconds.
+pub struct SideStats {
+    /// CPU time in user mode of the session's threads on that side, microseconds.
     pub cpu_user_us: u64,
-    /// CPU time in kernel mode of the session's threads, microseconds.
+    /// CPU time in kernel mode, microseconds.
     pub cpu_sys_us: u64,
-    /// Peak resident set size of the receiver process, bytes.
+    /// Peak resident set size of that side's process, bytes.
     pub max_rss_bytes: u64,
-    /// Payload bytes the session received on its data streams.
-    pub bytes_received: u64,
+    /// Payload bytes moved over the data streams.
+    pub bytes: u64,
+    /// Files committed (receiver) or sent (sender).
+    pub files: u64,
 }
 
 /// Every message of protocol version 1.
@@ -168,12 +208,12 @@ pub enum Message {
         version: u16,
         /// The server's fresh random nonce.
         nonce: Nonce,
-        /// `HMAC(psk, "zcp/1 server" || client nonce || server nonce)`.
+        /// `HMAC(psk, "zcp/1 server proof" || client nonce || server nonce)`.
         proof: [u8; 32],
     },
     /// Client -> server: the client's proof of the key.
     Proof {
-        /// `HMAC(psk, "zcp/1 client" || client nonce || server nonce)`.
+        /// `HMAC(psk, "zcp/1 client proof" || client nonce || server nonce)`.
         proof: [u8; 32],
     },
     /// Server -> client on a data connection: the nonce the join proof must cover.
@@ -206,20 +246,73 @@ pub enum Message {
         /// Most data streams the server allows this session.
         max_streams: u16,
     },
-    /// Client -> server, sealed: a file to receive.
+    /// Client -> server: how the session runs.
+    Open(Open),
+    /// Server -> client: what the server granted.
+    Opened {
+        /// Data streams the client opens now.
+        streams: u16,
+        /// Idle timeout in force, milliseconds.
+        idle_ms: u32,
+    },
+    /// Sender -> receiver: a file to receive.
     PutFile(PutFile),
-    /// Server -> client, sealed: the file is open and preallocated; send its chunks.
+    /// Sender -> receiver: a directory to create (its mode and mtime come in `DirTimes`).
+    MakeDir {
+        /// Path relative to the receiver's root.
+        path: Vec<u8>,
+    },
+    /// Sender -> receiver: a symbolic link to create; its target is never followed.
+    MakeLink {
+        /// Path relative to the receiver's root.
+        path: Vec<u8>,
+        /// The link's target, as raw bytes.
+        target: Vec<u8>,
+    },
+    /// Sender -> receiver, after every file: a directory's mode and mtime.
+    DirTimes {
+        /// Path relative to the receiver's root.
+        path: Vec<u8>,
+        /// Permission bits.
+        mode: u32,
+        /// Modification time, seconds.
+        mtime_sec: i64,
+        /// Modification time, nanoseconds part.
+        mtime_nsec: u32,
+    },
+    /// Receiver -> sender: a directory or link could not be created.
+    EntryFailed {
+        /// The entry's path.
+        path: Vec<u8>,
+        /// What kind of failure.
+        code: ErrorCode,
+        /// Why.
+        message: String,
+    },
+    /// Receiver -> sender: chunks already held (see [`Have`]); sent before `FileReady`.
+    Have(Have),
+    /// Receiver -> sender: the file is open and preallocated; send its chunks (after `Go`, if
+    /// `resumed`).
     FileReady {
-        /// The file, as in `PutFile`.
+        /// The file.
         file_id: u32,
         /// Receiver engine that will run.
         engine: String,
-        /// Why it differs from the one asked for, if it does.
+        /// Why it differs from the one asked for, or how `auto` chose.
         note: String,
         /// Final path relative to the root, for display.
         target: Vec<u8>,
+        /// Whether `Have` messages came before: the sender must answer with `Go`.
+        resumed: bool,
     },
-    /// Client -> server, sealed: the keyed BLAKE3 MAC of one chunk, as the sender read it.
+    /// Sender -> receiver, for a resumed file: whether the held chunks still match the source.
+    Go {
+        /// The file.
+        file_id: u32,
+        /// `true`: they do not; discard them and receive the whole file again.
+        restart: bool,
+    },
+    /// Sender -> receiver: the keyed BLAKE3 MAC of one chunk, as the sender read it.
     ChunkMac {
         /// The file.
         file_id: u32,
@@ -228,28 +321,48 @@ pub enum Message {
         /// The MAC.
         mac: [u8; 32],
     },
-    /// Client -> server, sealed: all chunks of the file were sent; its whole-file digest.
+    /// Receiver -> sender: chunk verified and durable (`ok`), or failed verification and
+    /// reset: send it again.
+    ChunkAck {
+        /// The file.
+        file_id: u32,
+        /// Chunk index.
+        index: u64,
+        /// Verified and durable.
+        ok: bool,
+    },
+    /// Sender -> receiver: every chunk was acknowledged; the whole-file digest.
     FileEnd {
         /// The file.
         file_id: u32,
         /// Digest over the chunk MACs (see [`crate::keys::FileDigest`]).
         digest: [u8; 32],
     },
-    /// Server -> client, sealed: the file is done. For storing engines: verified, synced and
-    /// renamed into place. `null` and `mem` receivers store nothing, and `null` cannot verify.
+    /// Sender -> receiver: the sender gives up on this file (its source changed or vanished);
+    /// the receiver keeps what it verified, for a later resume, and commits nothing.
+    FileAbort {
+        /// The file.
+        file_id: u32,
+        /// Why.
+        code: ErrorCode,
+        /// For a person.
+        message: String,
+    },
+    /// Receiver -> sender: the file is done. For storing engines: verified, synced and
+    /// renamed into place. `null` and `mem` store nothing, and `null` cannot verify.
     FileCommitted {
         /// The file.
         file_id: u32,
-        /// Bytes received.
+        /// Bytes in the file.
         bytes: u64,
-        /// The receiver's digest of what it received (zeros when not verified).
+        /// The receiver's digest of what it holds (zeros when not verified).
         digest: [u8; 32],
-        /// Whether the receiver checked every chunk MAC and the digest.
+        /// Whether every chunk MAC and the digest were checked.
         verified: bool,
-        /// Whether the bytes were stored durably under the target name.
+        /// Whether the file was stored durably under its final name.
         stored: bool,
     },
-    /// Server -> client, sealed: the file was not committed; nothing was renamed into place.
+    /// Receiver -> sender: the file was not committed; nothing was renamed into place.
     FileFailed {
         /// The file.
         file_id: u32,
@@ -258,18 +371,32 @@ pub enum Message {
         /// What happened, for a person.
         message: String,
     },
-    /// Server -> client, sealed, about once a second while a file is being received or
-    /// committed: the receiver is alive, and this much of the file is written.
+    /// Receiver -> sender, about once a second while files are open: the receiver is alive.
     Progress {
-        /// The file.
+        /// A file being received.
         file_id: u32,
-        /// Bytes of it received and handed to the disk so far.
+        /// Bytes of it written so far.
         bytes: u64,
     },
-    /// Client -> server, sealed: no more files; report and close.
+    /// Client -> server in a pull session: send this path (relative to the server root).
+    Get {
+        /// The path.
+        path: Vec<u8>,
+        /// Where it goes, relative to the client's destination; empty: its own name.
+        dest: Vec<u8>,
+    },
+    /// Client -> server in a pull session: no more paths.
+    GetEnd,
+    /// Sender -> receiver: something the person at the other end should read (a skipped
+    /// special file, a source that vanished).
+    Notice {
+        /// The text.
+        message: String,
+    },
+    /// Sender -> receiver: no more entries; every file is done. Answered with `Stats`.
     Finish,
-    /// Server -> client, sealed: the receiver's resource use; the session is over.
-    Stats(ReceiverStats),
+    /// Each side's resource use at the end: the receiver's after `Finish`, then the sender's.
+    Stats(SideStats),
 }
 
 /// Message type codes. `0x10` and above are sealed.
@@ -282,17 +409,32 @@ pub(crate) mod code {
     pub(crate) const DATA_ACCEPT: u8 = 0x06;
     pub(crate) const ERROR: u8 = 0x0F;
     pub(crate) const WELCOME: u8 = 0x10;
-    pub(crate) const PUT_FILE: u8 = 0x11;
-    pub(crate) const FILE_READY: u8 = 0x12;
-    pub(crate) const CHUNK_MAC: u8 = 0x13;
-    pub(crate) const FILE_END: u8 = 0x14;
-    pub(crate) const FILE_COMMITTED: u8 = 0x15;
-    pub(crate) const FILE_FAILED: u8 = 0x16;
-    pub(crate) const FINISH: u8 = 0x17;
-    pub(crate) const STATS: u8 = 0x18;
-    pub(crate) const PROGRESS: u8 = 0x19;
+    pub(crate) const OPEN: u8 = 0x11;
+    pub(crate) const OPENED: u8 = 0x12;
+    pub(crate) const PUT_FILE: u8 = 0x13;
+    pub(crate) const MAKE_DIR: u8 = 0x14;
+    pub(crate) const MAKE_LINK: u8 = 0x15;
+    pub(crate) const DIR_TIMES: u8 = 0x16;
+    pub(crate) const ENTRY_FAILED: u8 = 0x17;
+    pub(crate) const HAVE: u8 = 0x18;
+    pub(crate) const FILE_READY: u8 = 0x19;
+    pub(crate) const GO: u8 = 0x1A;
+    pub(crate) const CHUNK_MAC: u8 = 0x1B;
+    pub(crate) const CHUNK_ACK: u8 = 0x1C;
+    pub(crate) const FILE_END: u8 = 0x1D;
+    pub(crate) const FILE_ABORT: u8 = 0x1E;
+    pub(crate) const FILE_COMMITTED: u8 = 0x1F;
+    pub(crate) const FILE_FAILED: u8 = 0x20;
+    pub(crate) const PROGRESS: u8 = 0x21;
+    pub(crate) const GET: u8 = 0x22;
+    pub(crate) const GET_END: u8 = 0x23;
+    pub(crate) const NOTICE: u8 = 0x24;
+    pub(crate) const FINISH: u8 = 0x25;
+    pub(crate) const STATS: u8 = 0x26;
     /// First sealed type code.
     pub(crate) const FIRST_SEALED: u8 = 0x10;
+    /// Last known type code.
+    pub(crate) const LAST: u8 = 0x26;
 }
 
 /// A decoded frame header.
@@ -331,30 +473,63 @@ impl FrameHeader {
 }
 
 fn is_known(kind: u8) -> bool {
-    matches!(kind, code::HELLO..=code::DATA_ACCEPT | code::ERROR | code::WELCOME..=code::PROGRESS)
+    matches!(kind, code::HELLO..=code::DATA_ACCEPT | code::ERROR | code::WELCOME..=code::LAST)
+}
+
+fn flags(bits: &[bool]) -> u8 {
+    bits.iter()
+        .enumerate()
+        .fold(0, |acc, (i, b)| acc | (u8::from(*b) << i))
+}
+
+fn read_flags<const N: usize>(
+    r: &mut Reader<'_>,
+    what: &'static str,
+) -> Result<[bool; N], DecodeError> {
+    let v = r.u8()?;
+    if u32::from(v) >> N != 0 {
+        return Err(DecodeError::Malformed(format!(
+            "unknown {what} flags {v:#x}"
+        )));
+    }
+    Ok(std::array::from_fn(|i| v & (1 << i) != 0))
 }
 
 impl Message {
     /// This message's type code.
     pub fn kind(&self) -> u8 {
+        use code::*;
         match self {
-            Message::Hello { .. } => code::HELLO,
-            Message::Challenge { .. } => code::CHALLENGE,
-            Message::Proof { .. } => code::PROOF,
-            Message::DataChallenge { .. } => code::DATA_CHALLENGE,
-            Message::DataJoin { .. } => code::DATA_JOIN,
-            Message::DataAccept => code::DATA_ACCEPT,
-            Message::Error { .. } => code::ERROR,
-            Message::Welcome { .. } => code::WELCOME,
-            Message::PutFile(_) => code::PUT_FILE,
-            Message::FileReady { .. } => code::FILE_READY,
-            Message::ChunkMac { .. } => code::CHUNK_MAC,
-            Message::FileEnd { .. } => code::FILE_END,
-            Message::FileCommitted { .. } => code::FILE_COMMITTED,
-            Message::FileFailed { .. } => code::FILE_FAILED,
-            Message::Finish => code::FINISH,
-            Message::Stats(_) => code::STATS,
-            Message::Progress { .. } => code::PROGRESS,
+            Message::Hello { .. } => HELLO,
+            Message::Challenge { .. } => CHALLENGE,
+            Message::Proof { .. } => PROOF,
+            Message::DataChallenge { .. } => DATA_CHALLENGE,
+            Message::DataJoin { .. } => DATA_JOIN,
+            Message::DataAccept => DATA_ACCEPT,
+            Message::Error { .. } => ERROR,
+            Message::Welcome { .. } => WELCOME,
+            Message::Open(_) => OPEN,
+            Message::Opened { .. } => OPENED,
+            Message::PutFile(_) => PUT_FILE,
+            Message::MakeDir { .. } => MAKE_DIR,
+            Message::MakeLink { .. } => MAKE_LINK,
+            Message::DirTimes { .. } => DIR_TIMES,
+            Message::EntryFailed { .. } => ENTRY_FAILED,
+            Message::Have(_) => HAVE,
+            Message::FileReady { .. } => FILE_READY,
+            Message::Go { .. } => GO,
+            Message::ChunkMac { .. } => CHUNK_MAC,
+            Message::ChunkAck { .. } => CHUNK_ACK,
+            Message::FileEnd { .. } => FILE_END,
+            Message::FileAbort { .. } => FILE_ABORT,
+            Message::FileCommitted { .. } => FILE_COMMITTED,
+            Message::FileFailed { .. } => FILE_FAILED,
+            Message::Progress { .. } => PROGRESS,
+            Message::Get { .. } => GET,
+            Message::GetEnd => GET_END,
+            Message::Notice { .. } => NOTICE,
+            Message::Finish => FINISH,
+            Message::Stats(_) => STATS,
         }
     }
 
@@ -366,6 +541,9 @@ impl Message {
     /// The message body, without frame header or tag.
     pub fn encode_body(&self) -> Vec<u8> {
         let mut w = Writer::default();
+        let text = |w: &mut Writer, t: &str, max| {
+            w.bytes(clip(t.as_bytes(), max));
+        };
         match self {
             Message::Hello {
                 version,
@@ -399,10 +577,10 @@ impl Message {
             } => {
                 w.raw(session_id).u16(*stream).raw(proof);
             }
-            Message::DataAccept | Message::Finish => {}
+            Message::DataAccept | Message::GetEnd | Message::Finish => {}
             Message::Error { code, message } => {
-                w.u16(code.to_u16())
-                    .bytes(clip(message.as_bytes(), MAX_TEXT));
+                w.u16(code.to_u16());
+                text(&mut w, message, MAX_TEXT);
             }
             Message::Welcome {
                 session_id,
@@ -410,22 +588,71 @@ impl Message {
             } => {
                 w.raw(session_id).u16(*max_streams);
             }
+            Message::Open(o) => {
+                w.u8(flags(&[o.pull, o.recursive]))
+                    .u16(o.streams)
+                    .u32(o.idle_ms);
+                text(&mut w, &o.recv_engine, MAX_ENGINE_NAME);
+                text(&mut w, &o.send_engine, MAX_ENGINE_NAME);
+                w.u32(o.block_size).u64(o.chunk_size);
+            }
+            Message::Opened { streams, idle_ms } => {
+                w.u16(*streams).u32(*idle_ms);
+            }
             Message::PutFile(p) => {
                 w.u32(p.file_id).bytes(&p.dest).bytes(&p.name).u64(p.size);
-                w.u32(p.mode).i64(p.mtime_sec).u32(p.mtime_nsec);
-                w.u64(p.chunk_size)
-                    .bytes(clip(p.recv_engine.as_bytes(), MAX_ENGINE_NAME));
-                w.u32(p.block_size);
+                w.u32(p.mode)
+                    .i64(p.mtime_sec)
+                    .u32(p.mtime_nsec)
+                    .u64(p.chunk_size);
+            }
+            Message::MakeDir { path } => {
+                w.bytes(path);
+            }
+            Message::MakeLink { path, target } => {
+                w.bytes(path).bytes(target);
+            }
+            Message::DirTimes {
+                path,
+                mode,
+                mtime_sec,
+                mtime_nsec,
+            } => {
+                w.bytes(path).u32(*mode).i64(*mtime_sec).u32(*mtime_nsec);
+            }
+            Message::EntryFailed {
+                path,
+                code,
+                message,
+            } => {
+                w.bytes(path).u16(code.to_u16());
+                text(&mut w, message, MAX_TEXT);
+            }
+            Message::Have(h) => {
+                w.u32(h.file_id)
+                    .raw(&h.client_nonce)
+                    .raw(&h.server_nonce)
+                    .u32(h.old_file_id);
+                let n = h.entries.len().min(MAX_HAVE_ENTRIES);
+                w.u16(n as u16);
+                for (index, mac) in &h.entries[..n] {
+                    w.u64(*index).raw(mac);
+                }
             }
             Message::FileReady {
                 file_id,
                 engine,
                 note,
                 target,
+                resumed,
             } => {
-                w.u32(*file_id)
-                    .bytes(clip(engine.as_bytes(), MAX_ENGINE_NAME));
-                w.bytes(clip(note.as_bytes(), MAX_TEXT)).bytes(target);
+                w.u32(*file_id);
+                text(&mut w, engine, MAX_ENGINE_NAME);
+                text(&mut w, note, MAX_TEXT);
+                w.bytes(target).u8(flags(&[*resumed]));
+            }
+            Message::Go { file_id, restart } => {
+                w.u32(*file_id).u8(flags(&[*restart]));
             }
             Message::ChunkMac {
                 file_id,
@@ -434,8 +661,24 @@ impl Message {
             } => {
                 w.u32(*file_id).u64(*index).raw(mac);
             }
+            Message::ChunkAck { file_id, index, ok } => {
+                w.u32(*file_id).u64(*index).u8(flags(&[*ok]));
+            }
             Message::FileEnd { file_id, digest } => {
                 w.u32(*file_id).raw(digest);
+            }
+            Message::FileAbort {
+                file_id,
+                code,
+                message,
+            }
+            | Message::FileFailed {
+                file_id,
+                code,
+                message,
+            } => {
+                w.u32(*file_id).u16(code.to_u16());
+                text(&mut w, message, MAX_TEXT);
             }
             Message::FileCommitted {
                 file_id,
@@ -444,23 +687,26 @@ impl Message {
                 verified,
                 stored,
             } => {
-                w.u32(*file_id).u64(*bytes).raw(digest);
-                w.u8(u8::from(*verified) | (u8::from(*stored) << 1));
-            }
-            Message::FileFailed {
-                file_id,
-                code,
-                message,
-            } => {
-                w.u32(*file_id).u16(code.to_u16());
-                w.bytes(clip(message.as_bytes(), MAX_TEXT));
-            }
-            Message::Stats(s) => {
-                w.u64(s.cpu_user_us).u64(s.cpu_sys_us);
-                w.u64(s.max_rss_bytes).u64(s.bytes_received);
+                w.u32(*file_id)
+                    .u64(*bytes)
+                    .raw(digest)
+                    .u8(flags(&[*verified, *stored]));
             }
             Message::Progress { file_id, bytes } => {
                 w.u32(*file_id).u64(*bytes);
+            }
+            Message::Get { path, dest } => {
+                w.bytes(path).bytes(dest);
+            }
+            Message::Notice { message } => {
+                text(&mut w, message, MAX_TEXT);
+            }
+            Message::Stats(s) => {
+                w.u64(s.cpu_user_us)
+                    .u64(s.cpu_sys_us)
+                    .u64(s.max_rss_bytes)
+                    .u64(s.bytes)
+                    .u64(s.files);
             }
         }
         w.buf
@@ -521,6 +767,23 @@ impl Message {
                 session_id: r.array()?,
                 max_streams: r.u16()?,
             },
+            code::OPEN => {
+                let [pull, recursive] = read_flags::<2>(&mut r, "open")?;
+                Message::Open(Open {
+                    pull,
+                    recursive,
+                    streams: r.u16()?,
+                    idle_ms: r.u32()?,
+                    recv_engine: r.text(MAX_ENGINE_NAME, "receiver engine")?,
+                    send_engine: r.text(MAX_ENGINE_NAME, "sender engine")?,
+                    block_size: r.u32()?,
+                    chunk_size: r.u64()?,
+                })
+            }
+            code::OPENED => Message::Opened {
+                streams: r.u16()?,
+                idle_ms: r.u32()?,
+            },
             code::PUT_FILE => Message::PutFile(PutFile {
                 file_id: r.u32()?,
                 dest: r.bytes(MAX_PATH, "destination path")?,
@@ -530,38 +793,95 @@ impl Message {
                 mtime_sec: r.i64()?,
                 mtime_nsec: r.u32()?,
                 chunk_size: r.u64()?,
-                recv_engine: r.text(MAX_ENGINE_NAME, "engine name")?,
-                block_size: r.u32()?,
             }),
-            code::FILE_READY => Message::FileReady {
-                file_id: r.u32()?,
-                engine: r.text(MAX_ENGINE_NAME, "engine name")?,
-                note: r.text(MAX_TEXT, "note")?,
-                target: r.bytes(MAX_PATH, "target path")?,
+            code::MAKE_DIR => Message::MakeDir {
+                path: r.bytes(MAX_PATH, "directory path")?,
             },
+            code::MAKE_LINK => Message::MakeLink {
+                path: r.bytes(MAX_PATH, "link path")?,
+                target: r.bytes(MAX_PATH, "link target")?,
+            },
+            code::DIR_TIMES => Message::DirTimes {
+                path: r.bytes(MAX_PATH, "directory path")?,
+                mode: r.u32()?,
+                mtime_sec: r.i64()?,
+                mtime_nsec: r.u32()?,
+            },
+            code::ENTRY_FAILED => Message::EntryFailed {
+                path: r.bytes(MAX_PATH, "entry path")?,
+                code: ErrorCode::from_u16(r.u16()?),
+                message: r.text(MAX_TEXT, "failure message")?,
+            },
+            code::HAVE => {
+                let (file_id, client_nonce, server_nonce, old_file_id) =
+                    (r.u32()?, r.array()?, r.array()?, r.u32()?);
+                let n = usize::from(r.u16()?);
+                if n > MAX_HAVE_ENTRIES {
+                    return Err(DecodeError::Malformed(format!(
+                        "{n} entries in one Have, over the limit of {MAX_HAVE_ENTRIES}"
+                    )));
+                }
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    entries.push((r.u64()?, r.array()?));
+                }
+                Message::Have(Have {
+                    file_id,
+                    client_nonce,
+                    server_nonce,
+                    old_file_id,
+                    entries,
+                })
+            }
+            code::FILE_READY => {
+                let (file_id, engine, note, target) = (
+                    r.u32()?,
+                    r.text(MAX_ENGINE_NAME, "engine name")?,
+                    r.text(MAX_TEXT, "note")?,
+                    r.bytes(MAX_PATH, "target path")?,
+                );
+                let [resumed] = read_flags::<1>(&mut r, "file ready")?;
+                Message::FileReady {
+                    file_id,
+                    engine,
+                    note,
+                    target,
+                    resumed,
+                }
+            }
+            code::GO => {
+                let file_id = r.u32()?;
+                let [restart] = read_flags::<1>(&mut r, "go")?;
+                Message::Go { file_id, restart }
+            }
             code::CHUNK_MAC => Message::ChunkMac {
                 file_id: r.u32()?,
                 index: r.u64()?,
                 mac: r.array()?,
             },
+            code::CHUNK_ACK => {
+                let (file_id, index) = (r.u32()?, r.u64()?);
+                let [ok] = read_flags::<1>(&mut r, "chunk ack")?;
+                Message::ChunkAck { file_id, index, ok }
+            }
             code::FILE_END => Message::FileEnd {
                 file_id: r.u32()?,
                 digest: r.array()?,
             },
+            code::FILE_ABORT => Message::FileAbort {
+                file_id: r.u32()?,
+                code: ErrorCode::from_u16(r.u16()?),
+                message: r.text(MAX_TEXT, "abort message")?,
+            },
             code::FILE_COMMITTED => {
                 let (file_id, bytes, digest) = (r.u32()?, r.u64()?, r.array()?);
-                let flags = r.u8()?;
-                if flags > 3 {
-                    return Err(DecodeError::Malformed(format!(
-                        "unknown commit flags {flags:#x}"
-                    )));
-                }
+                let [verified, stored] = read_flags::<2>(&mut r, "commit")?;
                 Message::FileCommitted {
                     file_id,
                     bytes,
                     digest,
-                    verified: flags & 1 != 0,
-                    stored: flags & 2 != 0,
+                    verified,
+                    stored,
                 }
             }
             code::FILE_FAILED => Message::FileFailed {
@@ -569,17 +889,26 @@ impl Message {
                 code: ErrorCode::from_u16(r.u16()?),
                 message: r.text(MAX_TEXT, "failure message")?,
             },
-            code::FINISH => Message::Finish,
-            code::STATS => Message::Stats(ReceiverStats {
-                cpu_user_us: r.u64()?,
-                cpu_sys_us: r.u64()?,
-                max_rss_bytes: r.u64()?,
-                bytes_received: r.u64()?,
-            }),
             code::PROGRESS => Message::Progress {
                 file_id: r.u32()?,
                 bytes: r.u64()?,
             },
+            code::GET => Message::Get {
+                path: r.bytes(MAX_PATH, "requested path")?,
+                dest: r.bytes(MAX_PATH, "requested destination")?,
+            },
+            code::GET_END => Message::GetEnd,
+            code::NOTICE => Message::Notice {
+                message: r.text(MAX_TEXT, "notice")?,
+            },
+            code::FINISH => Message::Finish,
+            code::STATS => Message::Stats(SideStats {
+                cpu_user_us: r.u64()?,
+                cpu_sys_us: r.u64()?,
+                max_rss_bytes: r.u64()?,
+                bytes: r.u64()?,
+                files: r.u64()?,
+            }),
             other => {
                 return Err(DecodeError::Malformed(format!(
                     "unknown message type 0x{other:02x}"
@@ -601,15 +930,28 @@ impl Message {
             Message::DataAccept => "DataAccept",
             Message::Error { .. } => "Error",
             Message::Welcome { .. } => "Welcome",
+            Message::Open(_) => "Open",
+            Message::Opened { .. } => "Opened",
             Message::PutFile(_) => "PutFile",
+            Message::MakeDir { .. } => "MakeDir",
+            Message::MakeLink { .. } => "MakeLink",
+            Message::DirTimes { .. } => "DirTimes",
+            Message::EntryFailed { .. } => "EntryFailed",
+            Message::Have(_) => "Have",
             Message::FileReady { .. } => "FileReady",
+            Message::Go { .. } => "Go",
             Message::ChunkMac { .. } => "ChunkMac",
+            Message::ChunkAck { .. } => "ChunkAck",
             Message::FileEnd { .. } => "FileEnd",
+            Message::FileAbort { .. } => "FileAbort",
             Message::FileCommitted { .. } => "FileCommitted",
             Message::FileFailed { .. } => "FileFailed",
+            Message::Progress { .. } => "Progress",
+            Message::Get { .. } => "Get",
+            Message::GetEnd => "GetEnd",
+            Message::Notice { .. } => "Notice",
             Message::Finish => "Finish",
             Message::Stats(_) => "Stats",
-            Message::Progress { .. } => "Progress",
         }
     }
 }
@@ -642,6 +984,8 @@ mod tests {
     use super::*;
 
     pub(crate) fn samples() -> Vec<Message> {
+        let e = |code, s: &str| (code, s.to_string());
+        let (c, m) = e(ErrorCode::NoSpace, "full");
         vec![
             Message::Hello {
                 version: 1,
@@ -669,6 +1013,20 @@ mod tests {
                 session_id: [1; 16],
                 max_streams: 8,
             },
+            Message::Open(Open {
+                pull: true,
+                recursive: true,
+                streams: 4,
+                idle_ms: 30_000,
+                recv_engine: "auto".into(),
+                send_engine: "sendfile".into(),
+                block_size: 1 << 20,
+                chunk_size: 0,
+            }),
+            Message::Opened {
+                streams: 2,
+                idle_ms: 60_000,
+            },
             Message::PutFile(PutFile {
                 file_id: 0,
                 dest: b"dir/\xffname".to_vec(),
@@ -678,23 +1036,61 @@ mod tests {
                 mtime_sec: -1,
                 mtime_nsec: 999_999_999,
                 chunk_size: 64 << 20,
-                recv_engine: "auto".into(),
-                block_size: 1 << 20,
+            }),
+            Message::MakeDir {
+                path: b"a/b".to_vec(),
+            },
+            Message::MakeLink {
+                path: b"a/l".to_vec(),
+                target: b"../../etc/passwd".to_vec(),
+            },
+            Message::DirTimes {
+                path: b"a".to_vec(),
+                mode: 0o755,
+                mtime_sec: 5,
+                mtime_nsec: 6,
+            },
+            Message::EntryFailed {
+                path: b"a/l".to_vec(),
+                code: ErrorCode::BadPath,
+                message: "symlink".into(),
+            },
+            Message::Have(Have {
+                file_id: 3,
+                client_nonce: [1; 32],
+                server_nonce: [2; 32],
+                old_file_id: 9,
+                entries: vec![(0, [4; 32]), (7, [5; 32])],
             }),
             Message::FileReady {
                 file_id: 0,
                 engine: "direct".into(),
                 note: String::new(),
                 target: b"dir/x".to_vec(),
+                resumed: true,
+            },
+            Message::Go {
+                file_id: 3,
+                restart: true,
             },
             Message::ChunkMac {
                 file_id: 0,
                 index: 12,
                 mac: [2; 32],
             },
+            Message::ChunkAck {
+                file_id: 0,
+                index: 12,
+                ok: false,
+            },
             Message::FileEnd {
                 file_id: 0,
                 digest: [3; 32],
+            },
+            Message::FileAbort {
+                file_id: 1,
+                code: ErrorCode::SourceChanged,
+                message: "grew".into(),
             },
             Message::FileCommitted {
                 file_id: 0,
@@ -705,26 +1101,38 @@ mod tests {
             },
             Message::FileFailed {
                 file_id: 0,
-                code: ErrorCode::NoSpace,
-                message: "full".into(),
+                code: c,
+                message: m,
             },
             Message::Progress {
                 file_id: 2,
                 bytes: 1 << 40,
             },
+            Message::Get {
+                path: b"data/run1".to_vec(),
+                dest: b"local".to_vec(),
+            },
+            Message::GetEnd,
+            Message::Notice {
+                message: "skipped fifo".into(),
+            },
             Message::Finish,
-            Message::Stats(ReceiverStats {
+            Message::Stats(SideStats {
                 cpu_user_us: 1,
                 cpu_sys_us: 2,
                 max_rss_bytes: 3,
-                bytes_received: 4,
+                bytes: 4,
+                files: 5,
             }),
         ]
     }
 
     #[test]
     fn every_message_round_trips() {
-        for m in samples() {
+        let all = samples();
+        let kinds: std::collections::HashSet<u8> = all.iter().map(Message::kind).collect();
+        assert_eq!(kinds.len(), all.len(), "one sample per message type");
+        for m in all {
             let body = m.encode_body();
             assert_eq!(Message::decode(m.kind(), &body).unwrap(), m, "{}", m.name());
             // Every strict prefix is truncated or malformed, never a different message.
@@ -759,6 +1167,28 @@ mod tests {
                 .unwrap()
                 .is_sealed()
         );
+    }
+
+    #[test]
+    fn unknown_flag_bits_are_malformed() {
+        let mut body = Message::Go {
+            file_id: 1,
+            restart: false,
+        }
+        .encode_body();
+        *body.last_mut().unwrap() = 0x80;
+        assert!(matches!(
+            Message::decode(code::GO, &body),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_have_over_the_limit_is_refused_before_allocation() {
+        let mut w = Writer::default();
+        w.u32(0).raw(&[0; 32]).raw(&[0; 32]).u32(0).u16(u16::MAX);
+        let err = Message::decode(code::HAVE, &w.buf).unwrap_err();
+        assert!(err.to_string().contains("over the limit"), "{err}");
     }
 
     #[test]

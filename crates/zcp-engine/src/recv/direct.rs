@@ -65,6 +65,7 @@ impl ChunkWrites {
 
 /// One buffer on its way through the pipeline.
 struct Job {
+    fd: Arc<OwnedFd>,
     buf: AlignedBuf,
     offset: u64,
     len: usize,
@@ -121,7 +122,7 @@ fn spawn(
 }
 
 impl DirectRing {
-    pub(super) fn new(fd: OwnedFd, block: usize) -> Result<DirectRing, EngineError> {
+    pub(super) fn new(block: usize) -> Result<DirectRing, EngineError> {
         let align = DIRECT_ALIGN as usize;
         let block = block.div_ceil(align) * align;
         let (free_tx, free) = mpsc::sync_channel(DIRECT_DEPTH);
@@ -158,14 +159,8 @@ impl DirectRing {
         })?);
 
         let write_rx = Arc::new(Mutex::new(write_rx));
-        let fd = Arc::new(fd);
         for i in 0..DIRECT_WRITERS {
-            let (write_rx, free_tx, fd, shared) = (
-                write_rx.clone(),
-                free_tx.clone(),
-                fd.clone(),
-                shared.clone(),
-            );
+            let (write_rx, free_tx, shared) = (write_rx.clone(), free_tx.clone(), shared.clone());
             threads.push(spawn(format!("zcp-direct-w{i}"), move || {
                 let start = thread_usage();
                 loop {
@@ -185,7 +180,7 @@ impl DirectRing {
                         // the commit cuts the file back to its exact size.
                         let padded = job.len.div_ceil(align) * align;
                         job.buf[job.len..padded].fill(0);
-                        pwrite_all(fd.as_fd(), &job.buf[..padded], job.offset).err()
+                        pwrite_all(job.fd.as_fd(), &job.buf[..padded], job.offset).err()
                     };
                     job.chunk.landed(err.as_ref());
                     if let Some(e) = err {
@@ -205,8 +200,10 @@ impl DirectRing {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn receive(
         &mut self,
+        fd: Arc<OwnedFd>,
         sock: BorrowedFd<'_>,
         offset: u64,
         len: u64,
@@ -226,7 +223,7 @@ impl DirectRing {
             failure: Mutex::new(None),
             done: Mutex::new(Some(completion)),
         });
-        let r = self.queue_chunk(sock, offset, len, sink, progress, &chunk);
+        let r = self.queue_chunk(&fd, sock, offset, len, sink, progress, &chunk);
         if r.is_err() {
             // Not every buffer was queued, so the count never reaches zero; drop the
             // completion uncalled now, as `receive` promises.
@@ -235,8 +232,10 @@ impl DirectRing {
         r
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn queue_chunk(
         &mut self,
+        fd: &Arc<OwnedFd>,
         sock: BorrowedFd<'_>,
         offset: u64,
         len: u64,
@@ -270,6 +269,7 @@ impl DirectRing {
                 progress.fetch_add(got as u64, Ordering::Relaxed);
             }
             let job = Job {
+                fd: fd.clone(),
                 buf,
                 offset: offset + done,
                 len: n,

@@ -19,6 +19,7 @@
 //! sinks on their own threads, so one stream's receiving, hashing and writing overlap.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::io::Errno;
@@ -27,7 +28,7 @@ use rustix::pipe::SpliceFlags;
 use crate::EngineError;
 use crate::buf::AlignedBuf;
 use crate::error::retry;
-use crate::fs::{FsInfo, TempFile};
+use crate::fs::FsInfo;
 use crate::sys::{Usage, socket_timeout};
 
 /// How the receiver moves bytes from the socket to their destination.
@@ -137,49 +138,51 @@ pub use direct::{DIRECT_ALIGN, DIRECT_DEPTH, DIRECT_WRITERS};
 mod direct;
 mod readback;
 
-/// The engine a probe settled on for one file.
-#[derive(Debug)]
+/// The engine a probe settled on for a destination filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Choice {
     /// The engine that will run.
     pub engine: RecvEngine,
     /// Why it is not the one asked for, or how `auto` decided.
     pub note: Option<String>,
-    /// For `direct`: the file opened with O_DIRECT.
-    pub direct: Option<OwnedFd>,
 }
 
-/// Resolves `requested` for a file being received into `tmp` on the filesystem `fs`. Engines
-/// that store are probed on the real file; one that fails falls back (direct -> splice -> rw)
-/// and the note says why.
-pub fn choose(requested: RecvEngine, tmp: Option<&TempFile>, fs: Option<&FsInfo>) -> Choice {
-    let choice = |engine, note: Option<String>, direct| Choice {
-        engine,
-        note,
-        direct,
+/// Resolves `requested` for files received into directory `dir` on the filesystem `fs`.
+/// Engines that store are probed on a scratch file in `dir` (created and removed here, so no
+/// file being received is touched); one that fails falls back (direct -> splice -> rw) and the
+/// note says why. The answer holds for every directory of that filesystem: callers cache it.
+pub fn choose(requested: RecvEngine, dir: BorrowedFd<'_>, fs: &FsInfo) -> Choice {
+    let choice = |engine, note: Option<String>| Choice { engine, note };
+    if !requested.stores() || requested == RecvEngine::ReadWrite {
+        return choice(requested, None);
+    }
+    let scratch = match Scratch::create(dir) {
+        Ok(s) => s,
+        Err(e) => {
+            return choice(
+                RecvEngine::ReadWrite,
+                Some(format!("cannot probe the destination ({e}); using rw")),
+            );
+        }
     };
-    let (Some(tmp), Some(fs)) = (tmp, fs) else {
-        return choice(requested, None, None);
-    };
-    // Without O_DIRECT: splice if it works on this file, else rw (and why not splice).
-    let buffered = || match probe_splice(tmp) {
+    // Without O_DIRECT: splice if it works here, else rw (and why not splice).
+    let buffered = || match probe_splice(scratch.fd.as_fd()) {
         Ok(()) => (RecvEngine::Splice, String::new()),
         Err(e) => (RecvEngine::ReadWrite, format!("; splice fails too ({e})")),
     };
     match requested {
-        RecvEngine::Null | RecvEngine::Mem | RecvEngine::ReadWrite => choice(requested, None, None),
-        RecvEngine::Splice => match probe_splice(tmp) {
-            Ok(()) => choice(RecvEngine::Splice, None, None),
+        RecvEngine::Splice => match probe_splice(scratch.fd.as_fd()) {
+            Ok(()) => choice(RecvEngine::Splice, None),
             Err(why) => choice(
                 RecvEngine::ReadWrite,
                 Some(format!(
                     "splice does not work on this {} destination ({why}); using rw",
                     fs.name
                 )),
-                None,
             ),
         },
-        RecvEngine::Direct => match probe_direct(tmp, fs) {
-            Ok(fd) => choice(RecvEngine::Direct, None, Some(fd)),
+        RecvEngine::Direct => match probe_direct(&scratch, fs) {
+            Ok(()) => choice(RecvEngine::Direct, None),
             Err(why) => {
                 let (engine, also) = buffered();
                 let note = format!(
@@ -187,7 +190,7 @@ pub fn choose(requested: RecvEngine, tmp: Option<&TempFile>, fs: Option<&FsInfo>
                     fs.name,
                     engine.name()
                 );
-                choice(engine, Some(note), None)
+                choice(engine, Some(note))
             }
         },
         RecvEngine::Auto if fs.in_memory => {
@@ -197,16 +200,15 @@ pub fn choose(requested: RecvEngine, tmp: Option<&TempFile>, fs: Option<&FsInfo>
                 engine.name(),
                 fs.name
             );
-            choice(engine, Some(note), None)
+            choice(engine, Some(note))
         }
-        RecvEngine::Auto => match probe_direct(tmp, fs) {
-            Ok(fd) => choice(
+        RecvEngine::Auto => match probe_direct(&scratch, fs) {
+            Ok(()) => choice(
                 RecvEngine::Direct,
                 Some(format!(
                     "auto chose direct: O_DIRECT works on this {} destination",
                     fs.name
                 )),
-                Some(fd),
             ),
             Err(why) => {
                 let (engine, also) = buffered();
@@ -215,15 +217,49 @@ pub fn choose(requested: RecvEngine, tmp: Option<&TempFile>, fs: Option<&FsInfo>
                     engine.name(),
                     fs.name
                 );
-                choice(engine, Some(note), None)
+                choice(engine, Some(note))
             }
         },
+        RecvEngine::ReadWrite | RecvEngine::Null | RecvEngine::Mem => choice(requested, None),
     }
 }
 
-/// Opens the file with O_DIRECT and writes one aligned block at offset 0 (later overwritten
-/// by the file's first chunk, or cut off at commit).
-fn probe_direct(tmp: &TempFile, fs: &FsInfo) -> Result<OwnedFd, String> {
+/// A probe file, removed when dropped.
+struct Scratch<'a> {
+    dir: BorrowedFd<'a>,
+    name: String,
+    fd: OwnedFd,
+}
+
+impl<'a> Scratch<'a> {
+    fn create(dir: BorrowedFd<'a>) -> Result<Scratch<'a>, String> {
+        let tag: [u8; 8] = crate::sys::random().map_err(|e| format!("getrandom: {e}"))?;
+        let name = format!(
+            ".zcp-probe-{}",
+            tag.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let fd = rustix::fs::openat(
+            dir,
+            name.as_str(),
+            rustix::fs::OFlags::RDWR
+                | rustix::fs::OFlags::CREATE
+                | rustix::fs::OFlags::EXCL
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| format!("creating a probe file: {}", std::io::Error::from(e)))?;
+        Ok(Scratch { dir, name, fd })
+    }
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        let _ = rustix::fs::unlinkat(self.dir, self.name.as_str(), rustix::fs::AtFlags::empty());
+    }
+}
+
+/// Opens the scratch file with O_DIRECT and writes one aligned block.
+fn probe_direct(scratch: &Scratch<'_>, fs: &FsInfo) -> Result<(), String> {
     if let Some((mem, off)) = fs.dio_align {
         if u64::from(mem) > DIRECT_ALIGN || u64::from(off) > DIRECT_ALIGN {
             return Err(format!(
@@ -231,23 +267,27 @@ fn probe_direct(tmp: &TempFile, fs: &FsInfo) -> Result<OwnedFd, String> {
             ));
         }
     }
-    let fd = tmp
-        .open_direct()
-        .map_err(|e| format!("open(O_DIRECT): {}", std::io::Error::from(e)))?;
+    let fd = rustix::fs::openat(
+        scratch.dir,
+        scratch.name.as_str(),
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::DIRECT | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("open(O_DIRECT): {}", std::io::Error::from(e)))?;
     let block = AlignedBuf::new(DIRECT_ALIGN as usize);
     match rustix::io::pwrite(&fd, &block, 0) {
-        Ok(n) if n == block.len() => Ok(fd),
+        Ok(n) if n == block.len() => Ok(()),
         Ok(n) => Err(format!("O_DIRECT probe wrote {n} of {} bytes", block.len())),
         Err(e) => Err(format!("pwrite(O_DIRECT): {}", std::io::Error::from(e))),
     }
 }
 
-/// Splices one byte from a pipe into the file at offset 0.
-fn probe_splice(tmp: &TempFile) -> Result<(), String> {
+/// Splices one byte from a pipe into the scratch file.
+fn probe_splice(file: BorrowedFd<'_>) -> Result<(), String> {
     let (r, w) = rustix::pipe::pipe().map_err(|e| format!("pipe: {e}"))?;
     rustix::io::write(&w, b"\0").map_err(|e| format!("write(pipe): {e}"))?;
     let mut off = 0u64;
-    match rustix::pipe::splice(&r, None, tmp.fd(), Some(&mut off), 1, SpliceFlags::empty()) {
+    match rustix::pipe::splice(&r, None, file, Some(&mut off), 1, SpliceFlags::empty()) {
         Ok(1) => Ok(()),
         Ok(n) => Err(format!("splice moved {n} bytes")),
         Err(e) => Err(format!("splice(pipe -> file): {}", std::io::Error::from(e))),
@@ -321,117 +361,65 @@ impl Pipe {
     }
 }
 
-/// Receives the chunks of one data stream with one engine. Holds the engine's pipe, buffers
-/// and helper threads; [`StreamReceiver::finish`] waits for every write and every sink.
+/// Where a chunk goes: the destination file (buffered descriptor) and, for `direct`, its
+/// O_DIRECT descriptor. Shared with the engine's helper threads.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The file, opened normally.
+    pub file: Arc<OwnedFd>,
+    /// The file opened with `O_DIRECT`, for `direct`.
+    pub direct: Option<Arc<OwnedFd>>,
+}
+
+/// Receives the chunks of one data stream, of any files and engines. Holds each engine's
+/// pipe, buffers and helper threads, made the first time that engine runs on this stream and
+/// kept for every later chunk and file (a tree of a million small files does not start a
+/// million threads). [`StreamReceiver::finish`] waits for every write and every sink.
 #[derive(Debug)]
 pub struct StreamReceiver {
-    engine: RecvEngine,
-    inner: Inner,
-}
-
-#[derive(Debug)]
-enum Inner {
-    Splice {
-        pipe: Pipe,
-        file: OwnedFd,
-        readback: readback::Readback,
-    },
-    Null {
-        pipe: Pipe,
-        devnull: OwnedFd,
-    },
-    /// `rw` (with a file) and `mem` (without): read into a user buffer.
-    Buffered {
-        buf: Vec<u8>,
-        file: Option<OwnedFd>,
-    },
-    Direct(direct::DirectRing),
-}
-
-fn dup(fd: BorrowedFd<'_>) -> Result<OwnedFd, EngineError> {
-    rustix::io::fcntl_dupfd_cloexec(fd, 0)
-        .map_err(|e| EngineError::sys("dup", "destination file", e))
-}
-
-fn need_file(engine: RecvEngine, f: Option<BorrowedFd<'_>>) -> Result<BorrowedFd<'_>, EngineError> {
-    f.ok_or_else(|| EngineError::Unsupported {
-        engine: engine.name(),
-        reason: "no destination file".into(),
-    })
+    block: usize,
+    pipe: Option<Pipe>,
+    devnull: Option<OwnedFd>,
+    buf: Vec<u8>,
+    readback: Option<readback::Readback>,
+    ring: Option<direct::DirectRing>,
 }
 
 impl StreamReceiver {
-    /// A receiver for `engine` (already resolved by [`choose`]). `file` is the destination
-    /// for storing engines; `direct` its O_DIRECT descriptor for `direct`. `block` is bytes
-    /// per call (0: the engine's default).
-    pub fn new(
-        engine: RecvEngine,
-        file: Option<BorrowedFd<'_>>,
-        direct: Option<BorrowedFd<'_>>,
-        block: u64,
-    ) -> Result<StreamReceiver, EngineError> {
-        let block = if block == 0 {
-            engine.default_block()
-        } else {
-            block
+    /// A receiver moving `block` bytes per call (0: each engine's default).
+    pub fn new(block: u64) -> StreamReceiver {
+        StreamReceiver {
+            block: block.min(1 << 30) as usize,
+            pipe: None,
+            devnull: None,
+            buf: Vec::new(),
+            readback: None,
+            ring: None,
         }
-        .clamp(4096, 1 << 30) as usize;
-        let inner = match engine {
-            RecvEngine::Splice => {
-                let file = dup(need_file(engine, file)?)?;
-                Inner::Splice {
-                    pipe: Pipe::new(block)?,
-                    readback: readback::Readback::new(dup(file.as_fd())?)?,
-                    file,
-                }
-            }
-            RecvEngine::Null => Inner::Null {
-                pipe: Pipe::new(block)?,
-                devnull: rustix::fs::open(
-                    "/dev/null",
-                    rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
-                    rustix::fs::Mode::empty(),
-                )
-                .map_err(|e| EngineError::sys("open", "/dev/null", e))?,
-            },
-            RecvEngine::ReadWrite => Inner::Buffered {
-                buf: vec![0; block],
-                file: Some(dup(need_file(engine, file)?)?),
-            },
-            RecvEngine::Mem => Inner::Buffered {
-                buf: vec![0; block],
-                file: None,
-            },
-            RecvEngine::Direct => Inner::Direct(direct::DirectRing::new(
-                dup(need_file(engine, direct)?)?,
-                block,
-            )?),
-            RecvEngine::Auto => {
-                return Err(EngineError::Unsupported {
-                    engine: "auto",
-                    reason: "resolve auto with recv::choose first".into(),
-                });
-            }
-        };
-        Ok(StreamReceiver { engine, inner })
     }
 
-    /// The engine.
-    pub fn engine(&self) -> RecvEngine {
-        self.engine
+    fn block_for(&self, engine: RecvEngine) -> usize {
+        if self.block == 0 {
+            engine.default_block() as usize
+        } else {
+            self.block.max(4096)
+        }
     }
 
-    /// Moves exactly `len` bytes from `sock` to the destination at `offset`, feeding them to
-    /// `sink` (if any) where the engine sees them. `progress` counts bytes taken from the
-    /// socket.
+    /// Moves exactly `len` bytes from `sock` to `target` at `offset` with `engine` (already
+    /// resolved by [`choose`]), feeding them to `sink` (if any) where the engine sees them.
+    /// `progress` counts bytes taken from the socket. `target` is `None` for `null` and `mem`.
     ///
     /// When this returns an error, `done` and `sink` are dropped uncalled. When it returns
     /// `Ok`, `done` is called exactly once — with `Ok` once the bytes are written (for
     /// `splice`, also read back into the sink), or with the failure — and `sink` is told
     /// [`ChunkSink::seen_all`] before `done(Ok)`, possibly later and from a helper thread.
     /// `null` never sees the bytes: pass no sink.
+    #[allow(clippy::too_many_arguments)]
     pub fn receive(
         &mut self,
+        engine: RecvEngine,
+        target: Option<&Target>,
         sock: BorrowedFd<'_>,
         offset: u64,
         len: u64,
@@ -441,27 +429,71 @@ impl StreamReceiver {
     ) -> Result<(), EngineError> {
         let timeout = socket_timeout(sock);
         let disconnected = |got: u64| EngineError::Disconnected { got, want: len };
-        match &mut self.inner {
-            Inner::Direct(ring) => ring.receive(sock, offset, len, sink, progress, done),
-            Inner::Splice {
-                pipe,
-                file,
-                readback,
-            } => {
+        let block = self.block_for(engine);
+        let need = |t: Option<&Target>| {
+            t.cloned().ok_or_else(|| EngineError::Unsupported {
+                engine: engine.name(),
+                reason: "no destination file".into(),
+            })
+        };
+        match engine {
+            RecvEngine::Direct => {
+                let t = need(target)?;
+                let direct = t.direct.ok_or_else(|| EngineError::Unsupported {
+                    engine: "direct",
+                    reason: "the file has no O_DIRECT descriptor".into(),
+                })?;
+                if self.ring.is_none() {
+                    self.ring = Some(direct::DirectRing::new(block)?);
+                }
+                self.ring
+                    .as_mut()
+                    .expect("made above")
+                    .receive(direct, sock, offset, len, sink, progress, done)
+            }
+            RecvEngine::Splice => {
+                let t = need(target)?;
+                if self.pipe.is_none() {
+                    self.pipe = Some(Pipe::new(block)?);
+                }
+                if self.readback.is_none() {
+                    self.readback = Some(readback::Readback::new()?);
+                }
+                let pipe = self.pipe.as_ref().expect("made above");
                 let mut off = offset;
                 let mut got = 0;
                 while got < len {
-                    let n = pipe.pump(sock, file.as_fd(), Some(&mut off), len - got)? as u64;
+                    let n = pipe.pump(sock, t.file.as_fd(), Some(&mut off), len - got)? as u64;
                     if n == 0 {
                         return Err(disconnected(got));
                     }
                     got += n;
                     progress.fetch_add(n, Ordering::Relaxed);
                 }
-                crate::fs::start_writeback(&*file, offset, len);
-                readback.queue(offset, len, sink, done)
+                crate::fs::start_writeback(&*t.file, offset, len);
+                self.readback
+                    .as_mut()
+                    .expect("made above")
+                    .queue(t.file, offset, len, sink, done)
             }
-            Inner::Null { pipe, devnull } => {
+            RecvEngine::Null => {
+                if self.pipe.is_none() {
+                    self.pipe = Some(Pipe::new(block)?);
+                }
+                if self.devnull.is_none() {
+                    self.devnull = Some(
+                        rustix::fs::open(
+                            "/dev/null",
+                            rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                            rustix::fs::Mode::empty(),
+                        )
+                        .map_err(|e| EngineError::sys("open", "/dev/null", e))?,
+                    );
+                }
+                let (pipe, devnull) = (
+                    self.pipe.as_ref().expect("made"),
+                    self.devnull.as_ref().expect("made"),
+                );
                 let mut got = 0;
                 while got < len {
                     let n = pipe.pump(sock, devnull.as_fd(), None, len - got)? as u64;
@@ -477,7 +509,16 @@ impl StreamReceiver {
                 done(Ok(()));
                 Ok(())
             }
-            Inner::Buffered { buf, file } => {
+            RecvEngine::ReadWrite | RecvEngine::Mem => {
+                let file = if engine == RecvEngine::ReadWrite {
+                    Some(need(target)?.file)
+                } else {
+                    None
+                };
+                if self.buf.len() != block {
+                    self.buf = vec![0; block];
+                }
+                let buf = &mut self.buf;
                 let mut sink = sink;
                 let mut got = 0;
                 while got < len {
@@ -492,7 +533,7 @@ impl StreamReceiver {
                     if let Some(s) = sink.as_mut() {
                         s.bytes(&buf[..n]);
                     }
-                    if let Some(f) = file {
+                    if let Some(f) = &file {
                         pwrite_all(f.as_fd(), &buf[..n], offset + got)?;
                     }
                     got += n as u64;
@@ -503,17 +544,24 @@ impl StreamReceiver {
                 done(Ok(()));
                 Ok(())
             }
+            RecvEngine::Auto => Err(EngineError::Unsupported {
+                engine: "auto",
+                reason: "resolve auto with recv::choose first".into(),
+            }),
         }
     }
 
-    /// Waits until every byte handed to the engine is written and every sink fed. Returns the
-    /// CPU use of the engine's helper threads, for the session's accounting.
-    pub fn finish(self) -> Result<Usage, EngineError> {
-        match self.inner {
-            Inner::Direct(ring) => ring.finish(),
-            Inner::Splice { readback, .. } => readback.finish(),
-            _ => Ok(Usage::default()),
+    /// Waits until every byte handed to the engines is written and every sink fed. Returns
+    /// the CPU use of the engines' helper threads, for the session's accounting.
+    pub fn finish(mut self) -> Result<Usage, EngineError> {
+        let mut usage = Usage::default();
+        if let Some(ring) = self.ring.take() {
+            usage.add(&ring.finish()?);
         }
+        if let Some(rb) = self.readback.take() {
+            usage.add(&rb.finish()?);
+        }
+        Ok(usage)
     }
 }
 
@@ -535,21 +583,20 @@ pub fn pwrite_all(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> Result<(), E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::{Root, fs_info};
-
-    fn temp_file() -> (tempfile::TempDir, TempFile) {
-        let d = tempfile::tempdir().unwrap();
-        let root = Root::open(d.path()).unwrap();
-        let t = TempFile::create(root.open_dir(&[], false).unwrap()).unwrap();
-        (d, t)
-    }
+    use crate::fs::fs_info;
 
     #[test]
-    fn choose_explains_every_decision() {
-        let (_d, t) = temp_file();
-        let fs = fs_info(t.fd()).unwrap();
+    fn choose_explains_every_decision_and_leaves_nothing_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = rustix::fs::open(
+            d.path(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let fs = fs_info(&dir).unwrap();
 
-        let c = choose(RecvEngine::Auto, Some(&t), Some(&fs));
+        let c = choose(RecvEngine::Auto, dir.as_fd(), &fs);
         let note = c.note.unwrap();
         assert!(
             note.starts_with(&format!("auto chose {}", c.engine.name())),
@@ -561,24 +608,23 @@ mod tests {
             name: "tmpfs".into(),
             ..fs.clone()
         };
-        let c = choose(RecvEngine::Auto, Some(&t), Some(&mem));
+        let c = choose(RecvEngine::Auto, dir.as_fd(), &mem);
         assert_eq!(c.engine, RecvEngine::Splice);
         assert!(c.note.unwrap().contains("lives in memory"));
-        assert!(c.direct.is_none());
 
         // A filesystem whose O_DIRECT alignment zcp's chunks cannot meet.
         let strict = FsInfo {
             dio_align: Some((65536, 65536)),
             ..fs.clone()
         };
-        let c = choose(RecvEngine::Direct, Some(&t), Some(&strict));
+        let c = choose(RecvEngine::Direct, dir.as_fd(), &strict);
         assert_eq!(c.engine, RecvEngine::Splice);
         let note = c.note.unwrap();
         assert!(
             note.contains("65536-byte") && note.ends_with("using splice"),
             "{note}"
         );
-        let c = choose(RecvEngine::Auto, Some(&t), Some(&strict));
+        let c = choose(RecvEngine::Auto, dir.as_fd(), &strict);
         assert!(
             c.note
                 .unwrap()
@@ -586,8 +632,18 @@ mod tests {
         );
 
         for e in [RecvEngine::Null, RecvEngine::Mem, RecvEngine::ReadWrite] {
-            let c = choose(e, Some(&t), Some(&fs));
-            assert_eq!((c.engine, c.note.is_none()), (e, true));
+            assert_eq!(
+                choose(e, dir.as_fd(), &fs),
+                Choice {
+                    engine: e,
+                    note: None
+                }
+            );
         }
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "probe files removed"
+        );
     }
 }

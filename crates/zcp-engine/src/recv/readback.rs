@@ -5,6 +5,7 @@
 //! chunk k+1 while chunk k is hashed and chunk k-1 reaches the disk.
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -17,6 +18,7 @@ use crate::sys::{Usage, thread_usage};
 const QUEUE: usize = 4;
 
 struct Job {
+    file: Arc<OwnedFd>,
     offset: u64,
     len: u64,
     sink: Option<Sink>,
@@ -31,17 +33,17 @@ pub(super) struct Readback {
 }
 
 impl Readback {
-    pub(super) fn new(file: OwnedFd) -> Result<Readback, EngineError> {
+    pub(super) fn new() -> Result<Readback, EngineError> {
         let (tx, rx) = mpsc::sync_channel::<Job>(QUEUE);
         let thread = std::thread::Builder::new()
             .name("zcp-splice-readback".into())
             .spawn(move || {
                 let start = thread_usage();
-                let mut behind: Option<(u64, u64)> = None;
+                let mut behind: Option<(Arc<OwnedFd>, u64, u64)> = None;
                 for job in rx {
                     let read = match job.sink {
                         Some(mut sink) => {
-                            match crate::map::visit_mapped(&file, job.offset, job.len, |b| {
+                            match crate::map::visit_mapped(&*job.file, job.offset, job.len, |b| {
                                 sink.bytes(b)
                             }) {
                                 Ok(()) => {
@@ -57,12 +59,13 @@ impl Readback {
                         None => Ok(()),
                     };
                     (job.done)(read);
-                    if let Some((off, len)) = behind.replace((job.offset, job.len)) {
-                        crate::fs::settle(&file, off, len);
+                    if let Some((file, off, len)) = behind.replace((job.file, job.offset, job.len))
+                    {
+                        crate::fs::settle(&*file, off, len);
                     }
                 }
-                if let Some((off, len)) = behind {
-                    crate::fs::settle(&file, off, len);
+                if let Some((file, off, len)) = behind {
+                    crate::fs::settle(&*file, off, len);
                 }
                 thread_usage().since(&start)
             })
@@ -80,12 +83,14 @@ impl Readback {
     /// Queues a spliced chunk for read-back; waits while [`QUEUE`] chunks are pending.
     pub(super) fn queue(
         &mut self,
+        file: Arc<OwnedFd>,
         offset: u64,
         len: u64,
         sink: Option<Sink>,
         done: Completion,
     ) -> Result<(), EngineError> {
         let job = Job {
+            file,
             offset,
             len,
             sink,

@@ -1,0 +1,360 @@
+//! What a sender sends: the entries of its sources, produced one at a time.
+//!
+//! The walk is lazy and depth-first over directory descriptors: memory is one open directory
+//! (and its read buffer) per level of depth, never a list of files, so a tree of millions of
+//! files costs what its deepest path costs. Inside a tree nothing is followed: a symlink is
+//! sent as a link, a FIFO, socket or device is skipped with a note, and every name is opened
+//! relative to its directory with `O_NOFOLLOW`, so a sender serving a pull never leaves its
+//! root through a link. Command-line sources of `zcp send` are opened as given (a link named
+//! on the command line is followed, as `cp` and `scp` do).
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use zcp_engine::fs::{DirEntries, EntryKind, Meta};
+use zcp_engine::{EngineError, fs};
+use zcp_wire::escape;
+
+/// One thing to send.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    /// A directory to create; its mode and mtime are sent after every file (see
+    /// [`Walker::dirs`]).
+    Dir { dest: Vec<u8> },
+    /// A file.
+    File {
+        /// Destination relative to the receiver's root.
+        dest: Vec<u8>,
+        /// Non-empty for a lone file sent scp-style: used when `dest` is a directory.
+        name: Vec<u8>,
+        file: File,
+        meta: Meta,
+        display: String,
+    },
+    /// A symbolic link, sent as one.
+    Link { dest: Vec<u8>, target: Vec<u8> },
+    /// Not sent, with the reason. `fail`: a source the user named could not be sent (a
+    /// failure); otherwise something inside a tree was passed over (special files, entries
+    /// that vanished mid-walk), which is only noted.
+    Skip {
+        display: String,
+        why: String,
+        fail: bool,
+    },
+}
+
+/// Where a walk starts.
+#[derive(Debug)]
+pub(crate) enum Top {
+    /// A directory to create on the receiver (the destination of several sources).
+    Dir { dest: Vec<u8> },
+    /// A path on this host, as the user typed it.
+    Local {
+        path: PathBuf,
+        dest: Vec<u8>,
+        name: Vec<u8>,
+    },
+    /// A name in a directory already opened beneath a root (the server in a pull).
+    /// A name in a directory already opened beneath a root (the server in a pull); `display`
+    /// is the path as the client asked for it, raw.
+    Beneath {
+        parent: OwnedFd,
+        name: Vec<u8>,
+        dest: Vec<u8>,
+        display: Vec<u8>,
+    },
+}
+
+struct Level {
+    fd: OwnedFd,
+    entries: DirEntries,
+    dest: Vec<u8>,
+    /// The directory's path as shown, raw (escaped once, whole, when shown).
+    display: Vec<u8>,
+}
+
+/// The walk over every source.
+pub(crate) struct Walker {
+    tops: std::collections::VecDeque<Top>,
+    stack: Vec<Level>,
+    recursive: bool,
+    dirs: Vec<(Vec<u8>, Meta)>,
+}
+
+impl std::fmt::Debug for Walker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Walker(depth {}, {} sources left)",
+            self.stack.len(),
+            self.tops.len()
+        )
+    }
+}
+
+fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+    if a.is_empty() || a == b"." {
+        return b.to_vec();
+    }
+    let mut out = a.to_vec();
+    if !out.ends_with(b"/") {
+        out.push(b'/');
+    }
+    out.extend_from_slice(b);
+    out
+}
+
+fn shown(display: &[u8], name: &[u8]) -> Vec<u8> {
+    join(display, name)
+}
+
+impl Walker {
+    /// A walk over `tops`; directories are entered only when `recursive`.
+    pub(crate) fn new(tops: Vec<Top>, recursive: bool) -> Walker {
+        Walker {
+            tops: tops.into(),
+            stack: Vec::new(),
+            recursive,
+            dirs: Vec::new(),
+        }
+    }
+
+    /// Directories seen so far, with the mode and mtime to give them once every file is in.
+    pub(crate) fn dirs(&mut self) -> Vec<(Vec<u8>, Meta)> {
+        std::mem::take(&mut self.dirs)
+    }
+
+    fn skip(display: String, why: impl std::fmt::Display) -> Entry {
+        Entry::Skip {
+            display,
+            why: why.to_string(),
+            fail: false,
+        }
+    }
+
+    fn fail(display: String, why: impl std::fmt::Display) -> Entry {
+        Entry::Skip {
+            display,
+            why: why.to_string(),
+            fail: true,
+        }
+    }
+
+    /// The entry for `name` in the directory open at `parent`, not following links.
+    fn visit(&mut self, parent: &OwnedFd, name: &[u8], dest: Vec<u8>, raw: Vec<u8>) -> Entry {
+        let display = escape(&raw);
+        let meta = match fs::stat_at(parent, name) {
+            Ok(m) => m,
+            Err(e) => return Self::skip(display, format!("vanished or unreadable ({e})")),
+        };
+        match meta.kind {
+            EntryKind::File => match fs::open_at(parent, name) {
+                Ok(fd) => Entry::File {
+                    dest,
+                    name: Vec::new(),
+                    file: File::from(fd),
+                    meta,
+                    display,
+                },
+                Err(e) => Self::skip(display, format!("cannot be opened ({e})")),
+            },
+            EntryKind::Dir => self.enter(fs::open_at(parent, name), dest, raw, meta),
+            EntryKind::Symlink => match fs::read_link_at(parent, name) {
+                Ok(target) => Entry::Link { dest, target },
+                Err(e) => Self::skip(display, format!("link cannot be read ({e})")),
+            },
+            EntryKind::Other => Self::skip(
+                display,
+                format!(
+                    "is a {}; only files, directories and links are sent",
+                    meta.other
+                ),
+            ),
+            EntryKind::Missing => Self::skip(display, "vanished"),
+        }
+    }
+
+    fn enter(
+        &mut self,
+        fd: Result<OwnedFd, EngineError>,
+        dest: Vec<u8>,
+        raw: Vec<u8>,
+        meta: Meta,
+    ) -> Entry {
+        let display = escape(&raw);
+        if !self.recursive {
+            return Self::fail(display, "is a directory; send directories with -r");
+        }
+        let fd = match fd {
+            Ok(fd) => fd,
+            Err(e) => return Self::skip(display, format!("cannot be opened ({e})")),
+        };
+        let entries = match fs::read_dir(&fd) {
+            Ok(e) => e,
+            Err(e) => return Self::skip(display, format!("cannot be listed ({e})")),
+        };
+        self.dirs.push((dest.clone(), meta));
+        self.stack.push(Level {
+            fd,
+            entries,
+            dest: dest.clone(),
+            display: raw,
+        });
+        Entry::Dir { dest }
+    }
+
+    fn top(&mut self, top: Top) -> Entry {
+        match top {
+            Top::Dir { dest } => Entry::Dir { dest },
+            Top::Local { path, dest, name } => {
+                let raw = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+                let display = escape(&raw);
+                let fd = match fs::open_path(&path) {
+                    Ok(fd) => fd,
+                    Err(e) => return Self::fail(String::new(), e),
+                };
+                let meta = match fs::stat_fd(&fd) {
+                    Ok(m) => m,
+                    Err(e) => return Self::fail(display, e),
+                };
+                match meta.kind {
+                    EntryKind::File => Entry::File {
+                        dest,
+                        name,
+                        file: File::from(fd),
+                        meta,
+                        display,
+                    },
+                    EntryKind::Dir => self.enter(Ok(fd), dest, raw, meta),
+                    _ => Self::fail(
+                        display,
+                        format!(
+                            "is a {}; only files, directories and links are sent",
+                            meta.other
+                        ),
+                    ),
+                }
+            }
+            Top::Beneath {
+                parent,
+                name,
+                dest,
+                display,
+            } => match self.visit(&parent, &name, dest, display) {
+                // A path the client asked for that is not there is a failure, not a note.
+                Entry::Skip { display, why, .. } => Self::fail(display, why),
+                other => other,
+            },
+        }
+    }
+}
+
+impl Iterator for Walker {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        loop {
+            if let Some(level) = self.stack.last_mut() {
+                match level.entries.next() {
+                    None => {
+                        self.stack.pop();
+                    }
+                    Some(Err(e)) => {
+                        let display = escape(&level.display);
+                        self.stack.pop();
+                        return Some(Self::skip(display, format!("listing stopped ({e})")));
+                    }
+                    Some(Ok(name)) => {
+                        let dest = join(&level.dest, &name);
+                        let display = shown(&level.display, &name);
+                        // Take the level out for the visit (which may push a child level
+                        // for a subdirectory), then put it back *below* that child.
+                        let level = self.stack.pop().expect("checked above");
+                        let depth = self.stack.len();
+                        let entry = self.visit(&level.fd, &name, dest, display);
+                        self.stack.insert(depth, level);
+                        return Some(entry);
+                    }
+                }
+                continue;
+            }
+            let top = self.tops.pop_front()?;
+            return Some(self.top(top));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn names(w: Walker) -> Vec<String> {
+        let mut v: Vec<String> = w
+            .map(|e| match e {
+                Entry::Dir { dest } => format!("D {}", escape(&dest)),
+                Entry::File { dest, meta, .. } => format!("F {} {}", escape(&dest), meta.size),
+                Entry::Link { dest, target } => {
+                    format!("L {} -> {}", escape(&dest), escape(&target))
+                }
+                Entry::Skip { display, why, .. } => format!("S {display}: {why}"),
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn walks_trees_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("tree");
+        std::fs::create_dir_all(t.join("a/b")).unwrap();
+        std::fs::create_dir(t.join("empty")).unwrap();
+        std::fs::write(t.join("a/b/f"), b"xyz").unwrap();
+        std::fs::write(t.join("zero"), b"").unwrap();
+        symlink("/etc", t.join("a/outside")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(t.join("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let w = Walker::new(
+            vec![Top::Local {
+                path: t.clone(),
+                dest: b"dst/tree".to_vec(),
+                name: Vec::new(),
+            }],
+            true,
+        );
+        let got = names(w);
+        let fifo_skip = got.iter().find(|s| s.starts_with("S ")).unwrap().clone();
+        assert!(
+            fifo_skip.contains("fifo") && fifo_skip.contains("FIFO"),
+            "{fifo_skip}"
+        );
+        let mut want = vec![
+            "D dst/tree",
+            "D dst/tree/a",
+            "D dst/tree/a/b",
+            "D dst/tree/empty",
+            "F dst/tree/a/b/f 3",
+            "F dst/tree/zero 0",
+            "L dst/tree/a/outside -> /etc",
+        ];
+        want.push(&fifo_skip);
+        want.sort();
+        assert_eq!(got, want);
+
+        // Without -r a directory is skipped with the reason.
+        let w = Walker::new(
+            vec![Top::Local {
+                path: t,
+                dest: b"x".to_vec(),
+                name: Vec::new(),
+            }],
+            false,
+        );
+        assert!(names(w)[0].contains("-r"));
+    }
+}

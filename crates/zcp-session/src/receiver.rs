@@ -1,0 +1,1390 @@
+//! The receiving role: validates each entry beneath its root, receives chunks over N data
+//! streams through the engines, verifies them, makes them durable, and commits files. It runs
+//! on the server in a push and on the client in a pull.
+//!
+//! Threads: the role's loop ([`run`]) handles the sender's control messages and reports; each
+//! data stream has its own thread ([`data_loop`]), plus the engines' helpers; the **journal
+//! thread** makes verified chunks durable in batches (one `fdatasync` of the file and one
+//! `fsync` of its journal for many chunks) and only then acknowledges them; the **committer**
+//! commits finished files in batches: one `syncfs` for many small files, or an `fsync` for a
+//! lone one, then the renames, then one `fsync` per directory. A file is renamed into place
+//! only after every chunk is verified and durable and the whole-file digests agree.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::{EntryKind, PartFile, Root};
+use zcp_engine::recv::{Choice, ChunkSink, Completion, Sink, Target, choose};
+use zcp_engine::sys::thread_usage;
+use zcp_engine::{EngineError, RecvEngine, StreamReceiver, Usage};
+use zcp_wire::journal::{JournalHeader, JournalRecord, MAX_JOURNAL_SESSIONS, decode_journal};
+use zcp_wire::{
+    CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ChunkPlan, ErrorCode, Have, MAX_HAVE_ENTRIES,
+    Message, Nonce, PutFile, RelPath, SessionKeys, SideStats, escape,
+};
+
+use crate::control::ControlWriter;
+use crate::error::{FrameIoError, SessionError};
+use crate::event::{Failure, FileOutcome, Observer};
+use crate::incoming::{Incoming, MAX_CHUNKS, Outcome, Store};
+
+/// Largest block size a sender may ask the receiver for; the `direct` ring holds six.
+pub const MAX_RECV_BLOCK: u64 = 64 << 20;
+/// Most files a session may have open at once on the receiver.
+const MAX_OPEN_FILES: usize = 1024;
+/// Files committed together at most.
+const COMMIT_BATCH: usize = 256;
+/// Directory descriptors kept open for the next entries.
+const DIR_CACHE: usize = 256;
+
+/// How the receiver runs.
+#[derive(Debug, Clone)]
+pub(crate) struct ReceiverConfig {
+    pub(crate) requested: RecvEngine,
+    pub(crate) block: u64,
+    pub(crate) idle: Duration,
+    /// The sender's engine as asked for, for the report.
+    pub(crate) sender_engine: String,
+}
+
+/// What the loop hears.
+pub(crate) enum REvent {
+    Ctl(Result<Message, FrameIoError>),
+    Done(FileOutcome),
+    StreamEnded { usage: Usage },
+}
+
+impl REvent {
+    pub(crate) fn ctl(r: Result<Message, FrameIoError>) -> REvent {
+        REvent::Ctl(r)
+    }
+}
+
+struct CommitJob {
+    file: Arc<Incoming>,
+    digest: [u8; 32],
+}
+
+/// A refusal to send back: its class and what to fix.
+type Refusal = (ErrorCode, String);
+
+/// Verified chunks on their way to the journal thread.
+type JournalTx = mpsc::Sender<(Arc<Incoming>, u64)>;
+
+/// Where an entry goes: its directory's components and its final name.
+struct Placed {
+    dir: Vec<Vec<u8>>,
+    name: Vec<u8>,
+}
+
+/// A file ready to receive: the `Have`s to offer, its `FileReady`, and its state.
+struct Prepared {
+    haves: Vec<Have>,
+    ready: Message,
+    file: Arc<Incoming>,
+}
+
+/// What every thread of a receiving session shares.
+pub(crate) struct RxShared {
+    pub(crate) keys: SessionKeys,
+    pub(crate) nonces: (Nonce, Nonce),
+    pub(crate) root: Arc<Root>,
+    pub(crate) ctl: Arc<ControlWriter>,
+    pub(crate) events: mpsc::Sender<REvent>,
+    pub(crate) cfg: ReceiverConfig,
+    files: Mutex<HashMap<u32, Arc<Incoming>>>,
+    tombstones: Mutex<HashSet<u32>>,
+    journal: Mutex<Option<JournalTx>>,
+    engines: Mutex<HashMap<u64, Choice>>,
+    dirs: Mutex<HashMap<Vec<u8>, Arc<OwnedFd>>>,
+    socks: Mutex<Vec<TcpStream>>,
+    closed: AtomicBool,
+    pub(crate) usage: Mutex<Usage>,
+    counters: Mutex<Vec<Arc<AtomicU64>>>,
+}
+
+impl std::fmt::Debug for RxShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RxShared")
+    }
+}
+
+impl RxShared {
+    pub(crate) fn new(
+        keys: SessionKeys,
+        nonces: (Nonce, Nonce),
+        root: Arc<Root>,
+        ctl: Arc<ControlWriter>,
+        events: mpsc::Sender<REvent>,
+        cfg: ReceiverConfig,
+    ) -> RxShared {
+        RxShared {
+            keys,
+            nonces,
+            root,
+            ctl,
+            events,
+            cfg,
+            files: Mutex::new(HashMap::new()),
+            tombstones: Mutex::new(HashSet::new()),
+            journal: Mutex::new(None),
+            engines: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            socks: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            usage: Mutex::new(Usage::default()),
+            counters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Payload bytes received so far, over every stream.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn file(&self, id: u32) -> Option<Arc<Incoming>> {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    fn tombstoned(&self, id: u32) -> bool {
+        self.tombstones
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id)
+    }
+
+    /// Drops a file from the session: later chunks for it are drained and ignored. Its part
+    /// file stays for a resume if it holds durable chunks.
+    fn abandon(&self, f: &Incoming) {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&f.id);
+        self.tombstones
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(f.id);
+        let keep = f.has_durable();
+        if let Some(store) = f.store.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            store.part.set_keep(keep && store.journaled);
+        }
+    }
+
+    /// Fails a file on the receiver's side: the sender is told, the file abandoned.
+    fn fail_file(&self, f: &Incoming, code: ErrorCode, message: String) {
+        f.fail(code, message.clone());
+        self.abandon(f);
+        let _ = self.ctl.send(&Message::FileFailed {
+            file_id: f.id,
+            code,
+            message: message.clone(),
+        });
+        let _ = self.events.send(REvent::Done(FileOutcome {
+            path: f.target.clone(),
+            bytes: f.plan.size(),
+            skipped: f.skipped.load(Ordering::Relaxed),
+            seconds: f.started.elapsed().as_secs_f64(),
+            engine: f.engine.name().into(),
+            verified: false,
+            stored: false,
+            digest: [0; 32],
+            failure: Some(Failure {
+                path: f.target.clone(),
+                code: code.name(),
+                message,
+            }),
+        }));
+    }
+
+    /// Acts on a chunk's new state.
+    fn outcome(&self, f: &Arc<Incoming>, o: Outcome) {
+        match o {
+            Outcome::Pending => {}
+            Outcome::Verified(i) => {
+                let journaled = f
+                    .store
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                    .is_some_and(|s| s.journaled);
+                if journaled {
+                    if let Some(tx) = self
+                        .journal
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_ref()
+                    {
+                        let _ = tx.send((f.clone(), i));
+                        return;
+                    }
+                }
+                // Nothing to resume for a one-chunk file: it is durable at commit.
+                f.durable(i);
+                let _ = self.ctl.send(&Message::ChunkAck {
+                    file_id: f.id,
+                    index: i,
+                    ok: true,
+                });
+            }
+            Outcome::Mismatch(i) => {
+                let _ = self.ctl.send(&Message::ChunkAck {
+                    file_id: f.id,
+                    index: i,
+                    ok: false,
+                });
+            }
+        }
+    }
+
+    /// Fails every open file (a data stream broke: their chunks are incomplete).
+    fn fail_open_files(&self, code: ErrorCode, why: &str) {
+        let open: Vec<Arc<Incoming>> = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for f in open {
+            f.fail(code, why.to_string());
+        }
+    }
+
+    /// Ends the session: unblocks every data stream.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        for s in self
+            .socks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The directory `components` beneath the root, from the cache or resolved (and created
+    /// when `create`), never through a symlink.
+    fn dir(&self, components: &[Vec<u8>], create: bool) -> Result<Arc<OwnedFd>, EngineError> {
+        let key = components.join(&b'/');
+        if let Some(fd) = self
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(self.root.open_dir(components, create)?);
+        let mut cache = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= DIR_CACHE {
+            cache.clear();
+        }
+        cache.insert(key, fd.clone());
+        Ok(fd)
+    }
+
+    /// The engine for files in `dir`, probed once per filesystem.
+    fn engine_for(&self, dir: &OwnedFd) -> Result<Choice, EngineError> {
+        if !self.cfg.requested.stores() {
+            return Ok(Choice {
+                engine: self.cfg.requested,
+                note: None,
+            });
+        }
+        let dev = zcp_engine::fs::stat_fd(dir)?.id.0;
+        if let Some(c) = self
+            .engines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&dev)
+        {
+            return Ok(c.clone());
+        }
+        let fs = zcp_engine::fs::fs_info(dir)?;
+        let c = choose(self.cfg.requested, dir.as_fd(), &fs);
+        self.engines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(dev, c.clone());
+        Ok(c)
+    }
+}
+
+fn engine_err(e: EngineError) -> Refusal {
+    match e {
+        EngineError::NoSpace(m) => (ErrorCode::NoSpace, format!("no space on the receiver: {m}")),
+        EngineError::Path(m) => (ErrorCode::BadPath, m),
+        EngineError::Busy(m) => (ErrorCode::Busy, m),
+        other => (ErrorCode::Io, other.to_string()),
+    }
+}
+
+/// Where an entry goes: its directory (resolved beneath the root) and its final name.
+fn place(shared: &RxShared, dest: &[u8], name: &[u8]) -> Result<Placed, Refusal> {
+    let bad_path = |e: zcp_wire::PathError| (ErrorCode::BadPath, e.to_string());
+    let dest = RelPath::parse(dest).map_err(bad_path)?;
+    if !name.is_empty() {
+        RelPath::check_name(name).map_err(bad_path)?;
+    }
+    // scp's rule for a lone file: a destination that is (or is spelled as) a directory
+    // receives the file under the source's name; otherwise the destination is the file.
+    if dest.names_directory() {
+        if name.is_empty() {
+            return Err((
+                ErrorCode::BadPath,
+                format!("destination '{dest}' names a directory"),
+            ));
+        }
+        return Ok(Placed {
+            dir: dest.components().to_vec(),
+            name: name.to_vec(),
+        });
+    }
+    let comps = dest.components();
+    let (last, parent) = comps
+        .split_last()
+        .expect("a non-directory path has a component");
+    if !name.is_empty() {
+        let parent_dir = shared.dir(parent, true).map_err(engine_err)?;
+        if zcp_engine::fs::entry_kind(&*parent_dir, last).map_err(engine_err)? == EntryKind::Dir {
+            return Ok(Placed {
+                dir: comps.to_vec(),
+                name: name.to_vec(),
+            });
+        }
+    }
+    Ok(Placed {
+        dir: parent.to_vec(),
+        name: last.clone(),
+    })
+}
+
+fn display(dir: &[Vec<u8>], name: &[u8]) -> String {
+    let mut p = dir.join(&b'/');
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    escape(&p)
+}
+
+/// Validates a `PutFile`, resolves its place, opens (or resumes) its part file and picks the
+/// engine. Returns the `Have`s to offer, the `FileReady`, and the file.
+fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
+    let plan =
+        ChunkPlan::new(p.size, p.chunk_size).map_err(|e| (ErrorCode::Limit, e.to_string()))?;
+    if plan.count() > MAX_CHUNKS {
+        return Err((
+            ErrorCode::Limit,
+            format!(
+                "{} chunks is over the limit of {MAX_CHUNKS}; use a larger chunk size",
+                plan.count()
+            ),
+        ));
+    }
+    {
+        let files = shared.files.lock().unwrap_or_else(|p| p.into_inner());
+        if files.contains_key(&p.file_id) || shared.tombstoned(p.file_id) {
+            return Err((
+                ErrorCode::Protocol,
+                format!("file id {} is already in use", p.file_id),
+            ));
+        }
+        if files.len() >= MAX_OPEN_FILES {
+            return Err((
+                ErrorCode::Limit,
+                format!("more than {MAX_OPEN_FILES} files open in one session"),
+            ));
+        }
+    }
+    let mtime = (p.mtime_sec, p.mtime_nsec);
+    let Placed {
+        dir: dir_comps,
+        name,
+    } = place(shared, &p.dest, &p.name)?;
+    let target = display(&dir_comps, &name);
+    if !shared.cfg.requested.stores() {
+        let inc = Incoming::new(
+            p.file_id,
+            plan,
+            shared.cfg.requested,
+            p.mode,
+            mtime,
+            name,
+            target.clone(),
+            None,
+            None,
+            Vec::new(),
+        );
+        let ready = Message::FileReady {
+            file_id: p.file_id,
+            engine: shared.cfg.requested.name().into(),
+            note: String::new(),
+            target: target.into_bytes(),
+            resumed: false,
+        };
+        return Ok(Prepared {
+            haves: Vec::new(),
+            ready,
+            file: Arc::new(inc),
+        });
+    }
+    let dir = shared.dir(&dir_comps, true).map_err(engine_err)?;
+    match zcp_engine::fs::entry_kind(&*dir, &name).map_err(engine_err)? {
+        EntryKind::Missing | EntryKind::File => {}
+        EntryKind::Dir => {
+            return Err((
+                ErrorCode::BadPath,
+                format!("destination '{target}' is a directory"),
+            ));
+        }
+        EntryKind::Symlink => {
+            return Err((
+                ErrorCode::BadPath,
+                format!(
+                    "destination '{target}' is a symlink on the receiver; zcp never follows or replaces symlinks there"
+                ),
+            ));
+        }
+        EntryKind::Other => {
+            return Err((
+                ErrorCode::BadPath,
+                format!("destination '{target}' is a device, FIFO or socket"),
+            ));
+        }
+    }
+    let mut choice = shared.engine_for(&dir).map_err(engine_err)?;
+    // The same target always gets the same part file, so a later session finds it.
+    let key: String = blake3::hash(&name).as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir_own = dir
+        .try_clone()
+        .map_err(|e| (ErrorCode::Io, format!("dup: {e}")))?;
+    let (mut part, existed) = PartFile::open(dir_own, &key).map_err(engine_err)?;
+    let journaled = plan.count() >= 2;
+    let mut offered: Vec<(u64, [u8; 32])> = Vec::new();
+    let mut haves = Vec::new();
+    let mut tag = 0u16;
+    let mut journal_open = false;
+    if existed {
+        let state = if journaled {
+            part.read_journal()
+                .ok()
+                .flatten()
+                .and_then(|b| decode_journal(&b).ok())
+        } else {
+            None
+        };
+        match state {
+            Some(s)
+                if s.header
+                    == JournalHeader {
+                        size: p.size,
+                        chunk_size: plan.chunk_size(),
+                    }
+                    && s.sessions.len() < MAX_JOURNAL_SESSIONS
+                    && s.chunks.iter().all(|(_, i, _)| *i < plan.count()) =>
+            {
+                // Latest record per chunk wins.
+                let mut latest: HashMap<u64, (u16, [u8; 32])> = HashMap::new();
+                for (t, i, mac) in &s.chunks {
+                    latest.insert(*i, (*t, *mac));
+                }
+                let mut by_session: HashMap<u16, Vec<(u64, [u8; 32])>> = HashMap::new();
+                for (i, (t, mac)) in latest {
+                    by_session.entry(t).or_default().push((i, mac));
+                    offered.push((i, mac));
+                }
+                for (t, mut entries) in by_session {
+                    entries.sort_unstable_by_key(|e| e.0);
+                    let sess = s.sessions[usize::from(t)];
+                    for part in entries.chunks(MAX_HAVE_ENTRIES) {
+                        haves.push(Have {
+                            file_id: p.file_id,
+                            client_nonce: sess.client_nonce,
+                            server_nonce: sess.server_nonce,
+                            old_file_id: sess.file_id,
+                            entries: part.to_vec(),
+                        });
+                    }
+                }
+                part.continue_journal(s.valid_len as u64)
+                    .map_err(engine_err)?;
+                tag = s.sessions.len() as u16;
+                journal_open = true;
+            }
+            _ => part.reset().map_err(engine_err)?,
+        }
+    }
+    part.preallocate(p.size).map_err(engine_err)?;
+    let direct = if choice.engine == RecvEngine::Direct {
+        match part.open_direct() {
+            Ok(fd) => Some(Arc::new(fd)),
+            Err(e) => {
+                choice = Choice {
+                    engine: RecvEngine::Splice,
+                    note: Some(format!(
+                        "O_DIRECT open failed for this file ({}); using splice",
+                        std::io::Error::from(e)
+                    )),
+                };
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let file = part
+        .fd()
+        .try_clone_to_owned()
+        .map_err(|e| (ErrorCode::Io, format!("dup: {e}")))?;
+    let target_fds = Target {
+        file: Arc::new(file),
+        direct,
+    };
+    let resumed = !offered.is_empty();
+    let store = Store {
+        part,
+        journaled,
+        journal_open,
+        session_recorded: false,
+        tag,
+    };
+    let inc = Incoming::new(
+        p.file_id,
+        plan,
+        choice.engine,
+        p.mode,
+        mtime,
+        name,
+        target.clone(),
+        Some(store),
+        Some(target_fds),
+        offered,
+    );
+    let ready = Message::FileReady {
+        file_id: p.file_id,
+        engine: choice.engine.name().into(),
+        note: choice.note.unwrap_or_default(),
+        target: target.into_bytes(),
+        resumed,
+    };
+    Ok(Prepared {
+        haves,
+        ready,
+        file: Arc::new(inc),
+    })
+}
+
+/// Makes verified chunks durable in batches, then acknowledges them.
+fn journal_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<(Arc<Incoming>, u64)>) {
+    while let Ok(first) = rx.recv() {
+        let u0 = thread_usage();
+        let mut batch = vec![first];
+        while batch.len() < 1024 {
+            match rx.try_recv() {
+                Ok(x) => batch.push(x),
+                Err(_) => break,
+            }
+        }
+        let mut groups: Vec<(Arc<Incoming>, Vec<u64>)> = Vec::new();
+        for (f, i) in batch {
+            match groups.iter_mut().find(|(g, _)| g.id == f.id) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((f, vec![i])),
+            }
+        }
+        for (f, idxs) in groups {
+            let res = (|| -> Result<(), EngineError> {
+                let mut g = f.store.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(store) = g.as_mut() else {
+                    return Ok(());
+                };
+                store.part.sync_data()?;
+                if !store.journal_open {
+                    let header = JournalHeader {
+                        size: f.plan.size(),
+                        chunk_size: f.plan.chunk_size(),
+                    };
+                    store.part.start_journal(&header.encode())?;
+                    store.journal_open = true;
+                    store.session_recorded = false;
+                    store.tag = 0;
+                }
+                let mut records = Vec::new();
+                if !store.session_recorded {
+                    let (c, s) = shared.nonces;
+                    records.extend(
+                        JournalRecord::Session {
+                            client_nonce: c,
+                            server_nonce: s,
+                            file_id: f.id,
+                        }
+                        .encode(),
+                    );
+                    store.session_recorded = true;
+                }
+                for i in &idxs {
+                    records.extend(
+                        JournalRecord::Chunk {
+                            session: store.tag,
+                            index: *i,
+                            mac: f.mac(*i),
+                        }
+                        .encode(),
+                    );
+                }
+                store.part.append_journal(&records)?;
+                Ok(())
+            })();
+            match res {
+                Ok(()) => {
+                    for i in idxs {
+                        f.durable(i);
+                        let _ = shared.ctl.send(&Message::ChunkAck {
+                            file_id: f.id,
+                            index: i,
+                            ok: true,
+                        });
+                    }
+                }
+                Err(e) => {
+                    let (code, msg) = engine_err(e);
+                    shared.fail_file(&f, code, format!("making chunks durable: {msg}"));
+                }
+            }
+        }
+        shared
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&thread_usage().since(&u0));
+    }
+}
+
+/// Commits finished files in batches.
+fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
+    while let Ok(first) = rx.recv() {
+        let u0 = thread_usage();
+        let mut batch = vec![first];
+        // A moment for more small files to finish, so one sync covers them all.
+        let until = Instant::now() + Duration::from_millis(2);
+        while batch.len() < COMMIT_BATCH {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut stores: Vec<(CommitJob, Option<PartFile>)> = Vec::new();
+        let mut failed: Vec<(CommitJob, ErrorCode, String)> = Vec::new();
+        for job in batch {
+            let store = job
+                .file
+                .store
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            match store {
+                Some(s) => match s.part.set_final_metadata(
+                    job.file.plan.size(),
+                    job.file.mode,
+                    job.file.mtime,
+                ) {
+                    Ok(()) => stores.push((job, Some(s.part))),
+                    Err(e) => {
+                        let (c, m) = engine_err(e);
+                        failed.push((job, c, m));
+                    }
+                },
+                None => stores.push((job, None)),
+            }
+        }
+        let storing = stores.iter().filter(|(_, p)| p.is_some()).count();
+        let synced = match storing {
+            0 => Ok(()),
+            1 => stores
+                .iter()
+                .find_map(|(_, p)| p.as_ref())
+                .expect("one")
+                .sync(),
+            _ => zcp_engine::fs::syncfs(shared.root.fd()),
+        };
+        if let Err(e) = synced {
+            let (c, m) = engine_err(e);
+            for (job, _) in stores.drain(..) {
+                failed.push((job, c, format!("commit failed: {m}")));
+            }
+        }
+        let mut dirs: Vec<((u64, u64), OwnedFd)> = Vec::new();
+        let mut done: Vec<CommitJob> = Vec::new();
+        for (job, part) in stores {
+            let Some(part) = part else {
+                done.push(job);
+                continue;
+            };
+            let dir = part.dir().try_clone_to_owned();
+            match part.rename_to(&job.file.name) {
+                Ok(()) => {
+                    if let Ok(d) = dir {
+                        if let Ok(m) = zcp_engine::fs::stat_fd(&d) {
+                            if !dirs.iter().any(|(id, _)| *id == m.id) {
+                                dirs.push((m.id, d));
+                            }
+                        }
+                    }
+                    done.push(job);
+                }
+                Err(e) => {
+                    let (c, m) = engine_err(e);
+                    failed.push((job, c, format!("rename failed: {m}")));
+                }
+            }
+        }
+        let dir_sync = dirs
+            .iter()
+            .try_for_each(|(_, d)| zcp_engine::fs::fsync_dir(d));
+        for job in done {
+            let f = &job.file;
+            if let Err(e) = &dir_sync {
+                // Renamed but not durably: say so rather than claim success.
+                shared.fail_file(
+                    f,
+                    ErrorCode::Io,
+                    format!("syncing the directory after the rename failed: {e}"),
+                );
+                continue;
+            }
+            shared
+                .files
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&f.id);
+            let _ = shared.ctl.send(&Message::FileCommitted {
+                file_id: f.id,
+                bytes: f.plan.size(),
+                digest: job.digest,
+                verified: f.verify,
+                stored: f.engine.stores(),
+            });
+            let _ = shared.events.send(REvent::Done(FileOutcome {
+                path: f.target.clone(),
+                bytes: f.plan.size(),
+                skipped: f.skipped.load(Ordering::Relaxed),
+                seconds: f.started.elapsed().as_secs_f64(),
+                engine: f.engine.name().into(),
+                verified: f.verify,
+                stored: f.engine.stores(),
+                digest: job.digest,
+                failure: None,
+            }));
+        }
+        for (job, code, msg) in failed {
+            shared.fail_file(&job.file, code, msg);
+        }
+        shared
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&thread_usage().since(&u0));
+    }
+}
+
+/// What a finished receiver role reports.
+#[derive(Debug, Default)]
+pub(crate) struct ReceiverTotals {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+    pub(crate) entries: u64,
+    pub(crate) failed: u64,
+    pub(crate) peer: SideStats,
+    pub(crate) usage: Usage,
+}
+
+/// Runs the receiving role until the sender's `Finish` and the stats exchange. `streams`
+/// data streams are expected; each runs [`data_loop`] on a thread of the caller's.
+pub(crate) fn run(
+    shared: Arc<RxShared>,
+    events: mpsc::Receiver<REvent>,
+    streams: u16,
+    observer: &mut dyn Observer,
+) -> Result<ReceiverTotals, SessionError> {
+    let start = thread_usage();
+    let (journal_tx, journal_rx) = mpsc::channel();
+    *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = Some(journal_tx);
+    let (commit_tx, commit_rx) = mpsc::channel::<CommitJob>();
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(f)
+            .map_err(|source| SessionError::Io {
+                what: "spawning a thread".into(),
+                source,
+            })
+    };
+    let journal = {
+        let s = shared.clone();
+        spawn(
+            "zcp-journal",
+            Box::new(move || journal_thread(s, journal_rx)),
+        )?
+    };
+    let committer = {
+        let s = shared.clone();
+        spawn("zcp-commit", Box::new(move || commit_thread(s, commit_rx)))?
+    };
+    let peer = "the sender".to_string();
+    let proto = |reason: String| SessionError::Protocol {
+        peer: peer.clone(),
+        reason,
+    };
+    let mut totals = ReceiverTotals::default();
+    let result = (|| -> Result<(), SessionError> {
+        let mut finishing = false;
+        let mut stats_sent = false;
+        let mut engines_told = false;
+        let mut ended = 0u16;
+        let mut last_alive = Instant::now();
+        let mut last_bytes = 0u64;
+        let mut last_tell = Instant::now();
+        loop {
+            let ev = match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(ev) => Some(ev),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(proto("the session's threads ended".into()));
+                }
+            };
+            match ev {
+                None => {}
+                Some(REvent::Ctl(Ok(m))) => {
+                    last_alive = Instant::now();
+                    match m {
+                        Message::PutFile(p) => {
+                            let id = p.file_id;
+                            let shown = escape(&p.dest);
+                            match prepare(&shared, p) {
+                                Ok(Prepared {
+                                    haves,
+                                    ready,
+                                    file: inc,
+                                }) => {
+                                    if !engines_told {
+                                        engines_told = true;
+                                        if let Message::FileReady { engine, note, .. } = &ready {
+                                            let note = (!note.is_empty()).then_some(note.as_str());
+                                            observer.engines(
+                                                &shared.cfg.sender_engine,
+                                                None,
+                                                engine,
+                                                note,
+                                            );
+                                        }
+                                    }
+                                    shared
+                                        .files
+                                        .lock()
+                                        .unwrap_or_else(|p| p.into_inner())
+                                        .insert(id, inc);
+                                    for h in haves {
+                                        shared.ctl.send(&Message::Have(h)).map_err(&proto)?;
+                                    }
+                                    shared.ctl.send(&ready).map_err(&proto)?;
+                                }
+                                Err((code, message)) => {
+                                    totals.failed += 1;
+                                    shared
+                                        .tombstones
+                                        .lock()
+                                        .unwrap_or_else(|p| p.into_inner())
+                                        .insert(id);
+                                    observer.notice(
+                                        Some(Failure {
+                                            path: shown,
+                                            code: code.name(),
+                                            message: message.clone(),
+                                        }),
+                                        None,
+                                    );
+                                    shared
+                                        .ctl
+                                        .send(&Message::FileFailed {
+                                            file_id: id,
+                                            code,
+                                            message,
+                                        })
+                                        .map_err(&proto)?;
+                                }
+                            }
+                        }
+                        Message::MakeDir { path } => {
+                            let r = RelPath::parse(&path)
+                                .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+                                .and_then(|p| shared.dir(p.components(), true).map_err(engine_err));
+                            entry_result(&shared, &mut totals, observer, &path, r.map(|_| ()))?;
+                        }
+                        Message::MakeLink { path, target } => {
+                            let r = RelPath::parse(&path)
+                                .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+                                .and_then(|p| {
+                                    let (last, parent) = p.components().split_last().ok_or((
+                                        ErrorCode::BadPath,
+                                        "a link cannot replace the root".to_string(),
+                                    ))?;
+                                    let dir = shared.dir(parent, true).map_err(engine_err)?;
+                                    zcp_engine::fs::make_symlink(&*dir, last, &target)
+                                        .map_err(engine_err)
+                                });
+                            entry_result(&shared, &mut totals, observer, &path, r)?;
+                        }
+                        Message::DirTimes {
+                            path,
+                            mode,
+                            mtime_sec,
+                            mtime_nsec,
+                        } => {
+                            let r = RelPath::parse(&path)
+                                .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+                                .and_then(|p| {
+                                    let dir =
+                                        shared.dir(p.components(), false).map_err(engine_err)?;
+                                    zcp_engine::fs::set_dir_times(
+                                        &*dir,
+                                        mode,
+                                        (mtime_sec, mtime_nsec),
+                                    )
+                                    .map_err(engine_err)
+                                });
+                            if let Err((code, message)) = r {
+                                totals.failed += 1;
+                                observer.notice(
+                                    Some(Failure {
+                                        path: escape(&path),
+                                        code: code.name(),
+                                        message: message.clone(),
+                                    }),
+                                    None,
+                                );
+                                shared
+                                    .ctl
+                                    .send(&Message::EntryFailed {
+                                        path,
+                                        code,
+                                        message,
+                                    })
+                                    .map_err(&proto)?;
+                            }
+                        }
+                        Message::Go { file_id, restart } => {
+                            let Some(f) = shared.file(file_id) else {
+                                continue;
+                            };
+                            if restart {
+                                let reset = f
+                                    .store
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .as_mut()
+                                    .map(|s| {
+                                        s.journal_open = false;
+                                        s.session_recorded = false;
+                                        s.tag = 0;
+                                        s.part
+                                            .reset()
+                                            .and_then(|_| s.part.preallocate(f.plan.size()))
+                                    });
+                                if let Some(Err(e)) = reset {
+                                    let (c, m) = engine_err(e);
+                                    shared.fail_file(&f, c, m);
+                                    continue;
+                                }
+                            }
+                            let kept = f.go(restart);
+                            f.skipped.store(kept, Ordering::Relaxed);
+                        }
+                        Message::ChunkMac {
+                            file_id,
+                            index,
+                            mac,
+                        } => {
+                            if shared.tombstoned(file_id) {
+                                continue;
+                            }
+                            let f = shared
+                                .file(file_id)
+                                .ok_or_else(|| proto(format!("MAC for unknown file {file_id}")))?;
+                            let o = f.expect(index, mac).map_err(&proto)?;
+                            shared.outcome(&f, o);
+                        }
+                        Message::FileEnd { file_id, digest } => {
+                            let f = shared.file(file_id).ok_or_else(|| {
+                                proto(format!("FileEnd for unknown file {file_id}"))
+                            })?;
+                            match f.digest(&shared.keys) {
+                                Ok(d) if !f.verify || d == digest => {
+                                    let _ = commit_tx.send(CommitJob {
+                                        file: f.clone(),
+                                        digest: if f.verify { d } else { [0; 32] },
+                                    });
+                                }
+                                Ok(_) => shared.fail_file(
+                                    &f,
+                                    ErrorCode::Verify,
+                                    "the whole-file digests differ".into(),
+                                ),
+                                Err((code, message)) => shared.fail_file(&f, code, message),
+                            }
+                        }
+                        Message::FileAbort {
+                            file_id,
+                            code,
+                            message,
+                        } => {
+                            if let Some(f) = shared.file(file_id) {
+                                f.fail(code, message.clone());
+                                shared.abandon(&f);
+                                totals.failed += 1;
+                                observer.notice(
+                                    Some(Failure {
+                                        path: f.target.clone(),
+                                        code: code.name(),
+                                        message,
+                                    }),
+                                    None,
+                                );
+                            }
+                        }
+                        Message::Notice { message } => {
+                            observer.notice(None, Some(format!("sender: {message}")))
+                        }
+                        Message::Finish => finishing = true,
+                        Message::Stats(s) if stats_sent => {
+                            totals.peer = s;
+                            return Ok(());
+                        }
+                        Message::Error { code, message } => {
+                            return Err(SessionError::Refused {
+                                code,
+                                message: format!("the sender aborted: {message}"),
+                            });
+                        }
+                        other => {
+                            return Err(proto(format!(
+                                "unexpected {} from the sender",
+                                other.name()
+                            )));
+                        }
+                    }
+                }
+                Some(REvent::Ctl(Err(e))) => return Err(e.into_session(&peer)),
+                Some(REvent::Done(outcome)) => {
+                    if outcome.failure.is_some() {
+                        totals.failed += 1;
+                    } else {
+                        totals.files += 1;
+                        totals.bytes += outcome.bytes;
+                    }
+                    observer.file_done(outcome);
+                }
+                Some(REvent::StreamEnded { usage }) => {
+                    ended += 1;
+                    shared
+                        .usage
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .add(&usage);
+                }
+            }
+            if finishing && !stats_sent && ended >= streams {
+                let mut usage = *shared.usage.lock().unwrap_or_else(|p| p.into_inner());
+                usage.add(&thread_usage().since(&start));
+                totals.usage = usage;
+                let stats = SideStats {
+                    cpu_user_us: usage.user.as_micros() as u64,
+                    cpu_sys_us: usage.sys.as_micros() as u64,
+                    max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
+                    bytes: shared.bytes(),
+                    files: totals.files,
+                };
+                shared.ctl.send(&Message::Stats(stats)).map_err(&proto)?;
+                stats_sent = true;
+            }
+            observer.tick();
+            let b = shared.bytes();
+            if b != last_bytes {
+                last_bytes = b;
+                last_alive = Instant::now();
+            }
+            if last_tell.elapsed() >= Duration::from_secs(1) {
+                last_tell = Instant::now();
+                let any = shared
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .next()
+                    .cloned();
+                if let Some(f) = any {
+                    let _ = shared.ctl.send(&Message::Progress {
+                        file_id: f.id,
+                        bytes: f.written.load(Ordering::Relaxed),
+                    });
+                }
+            }
+            if last_alive.elapsed() > shared.cfg.idle {
+                return Err(SessionError::Connection {
+                    peer: peer.clone(),
+                    reason: format!(
+                        "no traffic from the sender for {} s",
+                        shared.cfg.idle.as_secs()
+                    ),
+                });
+            }
+        }
+    })();
+    // Stop the helpers: no more journal or commit work once the loop ends.
+    *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    drop(commit_tx);
+    if result.is_err() {
+        shared.close();
+    }
+    let _ = journal.join();
+    let _ = committer.join();
+    // What was not committed is dropped here: partial files without durable chunks are
+    // removed, the others kept for a resume.
+    let open: Vec<Arc<Incoming>> = shared
+        .files
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain()
+        .map(|(_, f)| f)
+        .collect();
+    for f in open {
+        shared.abandon(&f);
+    }
+    shared
+        .dirs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
+    result.map(|()| totals)
+}
+
+fn entry_result(
+    shared: &RxShared,
+    totals: &mut ReceiverTotals,
+    observer: &mut dyn Observer,
+    path: &[u8],
+    r: Result<(), (ErrorCode, String)>,
+) -> Result<(), SessionError> {
+    match r {
+        Ok(()) => {
+            totals.entries += 1;
+            Ok(())
+        }
+        Err((code, message)) => {
+            totals.failed += 1;
+            observer.notice(
+                Some(Failure {
+                    path: escape(path),
+                    code: code.name(),
+                    message: message.clone(),
+                }),
+                None,
+            );
+            shared
+                .ctl
+                .send(&Message::EntryFailed {
+                    path: path.to_vec(),
+                    code,
+                    message,
+                })
+                .map_err(|reason| SessionError::Connection {
+                    peer: "the sender".into(),
+                    reason,
+                })
+        }
+    }
+}
+
+/// Hashes a chunk's bytes, as the engine feeds them, into the chunk's MAC.
+struct MacSink {
+    hasher: blake3::Hasher,
+    file: Arc<Incoming>,
+    shared: Arc<RxShared>,
+    index: u64,
+}
+
+impl ChunkSink for MacSink {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    fn seen_all(self: Box<Self>) {
+        let o = self
+            .file
+            .hashed(self.index, *self.hasher.finalize().as_bytes());
+        self.shared.outcome(&self.file, o);
+    }
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` when the stream ended before the first.
+fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, String> {
+    use std::io::Read;
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err("the data stream ended inside a chunk header".into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("no data on the stream within the idle timeout".into());
+            }
+            Err(e) => return Err(format!("data stream: {e}")),
+        }
+    }
+    Ok(true)
+}
+
+/// Receives one data stream until its end marker; reports the end to the role's loop.
+pub(crate) fn data_loop(shared: Arc<RxShared>, mut sock: TcpStream, counter: Arc<AtomicU64>) {
+    let usage0 = thread_usage();
+    let _ = sock.set_read_timeout(Some(shared.cfg.idle));
+    let _ = sock.set_write_timeout(Some(shared.cfg.idle));
+    if let Ok(c) = sock.try_clone() {
+        shared
+            .socks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(c);
+    }
+    shared
+        .counters
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(counter.clone());
+    if shared.closed.load(Ordering::Relaxed) {
+        let _ = sock.shutdown(Shutdown::Both);
+    }
+    let mut rx = StreamReceiver::new(shared.cfg.block);
+    let result = receive_chunks(&shared, &mut sock, &mut rx, &counter);
+    let mut usage = Usage::default();
+    match rx.finish() {
+        Ok(u) => usage.add(&u),
+        Err(e) => shared.fail_open_files(ErrorCode::Io, &e.to_string()),
+    }
+    if let Err((code, why)) = result {
+        // A broken stream leaves chunks missing: fail what is open, so the sender hears at
+        // once instead of at the idle timeout.
+        shared.fail_open_files(code, &format!("data stream failed: {why}"));
+        let _ = sock.shutdown(Shutdown::Both);
+    }
+    usage.add(&thread_usage().since(&usage0));
+    let _ = shared.events.send(REvent::StreamEnded { usage });
+}
+
+fn receive_chunks(
+    shared: &Arc<RxShared>,
+    sock: &mut TcpStream,
+    rx: &mut StreamReceiver,
+    counter: &AtomicU64,
+) -> Result<(), (ErrorCode, String)> {
+    let proto = |m: String| (ErrorCode::Protocol, m);
+    loop {
+        let mut hb = [0u8; CHUNK_HEADER_LEN];
+        if !read_header(sock, &mut hb).map_err(|m| (ErrorCode::Io, m))? {
+            return Err((
+                ErrorCode::Io,
+                "the data stream closed before its end marker".into(),
+            ));
+        }
+        let h = ChunkHeader::decode(&hb).map_err(|e| proto(e.to_string()))?;
+        if h.kind == ChunkKind::End {
+            return Ok(());
+        }
+        let r = if shared.tombstoned(h.file_id) {
+            // The file was given up; its chunks still in flight are read and dropped.
+            rx.receive(
+                RecvEngine::Mem,
+                None,
+                sock.as_fd(),
+                h.offset,
+                h.len,
+                None,
+                counter,
+                Box::new(|_| {}),
+            )
+            .map_err(|e| (ErrorCode::Io, e.to_string()))
+        } else {
+            let f = shared
+                .file(h.file_id)
+                .ok_or_else(|| proto(format!("chunk for unknown file {}", h.file_id)))?;
+            f.wait_open(shared.cfg.idle).map_err(proto)?;
+            let index = f
+                .plan
+                .locate(h.offset, h.len)
+                .map_err(|e| proto(e.to_string()))?;
+            f.claim(index).map_err(proto)?;
+            let done: Completion = {
+                let (f, s) = (f.clone(), shared.clone());
+                Box::new(move |r| {
+                    let o = f.written(index, r);
+                    s.outcome(&f, o);
+                })
+            };
+            let sink: Option<Sink> = if f.verify {
+                Some(Box::new(MacSink {
+                    hasher: shared.keys.chunk_hasher(f.id, h.offset, h.len),
+                    file: f.clone(),
+                    shared: shared.clone(),
+                    index,
+                }))
+            } else {
+                // The null engine never sees the bytes: nothing to hash.
+                let o = f.hashed(index, [0; 32]);
+                shared.outcome(&f, o);
+                None
+            };
+            rx.receive(
+                f.engine,
+                f.target_fds.as_ref(),
+                sock.as_fd(),
+                h.offset,
+                h.len,
+                sink,
+                counter,
+                done,
+            )
+            .map_err(|e| {
+                let code = if e.is_no_space() {
+                    ErrorCode::NoSpace
+                } else {
+                    ErrorCode::Io
+                };
+                (code, e.to_string())
+            })
+        };
+        r?;
+    }
+}

@@ -1,0 +1,1072 @@
+//! The sending role: walks the sources, announces each entry, and moves every file's chunks
+//! over N data streams, proving each with a keyed MAC. It runs on the client in a push and on
+//! the server in a pull; the data connections are the client's either way.
+//!
+//! Threads: the role's own loop (this module's [`run`]) owns all per-file state and is the
+//! only one that decides anything. Stream threads take chunk jobs from one shared queue and
+//! move the bytes with the sender engine, so one large file spreads over every stream and many
+//! small files keep every stream busy. Hash workers read the same chunks from the page cache
+//! through guarded mappings and report MACs, which the loop forwards. Everything the threads
+//! learn comes back to the loop as an event; the control reader adds the receiver's messages.
+//!
+//! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks and
+//! `ChunkMac`s → every chunk acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends the chunk
+//! again, up to [`MAX_RETRIES`] times) → source unchanged? → `FileEnd` → `FileCommitted`.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::Meta;
+use zcp_engine::send::send_all;
+use zcp_engine::sys::thread_usage;
+use zcp_engine::{EngineError, FileSender, SendEngine, Usage};
+use zcp_wire::{
+    ChunkHeader, ChunkPlan, ErrorCode, Have, Message, Psk, PutFile, SessionKeys, SideStats, escape,
+};
+
+use crate::control::ControlWriter;
+use crate::error::{FrameIoError, SessionError};
+use crate::event::{Failure, FileOutcome, Observer};
+use crate::incoming::MAX_CHUNKS;
+use crate::manifest::{Entry, Walker};
+
+/// Times one chunk may fail verification before its file is given up.
+pub(crate) const MAX_RETRIES: u32 = 3;
+/// Files announced but not yet committed: bounds open descriptors and per-file state.
+pub(crate) const MAX_OPEN_FILES: usize = 256;
+/// How often the loop wakes without events (intervals, liveness).
+const TICK: Duration = Duration::from_millis(100);
+
+/// How the sender runs.
+#[derive(Debug, Clone)]
+pub(crate) struct SenderConfig {
+    pub(crate) engine: SendEngine,
+    pub(crate) block: u64,
+    pub(crate) chunk_size: Option<u64>,
+    pub(crate) idle: Duration,
+}
+
+/// What the loop hears.
+pub(crate) enum SEvent {
+    Ctl(Result<Message, FrameIoError>),
+    Hashed {
+        file: u32,
+        index: u64,
+        mac: [u8; 32],
+    },
+    HashFailed {
+        file: u32,
+        why: String,
+    },
+    ResumeChecked {
+        file: u32,
+        kept: Option<Vec<(u64, [u8; 32])>>,
+    },
+    SourceFailed {
+        file: u32,
+        why: String,
+    },
+    StreamFailed {
+        stream: u16,
+        why: String,
+    },
+    StreamDone {
+        usage: Usage,
+        end: Instant,
+    },
+}
+
+impl SEvent {
+    pub(crate) fn ctl(r: Result<Message, FrameIoError>) -> SEvent {
+        SEvent::Ctl(r)
+    }
+}
+
+/// A shared work queue: jobs in FIFO order, closed once no more will come.
+struct Queue<T> {
+    items: Mutex<(VecDeque<T>, bool)>,
+    cv: Condvar,
+}
+
+impl<T> Queue<T> {
+    fn new() -> Arc<Queue<T>> {
+        Arc::new(Queue {
+            items: Mutex::new((VecDeque::new(), false)),
+            cv: Condvar::new(),
+        })
+    }
+
+    fn push(&self, item: T) {
+        self.items
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .push_back(item);
+        self.cv.notify_one();
+    }
+
+    fn close(&self) {
+        self.items.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.cv.notify_all();
+    }
+
+    /// The next item; `None` once closed and empty.
+    fn pop(&self) -> Option<T> {
+        let mut g = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(item) = g.0.pop_front() {
+                return Some(item);
+            }
+            if g.1 {
+                return None;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// One chunk to move.
+struct SendJob {
+    file_id: u32,
+    file: Arc<File>,
+    offset: u64,
+    len: u64,
+    cancelled: Arc<AtomicBool>,
+}
+
+/// One thing to hash.
+enum HashJob {
+    Chunk {
+        file_id: u32,
+        file: Arc<File>,
+        index: u64,
+        offset: u64,
+        len: u64,
+        cancelled: Arc<AtomicBool>,
+    },
+    Resume {
+        file_id: u32,
+        file: Arc<File>,
+        plan: ChunkPlan,
+        haves: Vec<Have>,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum State {
+    Announced,
+    Checking,
+    Sending,
+    Ending,
+}
+
+struct OutFile {
+    file: Arc<File>,
+    display: String,
+    meta: Meta,
+    plan: ChunkPlan,
+    state: State,
+    haves: Vec<Have>,
+    macs: Vec<Option<[u8; 32]>>,
+    acked: Vec<bool>,
+    n_acked: u64,
+    retries: HashMap<u64, u32>,
+    skipped: u64,
+    cancelled: Arc<AtomicBool>,
+    started: Instant,
+    engine: String,
+    /// Whether the receiver verifies (every engine but `null`); no MACs otherwise.
+    verify: bool,
+}
+
+/// What a finished sender role reports.
+#[derive(Debug, Default)]
+pub(crate) struct SenderTotals {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+    pub(crate) bytes_skipped: u64,
+    pub(crate) entries: u64,
+    pub(crate) resent: u64,
+    pub(crate) failed: u64,
+    pub(crate) engine: Option<SendEngine>,
+    pub(crate) receiver_engine: Option<String>,
+    pub(crate) verified: bool,
+    pub(crate) stored: bool,
+    pub(crate) digest: Option<[u8; 32]>,
+    pub(crate) send_end: Option<Instant>,
+    pub(crate) last_commit: Option<Instant>,
+    pub(crate) usage: Usage,
+    pub(crate) data_usage: Usage,
+    pub(crate) peer: SideStats,
+}
+
+fn hash_worker(
+    jobs: Arc<Queue<HashJob>>,
+    events: mpsc::Sender<SEvent>,
+    keys: SessionKeys,
+    psk: Psk,
+) -> Usage {
+    let start = thread_usage();
+    while let Some(job) = jobs.pop() {
+        let ev = match job {
+            HashJob::Chunk {
+                file_id,
+                file,
+                index,
+                offset,
+                len,
+                cancelled,
+            } => {
+                if cancelled.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let mut h = keys.chunk_hasher(file_id, offset, len);
+                match zcp_engine::map::visit_mapped(&*file, offset, len, |b| {
+                    h.update(b);
+                }) {
+                    Ok(()) => SEvent::Hashed {
+                        file: file_id,
+                        index,
+                        mac: *h.finalize().as_bytes(),
+                    },
+                    Err(e) => SEvent::HashFailed {
+                        file: file_id,
+                        why: e.to_string(),
+                    },
+                }
+            }
+            HashJob::Resume {
+                file_id,
+                file,
+                plan,
+                haves,
+            } => SEvent::ResumeChecked {
+                file: file_id,
+                kept: check_resume(&file, &plan, &haves, &psk),
+            },
+        };
+        if events.send(ev).is_err() {
+            break;
+        }
+    }
+    thread_usage().since(&start)
+}
+
+/// Recomputes every chunk the receiver claims to hold, under the key of the session that
+/// verified it, over the source as it is now. All equal: those chunks need not be sent.
+fn check_resume(
+    file: &File,
+    plan: &ChunkPlan,
+    haves: &[Have],
+    psk: &Psk,
+) -> Option<Vec<(u64, [u8; 32])>> {
+    let mut kept = Vec::new();
+    for h in haves {
+        let old = SessionKeys::derive(psk, &h.client_nonce, &h.server_nonce);
+        for (index, mac) in &h.entries {
+            if *index >= plan.count() {
+                return None;
+            }
+            let (offset, len) = plan.chunk(*index);
+            let mut hasher = old.chunk_hasher(h.old_file_id, offset, len);
+            zcp_engine::map::visit_mapped(file, offset, len, |b| {
+                hasher.update(b);
+            })
+            .ok()?;
+            if hasher.finalize().as_bytes() != mac {
+                return None;
+            }
+            kept.push((*index, *mac));
+        }
+    }
+    Some(kept)
+}
+
+fn stream_worker(
+    stream: u16,
+    sock: TcpStream,
+    jobs: Arc<Queue<SendJob>>,
+    events: mpsc::Sender<SEvent>,
+    engine: SendEngine,
+    block: u64,
+    progress: Arc<AtomicU64>,
+) -> Usage {
+    let start = thread_usage();
+    let mut sender = FileSender::new(engine, block);
+    let headers = AtomicU64::new(0);
+    let result = (|| -> Result<(), EngineError> {
+        while let Some(job) = jobs.pop() {
+            if job.cancelled.load(Ordering::Relaxed) {
+                continue;
+            }
+            send_all(
+                sock.as_fd(),
+                &ChunkHeader::data(job.file_id, job.offset, job.len).encode(),
+                true,
+                &headers,
+            )?;
+            match sender.send(
+                job.file.as_fd(),
+                sock.as_fd(),
+                job.offset,
+                job.len,
+                &progress,
+            ) {
+                Ok(()) => {}
+                Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
+                    // The header promised `len` bytes: keep the stream in step with zeros (the
+                    // chunk's MAC cannot match them) and give the file up.
+                    let at = match &e {
+                        EngineError::SourceShort { at, .. } => *at,
+                        _ => job.offset,
+                    };
+                    let zeros = vec![0u8; 1 << 20];
+                    let mut left =
+                        job.offset + job.len - at.clamp(job.offset, job.offset + job.len);
+                    while left > 0 {
+                        let n = left.min(zeros.len() as u64) as usize;
+                        send_all(sock.as_fd(), &zeros[..n], false, &headers)?;
+                        left -= n as u64;
+                    }
+                    let _ = events.send(SEvent::SourceFailed {
+                        file: job.file_id,
+                        why: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        send_all(sock.as_fd(), &ChunkHeader::end().encode(), false, &headers)
+    })();
+    let usage = thread_usage().since(&start);
+    let _ = match result {
+        Ok(()) => events.send(SEvent::StreamDone {
+            usage,
+            end: Instant::now(),
+        }),
+        Err(e) => events.send(SEvent::StreamFailed {
+            stream,
+            why: e.to_string(),
+        }),
+    };
+    usage
+}
+
+/// Everything the role needs from the session around it.
+pub(crate) struct SenderSetup {
+    pub(crate) ctl: Arc<ControlWriter>,
+    pub(crate) events: mpsc::Receiver<SEvent>,
+    pub(crate) events_tx: mpsc::Sender<SEvent>,
+    pub(crate) keys: SessionKeys,
+    pub(crate) psk: Psk,
+    pub(crate) streams: Vec<TcpStream>,
+    pub(crate) counters: Vec<Arc<AtomicU64>>,
+    pub(crate) peer: String,
+}
+
+struct Run<'a> {
+    cfg: &'a SenderConfig,
+    ctl: Arc<ControlWriter>,
+    keys: SessionKeys,
+    observer: &'a mut dyn Observer,
+    send_q: Arc<Queue<SendJob>>,
+    hash_q: Arc<Queue<HashJob>>,
+    open: HashMap<u32, OutFile>,
+    next_id: u32,
+    engine: Option<SendEngine>,
+    engine_note: Option<String>,
+    totals: SenderTotals,
+    notes_seen: std::collections::HashSet<String>,
+}
+
+impl Run<'_> {
+    fn fail_file(
+        &mut self,
+        id: u32,
+        code: ErrorCode,
+        message: String,
+        tell_receiver: bool,
+    ) -> Result<(), SessionError> {
+        let Some(f) = self.open.remove(&id) else {
+            return Ok(());
+        };
+        f.cancelled.store(true, Ordering::Relaxed);
+        if tell_receiver {
+            self.ctl
+                .send(&Message::FileAbort {
+                    file_id: id,
+                    code,
+                    message: message.clone(),
+                })
+                .map_err(|reason| SessionError::Connection {
+                    peer: "peer".into(),
+                    reason,
+                })?;
+        }
+        self.totals.failed += 1;
+        self.observer.file_done(FileOutcome {
+            path: f.display,
+            bytes: f.plan.size(),
+            skipped: f.skipped,
+            seconds: f.started.elapsed().as_secs_f64(),
+            engine: f.engine,
+            verified: false,
+            stored: false,
+            digest: [0; 32],
+            failure: Some(Failure {
+                path: String::new(),
+                code: code.name(),
+                message,
+            }),
+        });
+        Ok(())
+    }
+
+    fn send(&self, m: &Message) -> Result<(), SessionError> {
+        self.ctl.send(m).map_err(|reason| SessionError::Connection {
+            peer: "peer".into(),
+            reason,
+        })
+    }
+
+    /// Takes the next entry from the walk. Returns whether there was one.
+    fn take_entry(&mut self, entry: Entry) -> Result<(), SessionError> {
+        match entry {
+            Entry::Dir { dest } => {
+                self.totals.entries += 1;
+                self.send(&Message::MakeDir { path: dest })
+            }
+            Entry::Link { dest, target } => {
+                self.totals.entries += 1;
+                self.send(&Message::MakeLink { path: dest, target })
+            }
+            Entry::Skip { display, why, fail } => {
+                if fail {
+                    self.totals.failed += 1;
+                    self.observer.notice(
+                        Some(Failure {
+                            path: display,
+                            code: "source",
+                            message: why,
+                        }),
+                        None,
+                    );
+                } else {
+                    let note = format!("skipped {display}: {why}");
+                    let _ = self.send(&Message::Notice {
+                        message: note.clone(),
+                    });
+                    self.observer.notice(None, Some(note));
+                }
+                Ok(())
+            }
+            Entry::File {
+                dest,
+                name,
+                file,
+                meta,
+                display,
+            } => {
+                let chunk_size = self
+                    .cfg
+                    .chunk_size
+                    .unwrap_or_else(|| ChunkPlan::default_chunk_size(meta.size));
+                let plan = match ChunkPlan::new(meta.size, chunk_size) {
+                    Ok(p) if p.count() <= MAX_CHUNKS => p,
+                    Ok(p) => {
+                        self.totals.failed += 1;
+                        let message = format!(
+                            "{} chunks is over the limit of {MAX_CHUNKS}; use a larger --chunk-size",
+                            p.count()
+                        );
+                        self.observer.notice(
+                            Some(Failure {
+                                path: display,
+                                code: "limit",
+                                message,
+                            }),
+                            None,
+                        );
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        self.totals.failed += 1;
+                        self.observer.notice(
+                            Some(Failure {
+                                path: display,
+                                code: "limit",
+                                message: e.to_string(),
+                            }),
+                            None,
+                        );
+                        return Ok(());
+                    }
+                };
+                if self.engine.is_none() && meta.size > 0 {
+                    let (engine, note) = self.cfg.engine.probe(file.as_fd(), meta.size);
+                    self.engine_note = note;
+                    self.engine = Some(engine);
+                }
+                let id = self.next_id;
+                self.next_id += 1;
+                let count = plan.count() as usize;
+                self.send(&Message::PutFile(PutFile {
+                    file_id: id,
+                    dest,
+                    name,
+                    size: meta.size,
+                    mode: meta.mode,
+                    mtime_sec: meta.mtime.0,
+                    mtime_nsec: meta.mtime.1,
+                    chunk_size: plan.chunk_size(),
+                }))?;
+                self.open.insert(
+                    id,
+                    OutFile {
+                        file: Arc::new(file),
+                        display,
+                        meta,
+                        plan,
+                        state: State::Announced,
+                        haves: Vec::new(),
+                        macs: vec![None; count],
+                        acked: vec![false; count],
+                        n_acked: 0,
+                        retries: HashMap::new(),
+                        skipped: 0,
+                        cancelled: Arc::new(AtomicBool::new(false)),
+                        started: Instant::now(),
+                        engine: String::new(),
+                        verify: true,
+                    },
+                );
+                Ok(())
+            }
+        }
+    }
+
+    fn schedule(&mut self, id: u32, indexes: Vec<u64>) {
+        let Some(f) = self.open.get_mut(&id) else {
+            return;
+        };
+        for i in indexes {
+            let (offset, len) = f.plan.chunk(i);
+            self.send_q.push(SendJob {
+                file_id: id,
+                file: f.file.clone(),
+                offset,
+                len,
+                cancelled: f.cancelled.clone(),
+            });
+            if !f.verify {
+                // The null receiver never reads the bytes: there is nothing to prove.
+                f.macs[i as usize] = Some([0; 32]);
+                continue;
+            }
+            self.hash_q.push(HashJob::Chunk {
+                file_id: id,
+                file: f.file.clone(),
+                index: i,
+                offset,
+                len,
+                cancelled: f.cancelled.clone(),
+            });
+        }
+    }
+
+    fn start_sending(&mut self, id: u32, kept: Vec<(u64, [u8; 32])>) -> Result<(), SessionError> {
+        let Some(f) = self.open.get_mut(&id) else {
+            return Ok(());
+        };
+        f.state = State::Sending;
+        for (i, mac) in kept {
+            let i_us = i as usize;
+            if !f.acked[i_us] {
+                f.acked[i_us] = true;
+                f.n_acked += 1;
+                f.macs[i_us] = Some(mac);
+                f.skipped += f.plan.chunk(i).1;
+            }
+        }
+        let todo: Vec<u64> = (0..f.plan.count())
+            .filter(|i| !f.acked[*i as usize])
+            .collect();
+        self.totals.bytes_skipped += f.skipped;
+        self.schedule(id, todo);
+        self.maybe_end(id)
+    }
+
+    /// Every chunk acknowledged and every MAC known: check the source did not change, then
+    /// send `FileEnd`.
+    fn maybe_end(&mut self, id: u32) -> Result<(), SessionError> {
+        let Some(f) = self.open.get_mut(&id) else {
+            return Ok(());
+        };
+        if f.state != State::Sending
+            || f.n_acked < f.plan.count()
+            || f.macs.iter().any(Option::is_none)
+        {
+            return Ok(());
+        }
+        let now = zcp_engine::fs::stat_fd(f.file.as_fd());
+        let changed = match &now {
+            Ok(m) if m.nlink == 0 => Some("it was deleted while being sent".to_string()),
+            Ok(m) if m.size != f.meta.size => Some(format!(
+                "its size went from {} to {} bytes",
+                f.meta.size, m.size
+            )),
+            Ok(m) if (m.mtime, m.ctime, m.id) != (f.meta.mtime, f.meta.ctime, f.meta.id) => {
+                Some("it was modified (mtime/ctime changed)".to_string())
+            }
+            Ok(_) => None,
+            Err(e) => Some(format!("it can no longer be read: {e}")),
+        };
+        if let Some(why) = changed {
+            return self.fail_file(
+                id,
+                ErrorCode::SourceChanged,
+                format!("the source changed while being sent: {why}"),
+                true,
+            );
+        }
+        let mut d = self
+            .keys
+            .file_digest(id, f.plan.size(), f.plan.chunk_size());
+        for m in &f.macs {
+            d.push(m.as_ref().expect("all known"));
+        }
+        f.state = State::Ending;
+        self.send(&Message::FileEnd {
+            file_id: id,
+            digest: d.finish(),
+        })
+    }
+
+    fn on_message(
+        &mut self,
+        m: Message,
+        finishing: bool,
+    ) -> Result<Option<SideStats>, SessionError> {
+        match m {
+            Message::Have(h) => {
+                if let Some(f) = self.open.get_mut(&h.file_id) {
+                    f.haves.push(h);
+                }
+            }
+            Message::FileReady {
+                file_id,
+                engine,
+                note,
+                resumed,
+                ..
+            } => {
+                if self.totals.receiver_engine.is_none() {
+                    self.totals.receiver_engine = Some(engine.clone());
+                    let sender = self.engine.unwrap_or(self.cfg.engine).name();
+                    self.observer.engines(
+                        sender,
+                        self.engine_note.as_deref(),
+                        &engine,
+                        (!note.is_empty()).then_some(note.as_str()),
+                    );
+                    self.notes_seen.insert(note.clone());
+                } else if !note.is_empty() && self.notes_seen.insert(note.clone()) {
+                    self.observer
+                        .notice(None, Some(format!("receiver: {note}")));
+                }
+                let Some(f) = self.open.get_mut(&file_id) else {
+                    return Err(proto(format!("FileReady for unknown file {file_id}")));
+                };
+                f.verify = engine != zcp_engine::RecvEngine::Null.name();
+                f.engine = engine;
+                if resumed {
+                    f.state = State::Checking;
+                    let haves = std::mem::take(&mut f.haves);
+                    self.hash_q.push(HashJob::Resume {
+                        file_id,
+                        file: f.file.clone(),
+                        plan: f.plan,
+                        haves,
+                    });
+                } else {
+                    self.start_sending(file_id, Vec::new())?;
+                }
+            }
+            Message::FileFailed {
+                file_id,
+                code,
+                message,
+            } => {
+                self.fail_file(file_id, code, message, false)?;
+            }
+            Message::ChunkAck { file_id, index, ok } => {
+                let Some(f) = self.open.get_mut(&file_id) else {
+                    return Ok(None);
+                };
+                if index >= f.plan.count() {
+                    return Err(proto(format!(
+                        "ChunkAck for chunk {index} of a {}-chunk file",
+                        f.plan.count()
+                    )));
+                }
+                let i = index as usize;
+                if ok {
+                    if !f.acked[i] {
+                        f.acked[i] = true;
+                        f.n_acked += 1;
+                    }
+                    self.maybe_end(file_id)?;
+                } else {
+                    let tries = f.retries.entry(index).or_insert(0);
+                    *tries += 1;
+                    if *tries > MAX_RETRIES {
+                        let msg = format!(
+                            "chunk {index} failed verification {} times; giving up on this file",
+                            MAX_RETRIES + 1
+                        );
+                        return self
+                            .fail_file(file_id, ErrorCode::Verify, msg, true)
+                            .map(|_| None);
+                    }
+                    f.macs[i] = None;
+                    self.totals.resent += 1;
+                    let note = format!(
+                        "{}: chunk {index} failed verification on the receiver; sending it again",
+                        f.display
+                    );
+                    self.observer.notice(None, Some(note));
+                    self.schedule(file_id, vec![index]);
+                }
+            }
+            Message::FileCommitted {
+                file_id,
+                bytes,
+                digest,
+                verified,
+                stored,
+            } => {
+                let Some(f) = self.open.remove(&file_id) else {
+                    return Err(proto(format!("FileCommitted for unknown file {file_id}")));
+                };
+                self.totals.files += 1;
+                self.totals.bytes += bytes;
+                self.totals.verified = if self.totals.files == 1 {
+                    verified
+                } else {
+                    self.totals.verified && verified
+                };
+                self.totals.stored = if self.totals.files == 1 {
+                    stored
+                } else {
+                    self.totals.stored && stored
+                };
+                self.totals.digest = (self.totals.files == 1 && verified).then_some(digest);
+                self.totals.last_commit = Some(Instant::now());
+                self.observer.file_done(FileOutcome {
+                    path: f.display,
+                    bytes,
+                    skipped: f.skipped,
+                    seconds: f.started.elapsed().as_secs_f64(),
+                    engine: f.engine,
+                    verified,
+                    stored,
+                    digest,
+                    failure: None,
+                });
+            }
+            Message::EntryFailed {
+                path,
+                code,
+                message,
+            } => {
+                self.totals.failed += 1;
+                self.observer.notice(
+                    Some(Failure {
+                        path: escape(&path),
+                        code: code.name(),
+                        message,
+                    }),
+                    None,
+                );
+            }
+            Message::Progress { .. } => {}
+            Message::Notice { message } => self
+                .observer
+                .notice(None, Some(format!("receiver: {message}"))),
+            Message::Stats(s) if finishing => return Ok(Some(s)),
+            Message::Error { code, message } => {
+                return Err(match code {
+                    ErrorCode::Verify => SessionError::Verify(message),
+                    _ => SessionError::Refused { code, message },
+                });
+            }
+            other => {
+                return Err(proto(format!(
+                    "unexpected {} from the receiver",
+                    other.name()
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn proto(reason: String) -> SessionError {
+    SessionError::Protocol {
+        peer: "the receiver".into(),
+        reason,
+    }
+}
+
+/// Runs the sending role until every entry is done and the stats are exchanged.
+pub(crate) fn run(
+    cfg: &SenderConfig,
+    setup: SenderSetup,
+    mut walker: Walker,
+    observer: &mut dyn Observer,
+) -> Result<SenderTotals, SessionError> {
+    let start = thread_usage();
+    let SenderSetup {
+        ctl,
+        events,
+        events_tx,
+        keys,
+        psk,
+        streams,
+        counters,
+        peer,
+    } = setup;
+    let send_q: Arc<Queue<SendJob>> = Queue::new();
+    let hash_q: Arc<Queue<HashJob>> = Queue::new();
+    let shutdowns: Vec<TcpStream> = streams.iter().filter_map(|s| s.try_clone().ok()).collect();
+    let n_streams = streams.len();
+
+    // The engine is probed on the first file; streams start once it is known, so the walk
+    // begins before any thread exists.
+    let mut run = Run {
+        cfg,
+        ctl: ctl.clone(),
+        keys: keys.clone(),
+        observer,
+        send_q: send_q.clone(),
+        hash_q: hash_q.clone(),
+        open: HashMap::new(),
+        next_id: 0,
+        engine: None,
+        engine_note: None,
+        totals: SenderTotals::default(),
+        notes_seen: Default::default(),
+    };
+    let mut walker_done = false;
+    let mut pending: Vec<Entry> = Vec::new();
+    // Fill until the first file fixes the engine (or the walk ends).
+    while run.engine.is_none() && !walker_done {
+        match walker.next() {
+            None => walker_done = true,
+            Some(e) => {
+                let is_file = matches!(e, Entry::File { .. });
+                pending.push(e);
+                if is_file {
+                    break;
+                }
+            }
+        }
+    }
+    for e in pending {
+        run.take_entry(e)?;
+    }
+    let engine = run.engine.unwrap_or(cfg.engine);
+    run.totals.engine = Some(engine);
+
+    let hashers = n_streams.clamp(
+        1,
+        std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .max(1),
+    );
+    let mut threads: Vec<JoinHandle<Usage>> = Vec::new();
+    let spawn = |name: String, f: Box<dyn FnOnce() -> Usage + Send>| {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .map_err(|source| SessionError::Io {
+                what: "spawning a thread".into(),
+                source,
+            })
+    };
+    for i in 0..hashers {
+        let (q, ev, k, p) = (hash_q.clone(), events_tx.clone(), keys.clone(), psk.clone());
+        threads.push(spawn(
+            format!("zcp-hash-{i}"),
+            Box::new(move || hash_worker(q, ev, k, p)),
+        )?);
+    }
+    for (i, sock) in streams.into_iter().enumerate() {
+        let (q, ev, ctr, block) = (
+            send_q.clone(),
+            events_tx.clone(),
+            counters[i].clone(),
+            cfg.block,
+        );
+        threads.push(spawn(
+            format!("zcp-send-{i}"),
+            Box::new(move || stream_worker(i as u16, sock, q, ev, engine, block, ctr)),
+        )?);
+    }
+    drop(events_tx);
+
+    let outcome = (|| -> Result<(), SessionError> {
+        let mut finishing = false;
+        let mut got_stats = false;
+        let mut streams_done = 0;
+        let mut last_alive = Instant::now();
+        let mut last_bytes = 0u64;
+        loop {
+            while !walker_done && run.open.len() < MAX_OPEN_FILES {
+                match walker.next() {
+                    None => walker_done = true,
+                    Some(e) => run.take_entry(e)?,
+                }
+            }
+            if walker_done && run.open.is_empty() && !finishing {
+                send_q.close();
+                hash_q.close();
+                for (path, meta) in walker.dirs() {
+                    run.send(&Message::DirTimes {
+                        path,
+                        mode: meta.mode,
+                        mtime_sec: meta.mtime.0,
+                        mtime_nsec: meta.mtime.1,
+                    })?;
+                }
+                run.send(&Message::Finish)?;
+                finishing = true;
+            }
+            let ev = match events.recv_timeout(TICK) {
+                Ok(ev) => ev,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    run.observer.tick();
+                    let b: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+                    if b != last_bytes {
+                        last_bytes = b;
+                        last_alive = Instant::now();
+                    }
+                    if last_alive.elapsed() > cfg.idle {
+                        return Err(SessionError::Connection {
+                            peer: peer.clone(),
+                            reason: format!(
+                                "no progress and no word from the receiver for {} s",
+                                cfg.idle.as_secs()
+                            ),
+                        });
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(SessionError::Connection {
+                        peer: peer.clone(),
+                        reason: "the session's threads ended unexpectedly".into(),
+                    });
+                }
+            };
+            match ev {
+                SEvent::Ctl(Ok(m)) => {
+                    last_alive = Instant::now();
+                    if let Some(stats) = run.on_message(m, finishing)? {
+                        run.totals.peer = stats;
+                        got_stats = true;
+                        if streams_done < n_streams {
+                            // Stats arrive after the receiver saw every stream end, so ours have.
+                            continue;
+                        }
+                        return Ok(());
+                    }
+                }
+                SEvent::Ctl(Err(e)) => return Err(e.into_session(&peer)),
+                SEvent::Hashed { file, index, mac } => {
+                    if let Some(f) = run.open.get_mut(&file) {
+                        f.macs[index as usize] = Some(mac);
+                        run.send(&Message::ChunkMac {
+                            file_id: file,
+                            index,
+                            mac,
+                        })?;
+                        run.maybe_end(file)?;
+                    }
+                }
+                SEvent::HashFailed { file, why } | SEvent::SourceFailed { file, why } => {
+                    run.fail_file(
+                        file,
+                        ErrorCode::SourceChanged,
+                        format!("the source changed while being sent: {why}"),
+                        true,
+                    )?;
+                }
+                SEvent::ResumeChecked { file, kept } => {
+                    if run.open.contains_key(&file) {
+                        run.send(&Message::Go {
+                            file_id: file,
+                            restart: kept.is_none(),
+                        })?;
+                        if kept.is_none() {
+                            let name = run.open[&file].display.clone();
+                            run.observer.notice(None, Some(format!("{name}: changed since the interrupted attempt; sending it whole")));
+                        }
+                        run.start_sending(file, kept.unwrap_or_default())?;
+                    }
+                }
+                SEvent::StreamFailed { stream, why } => {
+                    return Err(SessionError::Connection {
+                        peer: peer.clone(),
+                        reason: format!("data stream {stream}: {why}"),
+                    });
+                }
+                SEvent::StreamDone { usage, end } => {
+                    streams_done += 1;
+                    run.totals.data_usage.add(&usage);
+                    run.totals.send_end = Some(run.totals.send_end.map_or(end, |e| e.max(end)));
+                    if streams_done == n_streams && got_stats {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    })();
+
+    send_q.close();
+    hash_q.close();
+    if outcome.is_err() {
+        for s in &shutdowns {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for f in run.open.values() {
+            f.cancelled.store(true, Ordering::Relaxed);
+        }
+    }
+    let mut helpers = Usage::default();
+    for t in threads {
+        if let Ok(u) = t.join() {
+            helpers.add(&u);
+        }
+    }
+    outcome?;
+    // Our own stats close the session for the receiver.
+    let mut usage = thread_usage().since(&start);
+    usage.add(&helpers);
+    run.totals.usage = usage;
+    let mine = SideStats {
+        cpu_user_us: usage.user.as_micros() as u64,
+        cpu_sys_us: usage.sys.as_micros() as u64,
+        max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
+        bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        files: run.totals.files,
+    };
+    let _ = run.send(&Message::Stats(mine));
+    Ok(run.totals)
+}
