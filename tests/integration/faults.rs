@@ -67,7 +67,7 @@ fn big_source(env: &Env, name: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn killing_the_sender_mid_file_leaves_the_target_untouched() {
+fn killing_the_sender_mid_file_leaves_the_target_untouched_and_resumes() {
     let env = Env::new();
     let root = env.mkdir("root");
     std::fs::write(root.join("t.bin"), b"old").unwrap();
@@ -78,21 +78,19 @@ fn killing_the_sender_mid_file_leaves_the_target_untouched() {
     child.wait().unwrap();
     assert!(srv.wait_log("failed", 20), "{}", srv.log());
     assert_eq!(std::fs::read(root.join("t.bin")).unwrap(), b"old");
-    assert!(no_partials(&root, 10), "{:?}", tree(&root));
     assert!(srv.alive());
-    // Still serving.
-    let small = env.path("small");
-    make_dense(&small, 100_000, 1);
-    let o = run(
-        send_cmd(srv.port, &env.key, &small, "t.bin", &["-i", "0"]),
-        20,
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(same_file(&small, &root.join("t.bin")));
+    // The same command again finishes the file, sending only what is missing.
+    let (o, v) = send_json(srv.port, &env.key, &src, "t.bin", &[], 120);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("t.bin")));
+    assert!(no_partials(&root, 10), "{:?}", tree(&root));
+    let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+    let skipped = v["end"]["resume"]["bytes_skipped"].as_u64().unwrap();
+    assert_eq!(sent + skipped, 3 << 30, "{v}");
 }
 
 #[test]
-fn killing_the_receiver_mid_file_fails_the_sender_clearly() {
+fn killing_the_receiver_mid_file_fails_the_sender_clearly_and_resumes() {
     let env = Env::new();
     let root = env.mkdir("root");
     std::fs::write(root.join("t.bin"), b"old").unwrap();
@@ -101,7 +99,7 @@ fn killing_the_receiver_mid_file_fails_the_sender_clearly() {
     let child = start_slow_send(srv.port, &env.key, &src, "t.bin");
     srv.kill();
     let o = wait_output(child, 30);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
     let err = text(&o.stderr);
     assert!(err.contains("connection") || err.contains("peer"), "{err}");
     assert_eq!(
@@ -109,6 +107,14 @@ fn killing_the_receiver_mid_file_fails_the_sender_clearly() {
         b"old",
         "final name untouched"
     );
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "t.bin", &["-i", "0"]),
+        120,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("t.bin")));
+    assert!(no_partials(&root, 10), "{:?}", tree(&root));
 }
 
 #[test]
@@ -125,14 +131,13 @@ fn a_source_that_shrinks_while_sent_is_not_committed() {
         .set_len(1 << 20)
         .unwrap();
     let o = wait_output(child, 60);
-    assert_eq!(o.status.code(), Some(5), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(5), "{}", both(&o));
     assert!(
-        text(&o.stderr).contains("changed while it was being sent"),
+        both(&o).contains("changed while being sent"),
         "{}",
-        text(&o.stderr)
+        both(&o)
     );
     assert!(!root.join("t.bin").exists());
-    assert!(no_partials(&root, 10), "{:?}", tree(&root));
 }
 
 #[test]
@@ -149,8 +154,15 @@ fn a_source_modified_while_sent_is_not_committed() {
     }
     drop(f);
     let o = wait_output(child, 120);
-    assert_eq!(o.status.code(), Some(5), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(5), "{}", both(&o));
     assert!(!root.join("t.bin").exists());
+    // Sent again unchanged from here, it arrives whole and right.
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "t.bin", &["-i", "0"]),
+        120,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("t.bin")));
     assert!(no_partials(&root, 10), "{:?}", tree(&root));
 }
 
@@ -208,8 +220,8 @@ fn a_full_destination_fails_cleanly_and_keeps_serving() {
             send_cmd(srv.port, &env.key, &src, "big", &["--recv-engine", engine]),
             20,
         );
-        assert_eq!(o.status.code(), Some(4), "{engine}: {}", text(&o.stderr));
-        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{engine}: {}", both(&o));
+        let err = both(&o);
         assert!(
             err.contains("no space") || err.contains("full"),
             "{engine}: {err}"

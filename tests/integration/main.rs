@@ -8,4 +8,7 @@ mod engines;
 mod faults;
 mod paths;
 mod protocol;
+mod resume;
+mod sessions;
+mod tree;
 mod util;

@@ -178,7 +178,7 @@ fn data_connections_must_prove_their_session() {
 /// A session with one file of `size` bytes in 64 KiB chunks and an open data stream.
 fn session_with_file(srv: &ServerProc, env: &Env, size: u64) -> (Raw, TcpStream) {
     let mut raw = Raw::connect(srv.port, env.psk());
-    match raw.put(0, b"target.bin", size, "splice") {
+    match raw.put(0, b"target.bin", size) {
         Message::FileReady { .. } => {}
         other => panic!("{other:?}"),
     }
@@ -259,13 +259,13 @@ fn chunk_headers_that_do_not_fit_the_file_never_commit() {
         digest: digest(&raw, size, &[m0]),
     });
     assert!(matches!(raw.recv(), Ok(Message::FileFailed { .. })));
-    assert!(no_partials(&root, 10));
-    assert!(tree(&root).is_empty(), "{:?}", tree(&root));
+    // Nothing committed; what was verified may stay beside it for a resume.
+    assert!(!root.join("target.bin").exists(), "{:?}", tree(&root));
     still_serves(&srv, &env);
 }
 
 #[test]
-fn a_flipped_byte_is_caught_and_not_committed() {
+fn a_flipped_byte_is_caught_and_only_that_chunk_is_sent_again() {
     let env = Env::new();
     let root = env.mkdir("root");
     std::fs::write(root.join("target.bin"), b"previous").unwrap();
@@ -273,15 +273,16 @@ fn a_flipped_byte_is_caught_and_not_committed() {
     let size = 100_000u64;
     let (mut raw, mut data) = session_with_file(&srv, &env, size);
     let good: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
-    let mut sent = good.clone();
-    sent[70_000] ^= 0x20;
+    let mut bad = good.clone();
+    bad[70_000] ^= 0x20;
+    let chunk = |off: u64| (off as usize, (off + 65536).min(size) as usize);
     let mut macs = Vec::new();
     for (i, off) in [0u64, 65536].into_iter().enumerate() {
-        let end = (off + 65536).min(size) as usize;
-        data.write_all(&ChunkHeader::data(0, off, end as u64 - off).encode())
+        let (a, b) = chunk(off);
+        data.write_all(&ChunkHeader::data(0, off, (b - a) as u64).encode())
             .unwrap();
-        data.write_all(&sent[off as usize..end]).unwrap();
-        let m = mac(&raw, off, &good[off as usize..end]);
+        data.write_all(&bad[a..b]).unwrap();
+        let m = mac(&raw, off, &good[a..b]);
         raw.send(&Message::ChunkMac {
             file_id: 0,
             index: i as u64,
@@ -289,19 +290,74 @@ fn a_flipped_byte_is_caught_and_not_committed() {
         });
         macs.push(m);
     }
+    // Chunk 0 is acknowledged; chunk 1 is refused and forgotten.
+    let mut acks = Vec::new();
+    while acks.len() < 2 {
+        match raw.recv_any().unwrap() {
+            Message::ChunkAck { index, ok, .. } => acks.push((index, ok)),
+            Message::Progress { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    acks.sort();
+    assert_eq!(acks, vec![(0, true), (1, false)]);
+    // Sent again, correctly, with its MAC again: acknowledged, and the file commits right.
+    let (a, b) = chunk(65536);
+    data.write_all(&ChunkHeader::data(0, 65536, (b - a) as u64).encode())
+        .unwrap();
+    data.write_all(&good[a..b]).unwrap();
+    raw.send(&Message::ChunkMac {
+        file_id: 0,
+        index: 1,
+        mac: macs[1],
+    });
+    loop {
+        match raw.recv_any().unwrap() {
+            Message::ChunkAck {
+                index: 1, ok: true, ..
+            } => break,
+            Message::Progress { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
     data.write_all(&ChunkHeader::end().encode()).unwrap();
     raw.send(&Message::FileEnd {
         file_id: 0,
         digest: digest(&raw, size, &macs),
     });
-    match raw.recv() {
-        Ok(Message::FileFailed { code, message, .. }) => {
-            assert_eq!(code, ErrorCode::Verify);
-            assert!(message.contains("chunk 1"), "{message}");
+    assert!(matches!(
+        raw.recv().unwrap(),
+        Message::FileCommitted {
+            verified: true,
+            stored: true,
+            ..
         }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(std::fs::read(root.join("target.bin")).unwrap(), b"previous");
+    ));
+    assert_eq!(std::fs::read(root.join("target.bin")).unwrap(), good);
+    assert!(no_partials(&root, 10));
+}
+
+#[test]
+fn the_real_sender_recovers_from_a_corrupted_data_stream() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let src = env.path("src");
+    make_dense(&src, 4 << 20, 3);
+    // Flip one payload byte on the first data connection, well inside the first chunk.
+    let proxy = FlipProxy::start(srv.port, 1, 100_000);
+    let (o, v) = send_json(
+        proxy.port,
+        &env.key,
+        &src,
+        "out.bin",
+        &["--chunk-size", "1M"],
+        60,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(proxy.flipped(), "the proxy flipped nothing");
+    assert_eq!(v["end"]["resume"]["chunks_resent"], 1, "{v}");
+    assert!(same_file(&src, &root.join("out.bin")));
     assert!(no_partials(&root, 10));
 }
 

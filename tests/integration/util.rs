@@ -76,6 +76,12 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// stdout and stderr together: per-entry failures are reported on stdout, the exit reason on
+/// stderr.
+pub fn both(o: &Output) -> String {
+    format!("{}{}", text(&o.stdout), text(&o.stderr))
+}
+
 /// A scratch directory with a key made by `zcp keygen`.
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -227,7 +233,10 @@ pub fn send_json(
     extra: &[&str],
     secs: u64,
 ) -> (Output, serde_json::Value) {
-    let mut args = vec!["-J", "-i", "0"];
+    let mut args = vec!["-J"];
+    if !extra.contains(&"-i") {
+        args.extend_from_slice(&["-i", "0"]);
+    }
     args.extend_from_slice(extra);
     let o = run(send_cmd(port, key, src, dest, &args), secs);
     let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
@@ -296,6 +305,25 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
         off += n as u64;
     }
     true
+}
+
+/// Every path below `dir`, relative, sorted, with its exact bytes.
+pub fn tree_paths(dir: &Path) -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                out.push(p.strip_prefix(base).unwrap().to_path_buf());
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    walk(base, &p, out);
+                }
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(dir, dir, &mut v);
+    v.sort();
+    v
 }
 
 /// Every path below `dir`, relative, sorted.
@@ -369,7 +397,32 @@ pub fn closes(s: &mut TcpStream, secs: u64) -> bool {
 }
 
 impl Raw {
+    /// Authenticates and opens a push session (`splice` receiver, up to 2 streams).
     pub fn connect(port: u16, psk: Psk) -> Raw {
+        Self::connect_with(port, psk, "splice", 2)
+    }
+
+    /// Authenticates and opens a push session with this receiver engine and stream count.
+    pub fn connect_with(port: u16, psk: Psk, engine: &str, streams: u16) -> Raw {
+        let mut raw = Self::authenticate(port, psk);
+        raw.send(&Message::Open(zcp_wire::Open {
+            pull: false,
+            recursive: false,
+            streams,
+            idle_ms: 0,
+            recv_engine: engine.into(),
+            send_engine: "sendfile".into(),
+            block_size: 0,
+            chunk_size: 0,
+        }));
+        match raw.recv().unwrap() {
+            Message::Opened { .. } => raw,
+            other => panic!("expected Opened, got {other:?}"),
+        }
+    }
+
+    /// The handshake alone.
+    pub fn authenticate(port: u16, psk: Psk) -> Raw {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let hs = ClientHandshake::new(psk, [7; 32]);
@@ -387,21 +440,30 @@ impl Raw {
         self.s.write_all(&f).unwrap();
     }
 
+    /// The next message that is not a keep-alive or a positive chunk acknowledgement.
     pub fn recv(&mut self) -> std::io::Result<Message> {
         loop {
-            let (h, p) = read_msg(&mut self.s)?;
-            let m = self
-                .est
-                .opener
-                .open(h, &p)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            if !matches!(m, Message::Progress { .. }) {
+            let m = self.recv_any()?;
+            if !matches!(
+                m,
+                Message::Progress { .. } | Message::ChunkAck { ok: true, .. }
+            ) {
                 return Ok(m);
             }
         }
     }
 
-    pub fn put(&mut self, id: u32, dest: &[u8], size: u64, engine: &str) -> Message {
+    /// The next message, whatever it is.
+    pub fn recv_any(&mut self) -> std::io::Result<Message> {
+        let (h, p) = read_msg(&mut self.s)?;
+        self.est
+            .opener
+            .open(h, &p)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    /// Announces a file in 64 KiB chunks; returns the answer (skipping any `Have`).
+    pub fn put(&mut self, id: u32, dest: &[u8], size: u64) -> Message {
         self.send(&Message::PutFile(PutFile {
             file_id: id,
             dest: dest.to_vec(),
@@ -411,10 +473,13 @@ impl Raw {
             mtime_sec: 0,
             mtime_nsec: 0,
             chunk_size: 64 * 1024,
-            recv_engine: engine.into(),
-            block_size: 0,
         }));
-        self.recv().unwrap()
+        loop {
+            match self.recv().unwrap() {
+                Message::Have(_) => continue,
+                other => return other,
+            }
+        }
     }
 
     /// Opens data stream `index` of this session; returns the stream or the server's refusal.
@@ -432,5 +497,82 @@ impl Raw {
             Message::DataAccept => Ok(s),
             other => Err(other),
         }
+    }
+}
+
+/// A loopback TCP proxy in front of a server that flips one byte, once: the byte at offset
+/// `at` of the client-to-server bytes of the `conn`-th connection (0 is the control
+/// connection, 1 the first data stream). Everything else passes unchanged. Stops when dropped.
+pub struct FlipProxy {
+    pub port: u16,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FlipProxy {
+    pub fn start(server: u16, conn: usize, at: u64) -> FlipProxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let (st, dn) = (stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut n = 0usize;
+            let end = Instant::now() + Duration::from_secs(120);
+            while !st.load(Ordering::Relaxed) && Instant::now() < end {
+                let Ok((c, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                c.set_nonblocking(false).unwrap();
+                let s = TcpStream::connect(("127.0.0.1", server)).unwrap();
+                let flip = (n == conn).then(|| (at, dn.clone()));
+                n += 1;
+                let (c2, s2) = (c.try_clone().unwrap(), s.try_clone().unwrap());
+                std::thread::spawn(move || pump(c, s, flip));
+                std::thread::spawn(move || pump(s2, c2, None));
+            }
+        });
+        FlipProxy { port, stop, done }
+    }
+
+    pub fn flipped(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    flip: Option<(u64, Arc<std::sync::atomic::AtomicBool>)>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pos = 0u64;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some((at, done)) = &flip {
+            if *at >= pos
+                && *at < pos + n as u64
+                && !done.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                buf[(*at - pos) as usize] ^= 0x01;
+            }
+        }
+        pos += n as u64;
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+impl Drop for FlipProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -1,0 +1,212 @@
+//! The server under load and abuse: many sessions at once, limits a client can only tighten,
+//! stalled and silent peers.
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use zcp_wire::{ErrorCode, Message};
+
+use crate::util::*;
+
+#[test]
+fn many_sessions_at_once() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let srcs: Vec<_> = (0..6)
+        .map(|i| {
+            let p = env.path(&format!("s{i}"));
+            make_dense(&p, (3 << 20) + i * 4097, i);
+            p
+        })
+        .collect();
+    let children: Vec<_> = srcs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            send_cmd(
+                srv.port,
+                &env.key,
+                p,
+                &format!("out{i}"),
+                &["-i", "0", "-P", "2"],
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = wait_output(c, 60);
+        assert!(o.status.success(), "session {i}: {}", both(&o));
+        assert!(same_file(&srcs[i], &root.join(format!("out{i}"))));
+    }
+}
+
+#[test]
+fn limits_a_client_can_only_tighten() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("f");
+    make_dense(&src, 1 << 20, 1);
+    let srv = ServerProc::start(
+        &root,
+        &env.key,
+        &["--max-streams", "2", "--max-sessions", "1"],
+    );
+    let (o, v) = send_json(srv.port, &env.key, &src, "f", &["-P", "8"], 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["start"]["streams"], 2, "asked for 8, the server allows 2");
+
+    // One session at a time: a second one is refused while the first holds its place.
+    let held = Raw::connect(srv.port, env.psk());
+    let o = run(send_cmd(srv.port, &env.key, &src, "g", &[]), 20);
+    assert!(!o.status.success());
+    assert!(both(&o).contains("too many sessions"), "{}", both(&o));
+    drop(held);
+    assert!(srv.wait_log("failed", 10) || srv.wait_log("finished", 10));
+    let o = run(send_cmd(srv.port, &env.key, &src, "g", &["-i", "0"]), 20);
+    assert!(o.status.success(), "{}", both(&o));
+}
+
+#[test]
+fn stalled_and_silent_peers_block_no_one_and_are_dropped() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(
+        &root,
+        &env.key,
+        &["--idle-timeout", "2", "--handshake-timeout", "2"],
+    );
+    // Silent before authenticating, and stalled after it.
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    let mut stalled = Raw::connect(srv.port, env.psk());
+    let src = env.path("f");
+    make_dense(&src, 2 << 20, 2);
+    let t = Instant::now();
+    let o = run(send_cmd(srv.port, &env.key, &src, "f", &["-i", "0"]), 20);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "a stalled session held others up"
+    );
+    assert!(closes(&mut silent, 10));
+    // The stalled session is ended at its idle timeout.
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut gone = false;
+    while Instant::now() < end {
+        match stalled.recv_any() {
+            Ok(Message::Error {
+                code: ErrorCode::Limit,
+                ..
+            })
+            | Err(_) => {
+                gone = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(gone, "the stalled session was not ended");
+    assert!(srv.wait_log("no traffic", 5), "{}", srv.log());
+}
+
+#[test]
+fn a_sender_that_stops_mid_transfer_is_detected_and_the_file_resumes() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("big");
+    make_file(&src, 2 << 30, 1 << 20, 9);
+    let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "2"]);
+    let mut child = send_cmd(
+        srv.port,
+        &env.key,
+        &src,
+        "big",
+        &[
+            "-i",
+            "0",
+            "--engine",
+            "rw",
+            "--recv-engine",
+            "rw",
+            "--block-size",
+            "4K",
+            "--chunk-size",
+            "16M",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let t = Instant::now();
+    assert!(srv.wait_log("no traffic", 15), "{}", srv.log());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "detected after {:?}",
+        t.elapsed()
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!root.join("big").exists());
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src,
+        "big",
+        &["--chunk-size", "16M"],
+        120,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("big")));
+    assert!(
+        v["end"]["resume"]["bytes_skipped"].as_u64().unwrap() > 0,
+        "{}",
+        v["end"]
+    );
+}
+
+#[test]
+fn indexes_out_of_range_end_the_stream_or_session() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect(srv.port, env.psk());
+    assert!(matches!(
+        raw.put(0, b"t", 100_000),
+        Message::FileReady { .. }
+    ));
+    // A MAC for a chunk the file does not have is a protocol error: the session ends.
+    raw.send(&Message::ChunkMac {
+        file_id: 0,
+        index: 9,
+        mac: [0; 32],
+    });
+    raw.s.flush().unwrap();
+    assert!(closes(&mut raw.s, 10));
+    assert!(srv.wait_log("chunk 9", 5), "{}", srv.log());
+    // A second file id in use, on a fresh session, is refused.
+    let mut raw = Raw::connect(srv.port, env.psk());
+    assert!(matches!(raw.put(3, b"a", 10), Message::FileReady { .. }));
+    match raw.put(3, b"b", 10) {
+        Message::FileFailed { code, .. } => assert_eq!(code, ErrorCode::Protocol),
+        other => panic!("{other:?}"),
+    }
+}

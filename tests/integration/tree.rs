@@ -1,0 +1,293 @@
+//! Directory trees, several sources, the pull direction, and many small files over several
+//! streams.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::util::*;
+
+/// A tree with everything a tree can hold: nested and empty directories, empty and odd-named
+/// files, links (relative, absolute, dangling), a FIFO, modes and old mtimes.
+fn odd_tree(root: &Path) {
+    let d = |p: &str| {
+        std::fs::create_dir_all(root.join(p)).unwrap();
+    };
+    d("a/b/c");
+    d("empty");
+    d("-dash dir");
+    make_dense(&root.join("a/b/c/deep.bin"), 300_000, 1);
+    make_dense(&root.join("a/one.bin"), 5 << 20, 2);
+    std::fs::write(root.join("zero"), b"").unwrap();
+    std::fs::write(root.join("-dash dir/with space"), b"spaces").unwrap();
+    std::fs::write(root.join("new\nline"), b"newline").unwrap();
+    std::fs::write(root.join(OsStr::from_bytes(b"bad\xffutf8")), b"bytes").unwrap();
+    std::fs::write(root.join("n".repeat(255)), b"long name").unwrap();
+    symlink("b/c/deep.bin", root.join("a/rel-link")).unwrap();
+    symlink("/etc/passwd", root.join("abs-link")).unwrap();
+    symlink("nowhere", root.join("dangling")).unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(root.join("fifo"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::set_permissions(
+        root.join("a/one.bin"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(root.join("a/b"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let old = UNIX_EPOCH + Duration::new(1_000_000_000, 250_000_000);
+    for p in ["a/one.bin", "zero"] {
+        std::fs::File::options()
+            .write(true)
+            .open(root.join(p))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    for p in ["a/b/c", "empty", "a"] {
+        std::fs::File::open(root.join(p))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+}
+
+/// Every entry below `a` is below `b` too, alike in kind, bytes, link target, mode and mtime
+/// (FIFOs excepted: they are skipped).
+fn assert_same_tree(a: &Path, b: &Path) {
+    let mut n = 0;
+    for rel in tree_paths(a) {
+        let (pa, pb) = (a.join(&rel), b.join(&rel));
+        let rel = rel.display();
+        let ma = std::fs::symlink_metadata(&pa).unwrap();
+        if ma.file_type().is_fifo_like() {
+            assert!(
+                std::fs::symlink_metadata(&pb).is_err(),
+                "{rel}: special files are skipped"
+            );
+            continue;
+        }
+        let mb = std::fs::symlink_metadata(&pb).unwrap_or_else(|e| panic!("{rel} missing: {e}"));
+        assert_eq!(ma.file_type().is_dir(), mb.file_type().is_dir(), "{rel}");
+        assert_eq!(
+            ma.file_type().is_symlink(),
+            mb.file_type().is_symlink(),
+            "{rel}"
+        );
+        if ma.file_type().is_symlink() {
+            assert_eq!(
+                std::fs::read_link(&pa).unwrap(),
+                std::fs::read_link(&pb).unwrap(),
+                "{rel}"
+            );
+            continue;
+        }
+        assert_eq!(ma.mode() & 0o7777, mb.mode() & 0o7777, "{rel}: mode");
+        assert_eq!(
+            (ma.mtime(), ma.mtime_nsec()),
+            (mb.mtime(), mb.mtime_nsec()),
+            "{rel}: mtime"
+        );
+        if ma.is_file() {
+            assert!(same_file(&pa, &pb), "{rel}: bytes");
+        }
+        n += 1;
+    }
+    assert!(n > 10, "compared {n} entries");
+}
+
+trait FifoLike {
+    fn is_fifo_like(&self) -> bool;
+}
+
+impl FifoLike for std::fs::FileType {
+    fn is_fifo_like(&self) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        self.is_fifo() || self.is_socket() || self.is_block_device() || self.is_char_device()
+    }
+}
+
+#[test]
+fn a_tree_arrives_whole_over_several_streams() {
+    let env = Env::new();
+    let src = env.mkdir("src/tree");
+    odd_tree(&src);
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (o, v) = send_json(srv.port, &env.key, &src, "dest", &["-r", "-P", "3"], 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_same_tree(&src, &root.join("dest/tree"));
+    assert_eq!(v["end"]["files"]["failed"], 0, "{v}");
+    assert_eq!(v["end"]["files"]["committed"], 7, "{v}");
+    assert_eq!(v["start"]["streams"], 3);
+    let notices = v["notices"].as_array().unwrap();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("fifo") && n.as_str().unwrap().contains("FIFO")),
+        "{v}"
+    );
+    assert!(no_partials(&root, 5));
+    // Names are shown escaped, so every byte can be read back.
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "again", &["-r", "-i", "0"]),
+        60,
+    );
+    assert!(
+        text(&o.stdout).contains("skipped src/tree/fifo") || text(&o.stdout).contains("tree/fifo"),
+        "{}",
+        both(&o)
+    );
+}
+
+#[test]
+fn several_sources_land_in_one_directory() {
+    let env = Env::new();
+    let a = env.path("a.bin");
+    make_dense(&a, 1000, 1);
+    let b = env.mkdir("bdir");
+    make_dense(&b.join("inner"), 2000, 2);
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut c = zcp();
+    c.args([
+        "send",
+        "-r",
+        "-i",
+        "0",
+        "-p",
+        &srv.port.to_string(),
+        "--key-file",
+    ])
+    .arg(&env.key)
+    .arg(&a)
+    .arg(&b)
+    .arg("127.0.0.1:in");
+    let o = run(c, 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&a, &root.join("in/a.bin")));
+    assert!(same_file(&b.join("inner"), &root.join("in/bdir/inner")));
+    // A directory without -r is refused before anything is sent.
+    let o = run(send_cmd(srv.port, &env.key, &b, "x", &[]), 10);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(both(&o).contains("-r"), "{}", both(&o));
+    assert!(!root.join("x").exists());
+}
+
+#[test]
+fn get_mirrors_a_tree_and_never_leaves_the_server_root() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = root.join("data/tree");
+    std::fs::create_dir_all(&src).unwrap();
+    odd_tree(&src);
+    let outside = env.mkdir("outside");
+    std::fs::write(outside.join("secret"), b"not for you").unwrap();
+    symlink(&outside, root.join("escape")).unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let local = env.path("local");
+    let mut c = zcp();
+    c.args([
+        "get",
+        "-r",
+        "-P",
+        "2",
+        "-J",
+        "-i",
+        "0",
+        "-p",
+        &srv.port.to_string(),
+        "--key-file",
+    ])
+    .arg(&env.key)
+    .arg("127.0.0.1:data/tree")
+    .arg(format!("{}/", local.display()));
+    let o = run(c, 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_same_tree(&src, &local.join("tree"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["start"]["direction"], "get");
+    assert_eq!(v["end"]["verified"], true);
+
+    // One file under a new name.
+    let mut c = zcp();
+    c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
+        .arg(&env.key)
+        .arg("127.0.0.1:data/tree/a/one.bin")
+        .arg(env.path("renamed.bin"));
+    let o = run(c, 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src.join("a/one.bin"), &env.path("renamed.bin")));
+
+    // Through a symlink on the server, or above its root: refused, nothing fetched.
+    for (path, code) in [
+        ("escape/secret", 4),
+        ("escape", 0),
+        ("../outside/secret", 4),
+    ] {
+        let dest = env.path(&format!("got-{}", path.replace('/', "_")));
+        let mut c = zcp();
+        c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
+            .arg(&env.key)
+            .arg(format!("127.0.0.1:{path}"))
+            .arg(&dest);
+        let o = run(c, 30);
+        assert_eq!(o.status.code(), Some(code), "{path}: {}", both(&o));
+        if path == "escape" {
+            // The link itself comes, as a link; what it points at does not.
+            assert!(
+                std::fs::symlink_metadata(&dest)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
+        } else {
+            assert!(!dest.exists(), "{path}");
+        }
+    }
+}
+
+#[test]
+fn many_small_files_keep_every_stream_busy() {
+    let env = Env::new();
+    let src = env.mkdir("small");
+    for i in 0..1500u64 {
+        let dir = src.join(format!("d{}", i % 15));
+        std::fs::create_dir_all(&dir).unwrap();
+        make_dense(&dir.join(format!("f{i}")), 4096 + (i * 997) % 61440, i);
+    }
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src,
+        "s",
+        &["-r", "-P", "4", "-i", "0.05"],
+        120,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["files"]["committed"], 1500, "{}", v["end"]);
+    // Every stream carried data.
+    let mut per_stream = [0u64; 4];
+    for iv in v["intervals"].as_array().unwrap() {
+        for st in iv["streams"].as_array().unwrap() {
+            per_stream[st["id"].as_u64().unwrap() as usize] += st["bytes"].as_u64().unwrap();
+        }
+    }
+    assert!(per_stream.iter().all(|b| *b > 0), "{per_stream:?}");
+    for i in (0..1500u64).step_by(97) {
+        let rel = format!("d{}/f{i}", i % 15);
+        assert!(
+            same_file(&src.join(&rel), &root.join("s/small").join(&rel)),
+            "{rel}"
+        );
+    }
+    assert!(no_partials(&root, 5));
+}
