@@ -666,6 +666,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         ..
     } = cs;
     let ctl = Arc::new(ControlWriter::new(tx));
+    let cork = ctl.cork();
     for (path, name) in opts.paths.iter().zip(names) {
         ctl.send(&Message::Get {
             path: path.clone(),
@@ -681,6 +682,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
             peer: "the server".into(),
             reason,
         })?;
+    drop(cork);
     let (ev_tx, events) = mpsc::channel::<REvent>();
     let stop = Arc::new(AtomicBool::new(false));
     let reader = spawn_reader(rx, ev_tx.clone(), REvent::ctl, stop.clone()).map_err(|source| {

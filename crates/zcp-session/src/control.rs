@@ -2,7 +2,8 @@
 //! something to say (sealing needs the frames in sequence, so sends take a lock), and one
 //! reader thread that turns frames into events for the role's loop.
 
-use std::net::Shutdown;
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -15,41 +16,173 @@ use crate::conn::{ControlRx, ControlTx};
 use crate::error::FrameIoError;
 
 /// The sending half of the control connection, shared.
+///
+/// Frames are sealed in the order they are sent. A thread that is about to send several
+/// messages in a row takes a [`Cork`]: until the last cork is dropped, frames collect in a
+/// buffer (up to [`CORK_LIMIT`] bytes) and then leave in one write, so a burst of small
+/// messages costs one system call and one TCP segment instead of one each.
 #[derive(Debug)]
 pub(crate) struct ControlWriter {
-    tx: Mutex<ControlTx>,
+    inner: Mutex<Inner>,
+    /// A second handle on the socket, so [`ControlWriter::shutdown`] never waits behind a
+    /// writer stuck on a stalled peer.
+    shut: Option<TcpStream>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tx: ControlTx,
+    pending: Vec<u8>,
+    corks: usize,
+    /// Set once a write failed; every later send fails with it.
+    broken: Option<String>,
+}
+
+/// Sealed frames held back while corked, at most.
+pub(crate) const CORK_LIMIT: usize = 256 * 1024;
+
+impl Inner {
+    fn flush(&mut self) -> Result<(), String> {
+        if let Some(why) = &self.broken {
+            return Err(why.clone());
+        }
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let r = self.tx.stream.write_all(&self.pending);
+        self.pending.clear();
+        r.map_err(|e| {
+            let why = format!("cannot write to the peer: {e}");
+            self.broken = Some(why.clone());
+            why
+        })
+    }
+}
+
+/// Holds a [`ControlWriter`]'s frames back until dropped (see there).
+pub(crate) struct Cork<'a> {
+    w: &'a ControlWriter,
+}
+
+impl Drop for Cork<'_> {
+    fn drop(&mut self) {
+        let mut g = self.w.lock();
+        g.corks -= 1;
+        if g.corks == 0 {
+            // A failure is kept in `broken` and reported by the next send.
+            let _ = g.flush();
+        }
+    }
+}
+
+/// Events waiting at most, handled under one cork before it is pulled.
+const BURST: usize = 64;
+
+/// A role loop's event queue, read so that the answers to events already waiting leave in one
+/// write: while events are queued they are taken under one [`Cork`] (up to a burst of 64);
+/// the cork is pulled before blocking for more.
+pub(crate) struct Batched<'a, T> {
+    rx: &'a mpsc::Receiver<T>,
+    ctl: &'a ControlWriter,
+    cork: Option<Cork<'a>>,
+    burst: usize,
+}
+
+impl<'a, T> Batched<'a, T> {
+    pub(crate) fn new(rx: &'a mpsc::Receiver<T>, ctl: &'a ControlWriter) -> Batched<'a, T> {
+        Batched {
+            rx,
+            ctl,
+            cork: Some(ctl.cork()),
+            burst: 0,
+        }
+    }
+
+    /// The next event, waiting up to `wait` once none is queued.
+    pub(crate) fn next(&mut self, wait: std::time::Duration) -> Result<T, mpsc::RecvTimeoutError> {
+        if self.burst < BURST {
+            match self.rx.try_recv() {
+                Ok(ev) => {
+                    self.burst += 1;
+                    return Ok(ev);
+                }
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    return Err(mpsc::RecvTimeoutError::Disconnected);
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+        }
+        drop(self.cork.take());
+        self.burst = 0;
+        let r = self.rx.recv_timeout(wait);
+        self.cork = Some(self.ctl.cork());
+        r
+    }
 }
 
 impl ControlWriter {
     pub(crate) fn new(tx: ControlTx) -> ControlWriter {
-        ControlWriter { tx: Mutex::new(tx) }
+        let shut = tx.stream.try_clone().ok();
+        ControlWriter {
+            inner: Mutex::new(Inner {
+                tx,
+                pending: Vec::new(),
+                corks: 0,
+                broken: None,
+            }),
+            shut,
+        }
     }
 
-    /// Seals and sends one message.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Seals and sends one message (or queues it, while corked).
     pub(crate) fn send(&self, m: &Message) -> Result<(), String> {
-        self.tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(m)
-            .map_err(|e| format!("cannot write to the peer: {e}"))
+        let mut g = self.lock();
+        if let Some(why) = &g.broken {
+            return Err(why.clone());
+        }
+        let frame = g.tx.sealer.seal(m);
+        g.pending.extend_from_slice(&frame);
+        if g.corks == 0 || g.pending.len() >= CORK_LIMIT {
+            g.flush()?;
+        }
+        Ok(())
     }
 
-    /// Sends an unsealed `Error` (it ends the session) without waiting on a stuck peer long.
+    /// Holds frames back until the returned guard (and every other) is dropped.
+    pub(crate) fn cork(&self) -> Cork<'_> {
+        self.lock().corks += 1;
+        Cork { w: self }
+    }
+
+    /// Sends an unsealed `Error` (it ends the session) at once, with whatever was held back
+    /// before it, without waiting on a stuck peer long.
     pub(crate) fn send_error(&self, code: zcp_wire::ErrorCode, message: &str) {
-        let _ = self.send(&Message::Error {
+        let mut g = self.lock();
+        if g.broken.is_some() {
+            return;
+        }
+        let frame = g.tx.sealer.seal(&Message::Error {
             code,
             message: message.to_string(),
         });
+        g.pending.extend_from_slice(&frame);
+        let _ = g.flush();
     }
 
     /// Shuts the connection down both ways, so the reader thread and the peer notice.
     pub(crate) fn shutdown(&self) {
-        let _ = self
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stream
-            .shutdown(Shutdown::Both);
+        match &self.shut {
+            Some(s) => {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            None => {
+                let _ = self.lock().tx.stream.shutdown(Shutdown::Both);
+            }
+        }
     }
 }
 
