@@ -12,6 +12,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    // Trees keep hundreds of files open on each side; the default soft limit is too tight.
+    zcp_engine::sys::raise_open_files_limit();
     let code = cli::run(args);
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

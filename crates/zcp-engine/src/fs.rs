@@ -12,6 +12,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FallocateFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -216,14 +217,21 @@ pub fn fs_info(fd: impl AsFd) -> Result<FsInfo, EngineError> {
 /// never gets the target's name.
 #[derive(Debug)]
 pub struct PartFile {
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     part: CString,
     journal: CString,
-    file: OwnedFd,
+    file: Arc<OwnedFd>,
     journal_fd: Option<OwnedFd>,
+    /// Whether a journal may exist (one was found, or started): only then is it removed.
+    journal_made: bool,
+    /// Created by this open, so nothing of an earlier attempt is in it.
+    fresh: bool,
     keep: bool,
     live: bool,
 }
+
+/// How long [`PartFile::open`] waits for another transfer's lock on the same partial file.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Largest journal zcp reads back (a journal for 2^18 chunks is about 13 MiB).
 pub const MAX_JOURNAL_BYTES: u64 = 32 << 20;
@@ -231,58 +239,110 @@ pub const MAX_JOURNAL_BYTES: u64 = 32 << 20;
 impl PartFile {
     /// Opens `.zcp-<key>.part` in `dir`, creating it (mode 0600) if absent, and locks it.
     /// Returns whether it already existed.
-    pub fn open(dir: OwnedFd, key: &str) -> Result<(PartFile, bool), EngineError> {
+    ///
+    /// A lock held by another transfer is waited for up to [`LOCK_WAIT`]: a session whose
+    /// peer just died may still be letting go of the file when the same command is run again.
+    pub fn open(dir: Arc<OwnedFd>, key: &str) -> Result<(PartFile, bool), EngineError> {
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match Self::open_once(dir.clone(), key) {
+                Ok(Some(opened)) => return Ok(opened),
+                Err(EngineError::Busy(m)) if std::time::Instant::now() >= deadline => {
+                    return Err(EngineError::Busy(m));
+                }
+                Ok(None) if std::time::Instant::now() >= deadline => {
+                    return Err(EngineError::Busy(
+                        "another transfer keeps replacing this destination's partial file".into(),
+                    ));
+                }
+                Ok(None) | Err(EngineError::Busy(_)) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One attempt of [`PartFile::open`]; `None` when the file it locked was removed or
+    /// replaced under its name meanwhile (its previous holder cleaning up).
+    fn open_once(dir: Arc<OwnedFd>, key: &str) -> Result<Option<(PartFile, bool)>, EngineError> {
         let part = CString::new(format!(".zcp-{key}.part"))
             .map_err(|_| EngineError::Path("NUL in key".into()))?;
         let journal = CString::new(format!(".zcp-{key}.journal"))
             .map_err(|_| EngineError::Path("NUL in key".into()))?;
         let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-        let (file, existed) = match rustix::fs::openat(&dir, part.as_c_str(), flags, Mode::empty())
-        {
-            Ok(f) => (f, true),
-            Err(Errno::NOENT) => {
-                let f = retry("openat(O_CREAT)", "partial file", None, || {
-                    rustix::fs::openat(
-                        &dir,
-                        part.as_c_str(),
-                        flags | OFlags::CREATE,
-                        Mode::from_raw_mode(0o600),
-                    )
-                })?;
-                (f, false)
+        // Most part files are new: create exclusively first, so that case is one call.
+        let created = retry(
+            "openat(O_CREAT)",
+            "partial file",
+            None,
+            || match rustix::fs::openat(
+                &dir,
+                part.as_c_str(),
+                flags | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Err(Errno::EXIST) => Ok(None),
+                other => other.map(Some),
+            },
+        )?;
+        let (file, existed) = match created {
+            Some(f) => (f, false),
+            None => {
+                let f = rustix::fs::openat(&dir, part.as_c_str(), flags, Mode::empty())
+                    .map_err(|e| EngineError::sys("openat", "partial file", e))?;
+                // O_NOFOLLOW refuses a symlink; anything else but a regular file is refused here.
+                if FileType::from_raw_mode(
+                    rustix::fs::fstat(&f)
+                        .map_err(|e| EngineError::sys("fstat", "partial file", e))?
+                        .st_mode,
+                ) != FileType::RegularFile
+                {
+                    return Err(EngineError::Path(format!(
+                        "{} is not a regular file",
+                        part.to_string_lossy()
+                    )));
+                }
+                (f, true)
             }
-            Err(e) => return Err(EngineError::sys("openat", "partial file", e)),
         };
-        if FileType::from_raw_mode(
-            rustix::fs::fstat(&file)
-                .map_err(|e| EngineError::sys("fstat", "partial file", e))?
-                .st_mode,
-        ) != FileType::RegularFile
-        {
-            return Err(EngineError::Path(format!(
-                "{} is not a regular file",
-                part.to_string_lossy()
-            )));
-        }
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        let mut pf = PartFile {
+            dir,
+            part,
+            journal,
+            file: Arc::new(file),
+            journal_fd: None,
+            journal_made: existed,
+            fresh: !existed,
+            keep: existed,
+            live: true,
+        };
+        // From here a failure drops `pf`, which removes what it created.
+        match rustix::fs::flock(
+            &*pf.file,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => {
+                // Not ours to remove, even if we created it an instant ago.
+                pf.keep = true;
                 return Err(EngineError::Busy(
                     "another transfer is writing this destination right now".into(),
                 ));
             }
             Err(e) => return Err(EngineError::sys("flock", "partial file", e)),
         }
-        let pf = PartFile {
-            dir,
-            part,
-            journal,
-            file,
-            journal_fd: None,
-            keep: existed,
-            live: true,
-        };
-        Ok((pf, existed))
+        if existed {
+            // Locked, but maybe only after its last holder unlinked it: then it is not ours.
+            let ours = rustix::fs::fstat(&*pf.file)
+                .map_err(|e| EngineError::sys("fstat", "partial file", e))?;
+            let named = rustix::fs::statat(&*pf.dir, pf.part.as_c_str(), AtFlags::SYMLINK_NOFOLLOW);
+            if !matches!(named, Ok(n) if (n.st_dev, n.st_ino) == (ours.st_dev, ours.st_ino)) {
+                pf.keep = true;
+                return Ok(None);
+            }
+        }
+        Ok(Some((pf, existed)))
     }
 
     /// The partial file (buffered).
@@ -290,9 +350,14 @@ impl PartFile {
         self.file.as_fd()
     }
 
+    /// The partial file, shared (for the engines that write it).
+    pub fn shared_fd(&self) -> Arc<OwnedFd> {
+        self.file.clone()
+    }
+
     /// The directory the file is in.
-    pub fn dir(&self) -> BorrowedFd<'_> {
-        self.dir.as_fd()
+    pub fn dir(&self) -> &Arc<OwnedFd> {
+        &self.dir
     }
 
     /// The partial file's name, for messages and tests.
@@ -388,6 +453,7 @@ impl PartFile {
             rustix::fs::fsync(&self.dir)
         })?;
         self.journal_fd = Some(fd);
+        self.journal_made = true;
         Ok(())
     }
 
@@ -433,18 +499,23 @@ impl PartFile {
         })
     }
 
-    /// Cuts the file to `size` (O_DIRECT may have padded its last block) and sets its mode
-    /// and mtime. Makes nothing durable: see [`PartFile::sync`] or [`syncfs`].
+    /// Cuts the file to `size` (O_DIRECT may have padded its last block, an earlier attempt
+    /// may have left it longer) and sets its mode and mtime. A file this open created, and
+    /// which `padded` says no engine wrote past `size`, is already `size` long and is not cut.
+    /// Makes nothing durable: see [`PartFile::sync`] or [`syncfs`].
     pub fn set_final_metadata(
         &self,
         size: u64,
         mode: u32,
         mtime: (i64, u32),
+        padded: bool,
     ) -> Result<(), EngineError> {
-        let f = &self.file;
-        retry("ftruncate", "partial file", None, || {
-            rustix::fs::ftruncate(f, size)
-        })?;
+        let f = &*self.file;
+        if padded || !self.fresh {
+            retry("ftruncate", "partial file", None, || {
+                rustix::fs::ftruncate(f, size)
+            })?;
+        }
         retry("fchmod", "partial file", None, || {
             rustix::fs::fchmod(f, Mode::from_raw_mode(mode & 0o777))
         })?;
@@ -470,7 +541,9 @@ impl PartFile {
         })?;
         self.live = false;
         self.journal_fd = None;
-        let _ = rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty());
+        if self.journal_made {
+            let _ = rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty());
+        }
         Ok(())
     }
 }
@@ -479,7 +552,9 @@ impl Drop for PartFile {
     fn drop(&mut self) {
         if self.live && !self.keep {
             let _ = rustix::fs::unlinkat(&self.dir, self.part.as_c_str(), AtFlags::empty());
-            let _ = rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty());
+            if self.journal_made {
+                let _ = rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty());
+            }
         }
     }
 }
@@ -806,26 +881,49 @@ mod tests {
     }
 
     #[test]
+    fn a_second_open_waits_for_the_lock_and_never_takes_an_unlinked_file() {
+        let (d, r) = root();
+        for keep in [false, true] {
+            let (mut p, _) =
+                PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "w").unwrap();
+            p.set_keep(keep);
+            let dir = Arc::new(r.open_dir(&[], false).unwrap());
+            let waiter = std::thread::spawn(move || PartFile::open(dir, "w"));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(p);
+            let (q, existed) = waiter.join().unwrap().unwrap();
+            // A removed file is created afresh; a kept one is taken over.
+            assert_eq!(existed, keep);
+            let named = std::fs::metadata(d.path().join(q.name())).unwrap();
+            let held = rustix::fs::fstat(&*q.shared_fd()).unwrap();
+            assert_eq!(std::os::unix::fs::MetadataExt::ino(&named), held.st_ino);
+            drop(q);
+        }
+    }
+
+    #[test]
     fn part_file_is_locked_kept_or_removed_and_renamed() {
         let (d, r) = root();
-        let (p, existed) = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap();
+        let (p, existed) =
+            PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap();
         assert!(!existed);
         let name = p.name();
         assert_eq!(name, ".zcp-abc.part");
         // A second writer for the same target is refused while the first holds it.
-        let e = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap_err();
+        let e = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap_err();
         assert!(matches!(e, EngineError::Busy(_)), "{e}");
         drop(p);
         assert!(!d.path().join(&name).exists(), "removed when not kept");
 
-        let (mut p, _) = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap();
+        let (mut p, _) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap();
         p.start_journal(b"header").unwrap();
         p.append_journal(b"+record").unwrap();
         assert_eq!(p.read_journal().unwrap().unwrap(), b"header+record");
         p.set_keep(true);
         drop(p);
         assert!(d.path().join(".zcp-abc.part").exists(), "kept for resume");
-        let (mut p, existed) = PartFile::open(r.open_dir(&[], false).unwrap(), "abc").unwrap();
+        let (mut p, existed) =
+            PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap();
         assert!(existed);
         p.continue_journal(6).unwrap();
         p.append_journal(b"!").unwrap();
@@ -833,7 +931,9 @@ mod tests {
 
         p.preallocate(10_000).unwrap();
         rustix::io::pwrite(p.fd(), b"hello", 0).unwrap();
-        p.set_final_metadata(5, 0o640, (1_000_000_000, 5)).unwrap();
+        // Not fresh: cut to size even though no engine padded it.
+        p.set_final_metadata(5, 0o640, (1_000_000_000, 5), false)
+            .unwrap();
         p.sync().unwrap();
         p.rename_to(b"final").unwrap();
         let path = d.path().join("final");
@@ -847,6 +947,17 @@ mod tests {
             1,
             "no partial or journal left"
         );
+
+        // A fresh file is cut only when an engine padded it.
+        for (padded, len) in [(false, 8192), (true, 3)] {
+            let key = format!("fresh{padded}");
+            let (p, existed) =
+                PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), &key).unwrap();
+            assert!(!existed);
+            rustix::io::pwrite(p.fd(), &[7u8; 8192], 0).unwrap();
+            p.set_final_metadata(3, 0o600, (0, 0), padded).unwrap();
+            assert_eq!(rustix::fs::fstat(p.fd()).unwrap().st_size, len);
+        }
     }
 
     #[test]

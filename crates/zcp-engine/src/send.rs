@@ -106,6 +106,8 @@ pub struct FileSender {
     engine: SendEngine,
     block: u64,
     buf: Vec<u8>,
+    /// For [`FileSender::send_staged`]; grows to the largest chunk staged.
+    staged: Vec<u8>,
 }
 
 impl FileSender {
@@ -120,7 +122,12 @@ impl FileSender {
             SendEngine::ReadWrite => vec![0u8; block as usize],
             _ => Vec::new(),
         };
-        FileSender { engine, block, buf }
+        FileSender {
+            engine,
+            block,
+            buf,
+            staged: Vec::new(),
+        }
     }
 
     /// The engine.
@@ -221,6 +228,66 @@ impl FileSender {
     }
 }
 
+/// Chunks up to this size are read once into a buffer (see [`FileSender::send_staged`]).
+pub const STAGED_MAX: u64 = 1 << 20;
+
+impl FileSender {
+    /// Reads bytes `offset..offset+len` of `file` into a buffer of its own — for a small chunk whose bytes
+    /// the caller needs anyway (to hash them) — and sends them into `sock`: `sendfile` still
+    /// moves them from the page cache, `rw` and `mmap` send the buffer rather than read or
+    /// map the range a second time. Fails with [`EngineError::SourceShort`] before sending
+    /// anything when the file ends early, so the caller can skip the chunk. `inspect` sees
+    /// the bytes between the read and the send (and may send what must precede them, or
+    /// stop the send with an error). `len` must not exceed [`STAGED_MAX`].
+    pub fn send_staged(
+        &mut self,
+        file: BorrowedFd<'_>,
+        sock: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        inspect: impl FnOnce(&[u8]) -> Result<(), EngineError>,
+        progress: &AtomicU64,
+    ) -> Result<(), EngineError> {
+        assert!(
+            len <= STAGED_MAX,
+            "a staged chunk is at most {STAGED_MAX} bytes"
+        );
+        let n = len as usize;
+        let mut buf = std::mem::take(&mut self.staged);
+        buf.resize(n, 0);
+        let mut got = 0;
+        while got < n {
+            let r = match retry("pread", "source file", None, || {
+                rustix::io::pread(file, &mut buf[got..], offset + got as u64)
+            }) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.staged = buf;
+                    return Err(e);
+                }
+            };
+            if r == 0 {
+                self.staged = buf;
+                return Err(EngineError::SourceShort {
+                    at: offset + got as u64,
+                    expected: offset + len,
+                });
+            }
+            got += r;
+        }
+        if let Err(e) = inspect(&buf) {
+            self.staged = buf;
+            return Err(e);
+        }
+        let r = match self.engine {
+            SendEngine::Sendfile => self.send(file, sock, offset, len, progress),
+            SendEngine::ReadWrite | SendEngine::Mmap => send_all(sock, &buf, false, progress),
+        };
+        self.staged = buf;
+        r
+    }
+}
+
 /// `send(2)` all of `bytes`; `more` sets `MSG_MORE` so a small header goes out together with
 /// the payload that follows it. Never raises SIGPIPE.
 pub fn send_all(
@@ -250,4 +317,65 @@ pub fn send_all(
 /// everything.
 pub fn shutdown_write(sock: impl AsFd) {
     let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// A connected pair of TCP sockets on loopback (sendfile needs a real socket).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn staged_sends_what_it_showed_for_every_engine_and_stops_before_sending_a_short_range() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        for engine in SendEngine::ALL {
+            let (a, mut b) = pair();
+            let mut s = FileSender::new(engine, 0);
+            let progress = AtomicU64::new(0);
+            let mut seen = Vec::new();
+            s.send_staged(
+                f.as_fd(),
+                a.as_fd(),
+                1000,
+                200_000,
+                |b| {
+                    seen = b.to_vec();
+                    Ok(())
+                },
+                &progress,
+            )
+            .unwrap();
+            assert_eq!(seen, &data[1000..201_000], "{}", engine.name());
+            assert_eq!(progress.load(Ordering::Relaxed), 200_000);
+            // Past the end: refused before a byte goes out.
+            let e = s
+                .send_staged(
+                    f.as_fd(),
+                    a.as_fd(),
+                    250_000,
+                    100_000,
+                    |_| panic!("shown"),
+                    &progress,
+                )
+                .unwrap_err();
+            assert!(
+                matches!(e, EngineError::SourceShort { at: 300_000, .. }),
+                "{e}"
+            );
+            drop(a);
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).unwrap();
+            assert_eq!(got, &data[1000..201_000], "{}", engine.name());
+        }
+    }
 }

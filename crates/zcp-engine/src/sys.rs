@@ -1,4 +1,4 @@
-//! Small syscall wrappers rustix does not provide: resource usage, `TCP_INFO`, and random bytes.
+//! Small syscall wrappers: resource usage and limits, `TCP_INFO`, random bytes, socket timeouts.
 //!
 //! Each wrapper is named after its call, takes borrowed file descriptors, and returns values
 //! in plain Rust types, so nothing above this crate sees a `libc` struct.
@@ -181,6 +181,21 @@ pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
     matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
 }
 
+/// Raises the soft limit on open files to the hard limit and returns the limit now in force.
+///
+/// A receiver may hold a thousand part files of one session open, and a server several
+/// sessions; Debian's default soft limit of 1024 would fail them with `EMFILE` while the hard
+/// limit (usually 524288) allows far more.
+pub fn raise_open_files_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        setrlimit(Resource::Nofile, l).ok()?;
+    }
+    getrlimit(Resource::Nofile).current
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +213,14 @@ mod tests {
         let d = thread_usage().since(&before);
         assert!(d.user + d.sys >= Duration::from_millis(20), "{d:?}");
         assert!(process_usage().max_rss_bytes > 0);
+    }
+
+    #[test]
+    fn the_open_files_limit_ends_at_the_hard_limit() {
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+        let now = raise_open_files_limit();
+        assert_eq!(now, hard.or(now), "soft limit {now:?}, hard {hard:?}");
+        assert!(now.is_none_or(|n| n >= 64));
     }
 
     #[test]

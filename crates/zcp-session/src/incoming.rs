@@ -53,6 +53,21 @@ struct State {
     offered: Vec<(u64, [u8; 32])>,
     durable: u64,
     failed: Option<(ErrorCode, String)>,
+    /// The sender's whole-file digest, once `FileEnd` arrived.
+    end: Option<[u8; 32]>,
+    /// Handed to the committer (or failed): nothing more to decide.
+    settled: bool,
+}
+
+/// Whether a file can be settled now (see [`Incoming::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Not yet: chunks outstanding, or no `FileEnd` yet.
+    Wait,
+    /// Every chunk durable and the digests agree: commit with this digest.
+    Commit([u8; 32]),
+    /// The file failed: tell the sender.
+    Fail(ErrorCode, String),
 }
 
 /// What the caller must do after a chunk changed state.
@@ -146,6 +161,8 @@ impl Incoming {
                 offered,
                 durable: 0,
                 failed: None,
+                end: None,
+                settled: false,
             }),
             changed: Condvar::new(),
         }
@@ -325,28 +342,64 @@ impl Incoming {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).durable > 0
     }
 
-    /// For `FileEnd`: checks that every chunk is durable and returns the receiver's
-    /// whole-file digest over the MACs it verified.
-    pub(crate) fn digest(&self, keys: &SessionKeys) -> Result<[u8; 32], (ErrorCode, String)> {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = &st.failed {
-            return Err(f.clone());
+    /// Records the sender's `FileEnd` digest. Refuses a second one.
+    pub(crate) fn end(&self, digest: [u8; 32]) -> Result<(), String> {
+        self.update(|st| match st.end {
+            Some(_) => Err(format!("FileEnd for file {} sent twice", self.id)),
+            None => {
+                st.end = Some(digest);
+                Ok(())
+            }
+        })
+    }
+
+    /// Decides the file once it can be decided: after `FileEnd`, with every chunk durable
+    /// and the receiver's whole-file digest (over the MACs it verified) equal to the
+    /// sender's, it commits; a failure, once `FileEnd` arrived, fails it, and so does a
+    /// `FileEnd` of a file of several chunks that arrives before all are acknowledged (a
+    /// one-chunk file's `FileEnd` waits for its chunk). Says so only once; every later call
+    /// waits.
+    pub(crate) fn settle(&self, keys: &SessionKeys) -> Settle {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.settled {
+            return Settle::Wait;
+        }
+        let Some(sent) = st.end else {
+            return Settle::Wait;
+        };
+        if let Some((code, message)) = st.failed.clone() {
+            st.settled = true;
+            return Settle::Fail(code, message);
         }
         if st.durable < self.plan.count() {
-            return Err((
+            if self.plan.count() < 2 {
+                // A one-chunk file's FileEnd follows its MAC, not its acknowledgement.
+                return Settle::Wait;
+            }
+            st.settled = true;
+            return Settle::Fail(
                 ErrorCode::Protocol,
                 format!(
-                    "FileEnd with {} of {} chunks verified",
+                    "FileEnd with {} of {} chunks acknowledged",
                     st.durable,
                     self.plan.count()
                 ),
-            ));
+            );
+        }
+        st.settled = true;
+        if !self.verify {
+            return Settle::Commit([0; 32]);
         }
         let mut d = keys.file_digest(self.id, self.plan.size(), self.plan.chunk_size());
         for c in &st.chunks {
             d.push(&c.local);
         }
-        Ok(d.finish())
+        let d = d.finish();
+        if d == sent {
+            Settle::Commit(d)
+        } else {
+            Settle::Fail(ErrorCode::Verify, "the whole-file digests differ".into())
+        }
     }
 }
 
@@ -389,9 +442,64 @@ mod tests {
         assert_eq!(f.written(1, Ok(())), Outcome::Pending);
         assert_eq!(f.hashed(1, [8; 32]), Outcome::Pending);
         assert_eq!(f.expect(1, [8; 32]), Ok(Outcome::Verified(1)));
-        assert!(f.digest(&keys()).is_err(), "chunk 1 is not durable yet");
+        let want = digest_of(&f, &[[7; 32], [8; 32]]);
         f.durable(1);
-        assert!(f.digest(&keys()).is_ok());
+        assert_eq!(f.settle(&keys()), Settle::Wait, "no FileEnd yet");
+        f.end(want).unwrap();
+        assert!(f.end(want).is_err(), "one FileEnd per file");
+        assert_eq!(f.settle(&keys()), Settle::Commit(want));
+        assert_eq!(f.settle(&keys()), Settle::Wait, "decided once");
+    }
+
+    #[test]
+    fn an_end_before_every_chunk_is_acknowledged_fails_a_file_of_several_chunks() {
+        let f = incoming(100_000, RecvEngine::ReadWrite, vec![]);
+        f.claim(0).unwrap();
+        f.written(0, Ok(()));
+        f.hashed(0, [7; 32]);
+        assert_eq!(f.expect(0, [7; 32]), Ok(Outcome::Verified(0)));
+        f.durable(0);
+        f.end(digest_of(&f, &[[7; 32], [8; 32]])).unwrap();
+        assert!(matches!(
+            f.settle(&keys()),
+            Settle::Fail(ErrorCode::Protocol, m) if m.contains("1 of 2")
+        ));
+        assert_eq!(f.settle(&keys()), Settle::Wait, "decided once");
+    }
+
+    /// The digest the sender would send for `f` with these chunk MACs.
+    fn digest_of(f: &Incoming, macs: &[[u8; 32]]) -> [u8; 32] {
+        let mut d = keys().file_digest(f.id, f.plan.size(), f.plan.chunk_size());
+        for m in macs {
+            d.push(m);
+        }
+        d.finish()
+    }
+
+    #[test]
+    fn a_digest_that_differs_fails_and_an_early_end_waits_for_the_chunk() {
+        let f = incoming(1000, RecvEngine::ReadWrite, vec![]);
+        // One chunk: FileEnd may come before the chunk is verified.
+        f.end(digest_of(&f, &[[5; 32]])).unwrap();
+        f.claim(0).unwrap();
+        assert_eq!(f.expect(0, [5; 32]), Ok(Outcome::Pending));
+        assert_eq!(f.settle(&keys()), Settle::Wait);
+        f.written(0, Ok(()));
+        assert_eq!(f.hashed(0, [5; 32]), Outcome::Verified(0));
+        f.durable(0);
+        assert!(matches!(f.settle(&keys()), Settle::Commit(_)));
+
+        let f = incoming(1000, RecvEngine::ReadWrite, vec![]);
+        f.end(digest_of(&f, &[[6; 32]])).unwrap();
+        f.claim(0).unwrap();
+        f.written(0, Ok(()));
+        f.hashed(0, [5; 32]);
+        assert_eq!(f.expect(0, [5; 32]), Ok(Outcome::Verified(0)));
+        f.durable(0);
+        assert!(matches!(
+            f.settle(&keys()),
+            Settle::Fail(ErrorCode::Verify, _)
+        ));
     }
 
     #[test]
@@ -429,7 +537,9 @@ mod tests {
             assert_eq!(f.expect(i, [9; 32]), Ok(Outcome::Verified(i)));
             f.durable(i);
         }
-        assert!(f.digest(&keys()).is_ok());
+        f.end(digest_of(&f, &[[3; 32], [4; 32], [9; 32], [9; 32]]))
+            .unwrap();
+        assert!(matches!(f.settle(&keys()), Settle::Commit(_)));
 
         let f = incoming(200_000, RecvEngine::Direct, vec![(0, [3; 32])]);
         assert_eq!(f.go(true), 0);
@@ -446,8 +556,18 @@ mod tests {
                 message: "full".into(),
             }),
         );
-        assert!(matches!(f.digest(&keys()), Err((ErrorCode::NoSpace, _))));
+        assert_eq!(
+            f.settle(&keys()),
+            Settle::Wait,
+            "failed, but no FileEnd yet"
+        );
+        f.end([0; 32]).unwrap();
+        assert!(matches!(
+            f.settle(&keys()),
+            Settle::Fail(ErrorCode::NoSpace, _)
+        ));
         let f = incoming(0, RecvEngine::Direct, vec![]);
-        assert!(f.digest(&keys()).is_ok());
+        f.end(digest_of(&f, &[])).unwrap();
+        assert!(matches!(f.settle(&keys()), Settle::Commit(_)));
     }
 }

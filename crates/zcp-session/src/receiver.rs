@@ -27,10 +27,10 @@ use zcp_wire::{
     Message, Nonce, PutFile, RelPath, SessionKeys, SideStats, escape,
 };
 
-use crate::control::ControlWriter;
+use crate::control::{Batched, ControlWriter};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{Failure, FileOutcome, Observer};
-use crate::incoming::{Incoming, MAX_CHUNKS, Outcome, Store};
+use crate::incoming::{Incoming, MAX_CHUNKS, Outcome, Settle, Store};
 
 /// Largest block size a sender may ask the receiver for; the `direct` ring holds six.
 pub const MAX_RECV_BLOCK: u64 = 64 << 20;
@@ -40,6 +40,8 @@ const MAX_OPEN_FILES: usize = 1024;
 const COMMIT_BATCH: usize = 256;
 /// Directory descriptors kept open for the next entries.
 const DIR_CACHE: usize = 256;
+/// Below this size `auto` receives with `rw`: see [`prepare`].
+const SMALL_FILE: u64 = 1 << 20;
 
 /// How the receiver runs.
 #[derive(Debug, Clone)]
@@ -88,6 +90,20 @@ struct Prepared {
     file: Arc<Incoming>,
 }
 
+/// A directory beneath the root, open, with the filesystem it is on.
+#[derive(Debug, Clone)]
+struct Dir {
+    fd: Arc<OwnedFd>,
+    dev: u64,
+}
+
+impl std::ops::Deref for Dir {
+    type Target = OwnedFd;
+    fn deref(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
 /// What every thread of a receiving session shares.
 pub(crate) struct RxShared {
     pub(crate) keys: SessionKeys,
@@ -99,8 +115,9 @@ pub(crate) struct RxShared {
     files: Mutex<HashMap<u32, Arc<Incoming>>>,
     tombstones: Mutex<HashSet<u32>>,
     journal: Mutex<Option<JournalTx>>,
+    commit: Mutex<Option<mpsc::Sender<CommitJob>>>,
     engines: Mutex<HashMap<u64, Choice>>,
-    dirs: Mutex<HashMap<Vec<u8>, Arc<OwnedFd>>>,
+    dirs: Mutex<HashMap<Vec<u8>, Dir>>,
     socks: Mutex<Vec<TcpStream>>,
     closed: AtomicBool,
     pub(crate) usage: Mutex<Usage>,
@@ -132,6 +149,7 @@ impl RxShared {
             files: Mutex::new(HashMap::new()),
             tombstones: Mutex::new(HashSet::new()),
             journal: Mutex::new(None),
+            commit: Mutex::new(None),
             engines: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             socks: Mutex::new(Vec::new()),
@@ -167,12 +185,14 @@ impl RxShared {
     }
 
     /// Drops a file from the session: later chunks for it are drained and ignored. Its part
-    /// file stays for a resume if it holds durable chunks.
-    fn abandon(&self, f: &Incoming) {
-        self.files
+    /// file stays for a resume if it holds durable chunks. Returns whether it was still open.
+    fn abandon(&self, f: &Incoming) -> bool {
+        let open = self
+            .files
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&f.id);
+            .remove(&f.id)
+            .is_some();
         self.tombstones
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -181,12 +201,16 @@ impl RxShared {
         if let Some(store) = f.store.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             store.part.set_keep(keep && store.journaled);
         }
+        open
     }
 
-    /// Fails a file on the receiver's side: the sender is told, the file abandoned.
+    /// Fails a file on the receiver's side: the sender is told, the file abandoned. A file
+    /// already given up is not failed twice.
     fn fail_file(&self, f: &Incoming, code: ErrorCode, message: String) {
         f.fail(code, message.clone());
-        self.abandon(f);
+        if !self.abandon(f) {
+            return;
+        }
         let _ = self.ctl.send(&Message::FileFailed {
             file_id: f.id,
             code,
@@ -231,13 +255,17 @@ impl RxShared {
                         return;
                     }
                 }
-                // Nothing to resume for a one-chunk file: it is durable at commit.
+                // Nothing to resume for a file without a journal: it is durable at commit.
                 f.durable(i);
-                let _ = self.ctl.send(&Message::ChunkAck {
-                    file_id: f.id,
-                    index: i,
-                    ok: true,
-                });
+                if f.plan.count() > 1 {
+                    let _ = self.ctl.send(&Message::ChunkAck {
+                        file_id: f.id,
+                        index: i,
+                        ok: true,
+                    });
+                }
+                // A one-chunk file is not acknowledged: its `FileEnd` may already be here.
+                self.settle(f);
             }
             Outcome::Mismatch(i) => {
                 let _ = self.ctl.send(&Message::ChunkAck {
@@ -246,6 +274,27 @@ impl RxShared {
                     ok: false,
                 });
             }
+        }
+    }
+
+    /// Commits or fails `f` once that can be decided ([`Incoming::settle`]).
+    fn settle(&self, f: &Arc<Incoming>) {
+        match f.settle(&self.keys) {
+            Settle::Wait => {}
+            Settle::Commit(digest) => {
+                if let Some(tx) = self
+                    .commit
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                {
+                    let _ = tx.send(CommitJob {
+                        file: f.clone(),
+                        digest,
+                    });
+                }
+            }
+            Settle::Fail(code, message) => self.fail_file(f, code, message),
         }
     }
 
@@ -278,34 +327,39 @@ impl RxShared {
 
     /// The directory `components` beneath the root, from the cache or resolved (and created
     /// when `create`), never through a symlink.
-    fn dir(&self, components: &[Vec<u8>], create: bool) -> Result<Arc<OwnedFd>, EngineError> {
+    fn dir(&self, components: &[Vec<u8>], create: bool) -> Result<Dir, EngineError> {
         let key = components.join(&b'/');
-        if let Some(fd) = self
+        if let Some(d) = self
             .dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
         {
-            return Ok(fd.clone());
+            return Ok(d.clone());
         }
-        let fd = Arc::new(self.root.open_dir(components, create)?);
+        let fd = self.root.open_dir(components, create)?;
+        let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
+        let d = Dir {
+            fd: Arc::new(fd),
+            dev,
+        };
         let mut cache = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= DIR_CACHE {
             cache.clear();
         }
-        cache.insert(key, fd.clone());
-        Ok(fd)
+        cache.insert(key, d.clone());
+        Ok(d)
     }
 
     /// The engine for files in `dir`, probed once per filesystem.
-    fn engine_for(&self, dir: &OwnedFd) -> Result<Choice, EngineError> {
+    fn engine_for(&self, dir: &Dir) -> Result<Choice, EngineError> {
         if !self.cfg.requested.stores() {
             return Ok(Choice {
                 engine: self.cfg.requested,
                 note: None,
             });
         }
-        let dev = zcp_engine::fs::stat_fd(dir)?.id.0;
+        let dev = dir.dev;
         if let Some(c) = self
             .engines
             .lock()
@@ -314,7 +368,7 @@ impl RxShared {
         {
             return Ok(c.clone());
         }
-        let fs = zcp_engine::fs::fs_info(dir)?;
+        let fs = zcp_engine::fs::fs_info(&**dir)?;
         let c = choose(self.cfg.requested, dir.as_fd(), &fs);
         self.engines
             .lock()
@@ -468,15 +522,26 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
         }
     }
     let mut choice = shared.engine_for(&dir).map_err(engine_err)?;
+    if choice.engine != RecvEngine::ReadWrite
+        && p.size < SMALL_FILE
+        && shared.cfg.requested == RecvEngine::Auto
+    {
+        // A small file is one short write: O_DIRECT's ring and splice's read-back cost more in
+        // thread handoffs than they save, and the batched commit syncs it with its neighbours.
+        choice = Choice {
+            engine: RecvEngine::ReadWrite,
+            note: Some(format!(
+                "files under {} KiB are written with rw: one short write, synced with its neighbours",
+                SMALL_FILE >> 10
+            )),
+        };
+    }
     // The same target always gets the same part file, so a later session finds it.
     let key: String = blake3::hash(&name).as_bytes()[..8]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let dir_own = dir
-        .try_clone()
-        .map_err(|e| (ErrorCode::Io, format!("dup: {e}")))?;
-    let (mut part, existed) = PartFile::open(dir_own, &key).map_err(engine_err)?;
+    let (mut part, existed) = PartFile::open(dir.fd.clone(), &key).map_err(engine_err)?;
     let journaled = plan.count() >= 2;
     let mut offered: Vec<(u64, [u8; 32])> = Vec::new();
     let mut haves = Vec::new();
@@ -532,7 +597,12 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
             _ => part.reset().map_err(engine_err)?,
         }
     }
-    part.preallocate(p.size).map_err(engine_err)?;
+    if p.size >= SMALL_FILE {
+        // Claims the space now, so a full filesystem fails the file before any byte moves.
+        // A small file skips it: on ext4 it costs more than the write (unwritten extents to
+        // convert, a partial block zeroed), and a full disk still fails its write at once.
+        part.preallocate(p.size).map_err(engine_err)?;
+    }
     let direct = if choice.engine == RecvEngine::Direct {
         match part.open_direct() {
             Ok(fd) => Some(Arc::new(fd)),
@@ -550,12 +620,8 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
     } else {
         None
     };
-    let file = part
-        .fd()
-        .try_clone_to_owned()
-        .map_err(|e| (ErrorCode::Io, format!("dup: {e}")))?;
     let target_fds = Target {
-        file: Arc::new(file),
+        file: part.shared_fd(),
         direct,
     };
     let resumed = !offered.is_empty();
@@ -610,6 +676,7 @@ fn journal_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<(Arc<Incoming>, u64)
                 None => groups.push((f, vec![i])),
             }
         }
+        let mut acks = Vec::new();
         for (f, idxs) in groups {
             let res = (|| -> Result<(), EngineError> {
                 let mut g = f.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -657,12 +724,13 @@ fn journal_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<(Arc<Incoming>, u64)
                 Ok(()) => {
                     for i in idxs {
                         f.durable(i);
-                        let _ = shared.ctl.send(&Message::ChunkAck {
+                        acks.push(Message::ChunkAck {
                             file_id: f.id,
                             index: i,
                             ok: true,
                         });
                     }
+                    shared.settle(&f);
                 }
                 Err(e) => {
                     let (code, msg) = engine_err(e);
@@ -670,6 +738,11 @@ fn journal_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<(Arc<Incoming>, u64)
                 }
             }
         }
+        let cork = shared.ctl.cork();
+        for a in &acks {
+            let _ = shared.ctl.send(a);
+        }
+        drop(cork);
         shared
             .usage
             .lock()
@@ -705,6 +778,7 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
                     job.file.plan.size(),
                     job.file.mode,
                     job.file.mtime,
+                    job.file.engine == RecvEngine::Direct,
                 ) {
                     Ok(()) => stores.push((job, Some(s.part))),
                     Err(e) => {
@@ -731,22 +805,19 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
                 failed.push((job, c, format!("commit failed: {m}")));
             }
         }
-        let mut dirs: Vec<((u64, u64), OwnedFd)> = Vec::new();
+        // Each directory once (files of one directory share its descriptor).
+        let mut dirs: Vec<Arc<OwnedFd>> = Vec::new();
         let mut done: Vec<CommitJob> = Vec::new();
         for (job, part) in stores {
             let Some(part) = part else {
                 done.push(job);
                 continue;
             };
-            let dir = part.dir().try_clone_to_owned();
+            let dir = part.dir().clone();
             match part.rename_to(&job.file.name) {
                 Ok(()) => {
-                    if let Ok(d) = dir {
-                        if let Ok(m) = zcp_engine::fs::stat_fd(&d) {
-                            if !dirs.iter().any(|(id, _)| *id == m.id) {
-                                dirs.push((m.id, d));
-                            }
-                        }
+                    if !dirs.iter().any(|d| Arc::ptr_eq(d, &dir)) {
+                        dirs.push(dir);
                     }
                     done.push(job);
                 }
@@ -758,7 +829,8 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
         }
         let dir_sync = dirs
             .iter()
-            .try_for_each(|(_, d)| zcp_engine::fs::fsync_dir(d));
+            .try_for_each(|d| zcp_engine::fs::fsync_dir(&**d));
+        let cork = shared.ctl.cork();
         for job in done {
             let f = &job.file;
             if let Err(e) = &dir_sync {
@@ -797,6 +869,7 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
         for (job, code, msg) in failed {
             shared.fail_file(&job.file, code, msg);
         }
+        drop(cork);
         shared
             .usage
             .lock()
@@ -828,6 +901,7 @@ pub(crate) fn run(
     let (journal_tx, journal_rx) = mpsc::channel();
     *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = Some(journal_tx);
     let (commit_tx, commit_rx) = mpsc::channel::<CommitJob>();
+    *shared.commit.lock().unwrap_or_else(|p| p.into_inner()) = Some(commit_tx);
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
             .name(name.into())
@@ -862,8 +936,10 @@ pub(crate) fn run(
         let mut last_alive = Instant::now();
         let mut last_bytes = 0u64;
         let mut last_tell = Instant::now();
+        let mut queue = Batched::new(&events, &shared.ctl);
         loop {
-            let ev = match events.recv_timeout(Duration::from_millis(100)) {
+            let next = queue.next(Duration::from_millis(100));
+            let ev = match next {
                 Ok(ev) => Some(ev),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -1032,23 +1108,14 @@ pub(crate) fn run(
                             shared.outcome(&f, o);
                         }
                         Message::FileEnd { file_id, digest } => {
+                            if shared.tombstoned(file_id) {
+                                continue;
+                            }
                             let f = shared.file(file_id).ok_or_else(|| {
                                 proto(format!("FileEnd for unknown file {file_id}"))
                             })?;
-                            match f.digest(&shared.keys) {
-                                Ok(d) if !f.verify || d == digest => {
-                                    let _ = commit_tx.send(CommitJob {
-                                        file: f.clone(),
-                                        digest: if f.verify { d } else { [0; 32] },
-                                    });
-                                }
-                                Ok(_) => shared.fail_file(
-                                    &f,
-                                    ErrorCode::Verify,
-                                    "the whole-file digests differ".into(),
-                                ),
-                                Err((code, message)) => shared.fail_file(&f, code, message),
-                            }
+                            f.end(digest).map_err(&proto)?;
+                            shared.settle(&f);
                         }
                         Message::FileAbort {
                             file_id,
@@ -1159,7 +1226,7 @@ pub(crate) fn run(
     })();
     // Stop the helpers: no more journal or commit work once the loop ends.
     *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    drop(commit_tx);
+    *shared.commit.lock().unwrap_or_else(|p| p.into_inner()) = None;
     if result.is_err() {
         shared.close();
     }
@@ -1349,8 +1416,20 @@ fn receive_chunks(
             let done: Completion = {
                 let (f, s) = (f.clone(), shared.clone());
                 Box::new(move |r| {
+                    let failure = r.as_ref().err().map(|w| {
+                        let code = if w.no_space {
+                            ErrorCode::NoSpace
+                        } else {
+                            ErrorCode::Io
+                        };
+                        (code, w.message.clone())
+                    });
                     let o = f.written(index, r);
                     s.outcome(&f, o);
+                    if let Some((code, message)) = failure {
+                        // Tell the sender now: the chunk will never be verified.
+                        s.fail_file(&f, code, message);
+                    }
                 })
             };
             let sink: Option<Sink> = if f.verify {

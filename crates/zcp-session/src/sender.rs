@@ -11,7 +11,8 @@
 //!
 //! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks and
 //! `ChunkMac`s → every chunk acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends the chunk
-//! again, up to [`MAX_RETRIES`] times) → source unchanged? → `FileEnd` → `FileCommitted`.
+//! again, up to [`MAX_RETRIES`] times; a file of one chunk skips the acknowledgement) →
+//! source unchanged? → `FileEnd` → `FileCommitted`.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -23,14 +24,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::Meta;
-use zcp_engine::send::send_all;
+use zcp_engine::send::{STAGED_MAX, send_all};
 use zcp_engine::sys::thread_usage;
 use zcp_engine::{EngineError, FileSender, SendEngine, Usage};
 use zcp_wire::{
     ChunkHeader, ChunkPlan, ErrorCode, Have, Message, Psk, PutFile, SessionKeys, SideStats, escape,
 };
 
-use crate::control::ControlWriter;
+use crate::control::{Batched, ControlWriter};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{Failure, FileOutcome, Observer};
 use crate::incoming::MAX_CHUNKS;
@@ -39,7 +40,7 @@ use crate::manifest::{Entry, Walker};
 /// Times one chunk may fail verification before its file is given up.
 pub(crate) const MAX_RETRIES: u32 = 3;
 /// Files announced but not yet committed: bounds open descriptors and per-file state.
-pub(crate) const MAX_OPEN_FILES: usize = 256;
+pub(crate) const MAX_OPEN_FILES: usize = 768;
 /// How often the loop wakes without events (intervals, liveness).
 const TICK: Duration = Duration::from_millis(100);
 
@@ -135,8 +136,12 @@ impl<T> Queue<T> {
 struct SendJob {
     file_id: u32,
     file: Arc<File>,
+    index: u64,
     offset: u64,
     len: u64,
+    /// A small chunk the stream thread hashes itself, from one read of its bytes, instead of
+    /// handing it to the hash workers.
+    staged: bool,
     cancelled: Arc<AtomicBool>,
 }
 
@@ -288,7 +293,8 @@ fn check_resume(
     Some(kept)
 }
 
-fn stream_worker(
+/// What a stream thread works with.
+struct StreamCtx {
     stream: u16,
     sock: TcpStream,
     jobs: Arc<Queue<SendJob>>,
@@ -296,13 +302,66 @@ fn stream_worker(
     engine: SendEngine,
     block: u64,
     progress: Arc<AtomicU64>,
-) -> Usage {
+    keys: SessionKeys,
+}
+
+fn stream_worker(cx: StreamCtx) -> Usage {
+    let StreamCtx {
+        stream,
+        sock,
+        jobs,
+        events,
+        engine,
+        block,
+        progress,
+        keys,
+    } = cx;
     let start = thread_usage();
     let mut sender = FileSender::new(engine, block);
     let headers = AtomicU64::new(0);
     let result = (|| -> Result<(), EngineError> {
         while let Some(job) = jobs.pop() {
             if job.cancelled.load(Ordering::Relaxed) {
+                continue;
+            }
+            if job.staged {
+                let mut mac = [0u8; 32];
+                let mut header_sent = false;
+                let r = sender.send_staged(
+                    job.file.as_fd(),
+                    sock.as_fd(),
+                    job.offset,
+                    job.len,
+                    |bytes| {
+                        let mut h = keys.chunk_hasher(job.file_id, job.offset, job.len);
+                        h.update(bytes);
+                        mac = *h.finalize().as_bytes();
+                        let header = ChunkHeader::data(job.file_id, job.offset, job.len);
+                        header_sent = true;
+                        send_all(sock.as_fd(), &header.encode(), true, &headers)
+                    },
+                    &progress,
+                );
+                let ev = match r {
+                    Ok(()) => SEvent::Hashed {
+                        file: job.file_id,
+                        index: job.index,
+                        mac,
+                    },
+                    // The file shrank: give it up, keeping the stream in step if its header
+                    // went out.
+                    Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
+                        if header_sent {
+                            pad(&sock, &job, &e, &headers)?;
+                        }
+                        SEvent::SourceFailed {
+                            file: job.file_id,
+                            why: e.to_string(),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
+                let _ = events.send(ev);
                 continue;
             }
             send_all(
@@ -320,20 +379,7 @@ fn stream_worker(
             ) {
                 Ok(()) => {}
                 Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
-                    // The header promised `len` bytes: keep the stream in step with zeros (the
-                    // chunk's MAC cannot match them) and give the file up.
-                    let at = match &e {
-                        EngineError::SourceShort { at, .. } => *at,
-                        _ => job.offset,
-                    };
-                    let zeros = vec![0u8; 1 << 20];
-                    let mut left =
-                        job.offset + job.len - at.clamp(job.offset, job.offset + job.len);
-                    while left > 0 {
-                        let n = left.min(zeros.len() as u64) as usize;
-                        send_all(sock.as_fd(), &zeros[..n], false, &headers)?;
-                        left -= n as u64;
-                    }
+                    pad(&sock, &job, &e, &headers)?;
                     let _ = events.send(SEvent::SourceFailed {
                         file: job.file_id,
                         why: e.to_string(),
@@ -356,6 +402,28 @@ fn stream_worker(
         }),
     };
     usage
+}
+
+/// After a short read of `job`'s source: the header promised `len` bytes, so keep the stream
+/// in step with zeros (the chunk's MAC cannot match them).
+fn pad(
+    sock: &TcpStream,
+    job: &SendJob,
+    e: &EngineError,
+    headers: &AtomicU64,
+) -> Result<(), EngineError> {
+    let at = match e {
+        EngineError::SourceShort { at, .. } => *at,
+        _ => job.offset,
+    };
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = job.offset + job.len - at.clamp(job.offset, job.offset + job.len);
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        send_all(sock.as_fd(), &zeros[..n], false, headers)?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// Everything the role needs from the session around it.
@@ -557,16 +625,22 @@ impl Run<'_> {
         };
         for i in indexes {
             let (offset, len) = f.plan.chunk(i);
+            let staged = f.verify && len <= STAGED_MAX;
             self.send_q.push(SendJob {
                 file_id: id,
                 file: f.file.clone(),
+                index: i,
                 offset,
                 len,
+                staged,
                 cancelled: f.cancelled.clone(),
             });
             if !f.verify {
                 // The null receiver never reads the bytes: there is nothing to prove.
                 f.macs[i as usize] = Some([0; 32]);
+                continue;
+            }
+            if staged {
                 continue;
             }
             self.hash_q.push(HashJob::Chunk {
@@ -602,16 +676,15 @@ impl Run<'_> {
         self.maybe_end(id)
     }
 
-    /// Every chunk acknowledged and every MAC known: check the source did not change, then
-    /// send `FileEnd`.
+    /// Every MAC known and every chunk acknowledged (a file of one chunk is not: the
+    /// receiver holds its `FileEnd` until the chunk is verified): check the source did not
+    /// change, then send `FileEnd`.
     fn maybe_end(&mut self, id: u32) -> Result<(), SessionError> {
         let Some(f) = self.open.get_mut(&id) else {
             return Ok(());
         };
-        if f.state != State::Sending
-            || f.n_acked < f.plan.count()
-            || f.macs.iter().any(Option::is_none)
-        {
+        let acked = f.plan.count() <= 1 || f.n_acked == f.plan.count();
+        if f.state != State::Sending || !acked || f.macs.iter().any(Option::is_none) {
             return Ok(());
         }
         let now = zcp_engine::fs::stat_fd(f.file.as_fd());
@@ -908,15 +981,19 @@ pub(crate) fn run(
         )?);
     }
     for (i, sock) in streams.into_iter().enumerate() {
-        let (q, ev, ctr, block) = (
-            send_q.clone(),
-            events_tx.clone(),
-            counters[i].clone(),
-            cfg.block,
-        );
+        let cx = StreamCtx {
+            stream: i as u16,
+            sock,
+            jobs: send_q.clone(),
+            events: events_tx.clone(),
+            engine,
+            block: cfg.block,
+            progress: counters[i].clone(),
+            keys: keys.clone(),
+        };
         threads.push(spawn(
             format!("zcp-send-{i}"),
-            Box::new(move || stream_worker(i as u16, sock, q, ev, engine, block, ctr)),
+            Box::new(move || stream_worker(cx)),
         )?);
     }
     drop(events_tx);
@@ -927,6 +1004,7 @@ pub(crate) fn run(
         let mut streams_done = 0;
         let mut last_alive = Instant::now();
         let mut last_bytes = 0u64;
+        let mut queue = Batched::new(&events, &ctl);
         loop {
             while !walker_done && run.open.len() < MAX_OPEN_FILES {
                 match walker.next() {
@@ -948,7 +1026,8 @@ pub(crate) fn run(
                 run.send(&Message::Finish)?;
                 finishing = true;
             }
-            let ev = match events.recv_timeout(TICK) {
+            let next = queue.next(TICK);
+            let ev = match next {
                 Ok(ev) => ev,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     run.observer.tick();

@@ -21,6 +21,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use rustix::io::Errno;
 use rustix::pipe::SpliceFlags;
@@ -317,14 +318,16 @@ impl Pipe {
 
     /// Moves up to `max` bytes from `sock` into the pipe, then all of them out to `out`
     /// (at `*off` when given). Returns the bytes moved; 0 means the peer closed the socket.
+    /// A failure to write `out` is [`Pumped::OutFailed`], with the pipe emptied again, so
+    /// the caller can drain the rest of the chunk from the socket and go on.
     fn pump(
         &self,
         sock: BorrowedFd<'_>,
+        timeout: Option<Duration>,
         out: BorrowedFd<'_>,
-        mut off: Option<&mut u64>,
+        off: Option<&mut u64>,
         max: u64,
-    ) -> Result<usize, EngineError> {
-        let timeout = socket_timeout(sock);
+    ) -> Result<Pumped, EngineError> {
         let want = max.min(self.cap as u64) as usize;
         let n = retry("splice(socket -> pipe)", "socket", timeout, || {
             rustix::pipe::splice(
@@ -336,6 +339,33 @@ impl Pipe {
                 SpliceFlags::MOVE | SpliceFlags::MORE,
             )
         })?;
+        match self.drain_to(out, off, n) {
+            Ok(()) => Ok(Pumped::Moved(n)),
+            Err((e, left)) => {
+                let mut scratch = vec![0u8; left.min(1 << 20)];
+                let mut left = left;
+                while left > 0 {
+                    let k = left.min(scratch.len());
+                    let m = retry("read(pipe)", "splice pipe", None, || {
+                        rustix::io::read(&self.r, &mut scratch[..k])
+                    })?;
+                    if m == 0 {
+                        break;
+                    }
+                    left -= m;
+                }
+                Ok(Pumped::OutFailed { moved: n, error: e })
+            }
+        }
+    }
+
+    /// Moves `n` bytes now in the pipe out to `out`; on failure, the error and what is left.
+    fn drain_to(
+        &self,
+        out: BorrowedFd<'_>,
+        mut off: Option<&mut u64>,
+        n: usize,
+    ) -> Result<(), (EngineError, usize)> {
         let mut left = n;
         while left > 0 {
             let m = retry("splice(pipe -> file)", "destination", None, || {
@@ -347,18 +377,24 @@ impl Pipe {
                     left,
                     SpliceFlags::MOVE,
                 )
-            })?;
+            })
+            .map_err(|e| (e, left))?;
             if m == 0 {
-                return Err(EngineError::sys(
-                    "splice(pipe -> file)",
-                    "destination",
-                    Errno::IO,
-                ));
+                let e = EngineError::sys("splice(pipe -> file)", "destination", Errno::IO);
+                return Err((e, left));
             }
             left -= m;
         }
-        Ok(n)
+        Ok(())
     }
+}
+
+/// What one [`Pipe::pump`] did.
+enum Pumped {
+    /// Bytes moved from the socket to the destination; 0 when the peer closed the socket.
+    Moved(usize),
+    /// Bytes taken from the socket, whose writing failed (the pipe is empty again).
+    OutFailed { moved: usize, error: EngineError },
 }
 
 /// Where a chunk goes: the destination file (buffered descriptor) and, for `direct`, its
@@ -383,6 +419,8 @@ pub struct StreamReceiver {
     buf: Vec<u8>,
     readback: Option<readback::Readback>,
     ring: Option<direct::DirectRing>,
+    /// The socket's receive timeout, read once (it is the same for every chunk).
+    timeout: Option<Option<Duration>>,
 }
 
 impl StreamReceiver {
@@ -395,6 +433,7 @@ impl StreamReceiver {
             buf: Vec::new(),
             readback: None,
             ring: None,
+            timeout: None,
         }
     }
 
@@ -427,7 +466,7 @@ impl StreamReceiver {
         progress: &AtomicU64,
         done: Completion,
     ) -> Result<(), EngineError> {
-        let timeout = socket_timeout(sock);
+        let timeout = *self.timeout.get_or_insert_with(|| socket_timeout(sock));
         let disconnected = |got: u64| EngineError::Disconnected { got, want: len };
         let block = self.block_for(engine);
         let need = |t: Option<&Target>| {
@@ -463,7 +502,21 @@ impl StreamReceiver {
                 let mut off = offset;
                 let mut got = 0;
                 while got < len {
-                    let n = pipe.pump(sock, t.file.as_fd(), Some(&mut off), len - got)? as u64;
+                    let n = match pipe.pump(
+                        sock,
+                        timeout,
+                        t.file.as_fd(),
+                        Some(&mut off),
+                        len - got,
+                    )? {
+                        Pumped::Moved(n) => n as u64,
+                        Pumped::OutFailed { moved, error } => {
+                            progress.fetch_add(moved as u64, Ordering::Relaxed);
+                            got += moved as u64;
+                            return self
+                                .discard_rest(sock, timeout, len, got, progress, error, done);
+                        }
+                    };
                     if n == 0 {
                         return Err(disconnected(got));
                     }
@@ -496,7 +549,10 @@ impl StreamReceiver {
                 );
                 let mut got = 0;
                 while got < len {
-                    let n = pipe.pump(sock, devnull.as_fd(), None, len - got)? as u64;
+                    let n = match pipe.pump(sock, timeout, devnull.as_fd(), None, len - got)? {
+                        Pumped::Moved(n) => n as u64,
+                        Pumped::OutFailed { error, .. } => return Err(error),
+                    };
                     if n == 0 {
                         return Err(disconnected(got));
                     }
@@ -533,8 +589,11 @@ impl StreamReceiver {
                     if let Some(s) = sink.as_mut() {
                         s.bytes(&buf[..n]);
                     }
-                    if let Some(f) = &file {
-                        pwrite_all(f.as_fd(), &buf[..n], offset + got)?;
+                    if let Some(f) = &file
+                        && let Err(error) = pwrite_all(f.as_fd(), &buf[..n], offset + got)
+                    {
+                        got += n as u64;
+                        return self.discard_rest(sock, timeout, len, got, progress, error, done);
                     }
                     got += n as u64;
                 }
@@ -549,6 +608,39 @@ impl StreamReceiver {
                 reason: "resolve auto with recv::choose first".into(),
             }),
         }
+    }
+
+    /// After a chunk's write failed with `error` (a full disk, an I/O error): reads and drops
+    /// the rest of the chunk, so the stream stays usable for the chunks that follow, and
+    /// reports the failure to the chunk's completion. The stream fails only if the socket
+    /// does.
+    #[allow(clippy::too_many_arguments)]
+    fn discard_rest(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        timeout: Option<Duration>,
+        len: u64,
+        mut got: u64,
+        progress: &AtomicU64,
+        error: EngineError,
+        done: Completion,
+    ) -> Result<(), EngineError> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; 64 * 1024];
+        }
+        while got < len {
+            let want = (len - got).min(self.buf.len() as u64) as usize;
+            let n = retry("read", "socket", timeout, || {
+                rustix::io::read(sock, &mut self.buf[..want])
+            })?;
+            if n == 0 {
+                return Err(EngineError::Disconnected { got, want: len });
+            }
+            got += n as u64;
+            progress.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        done(Err(WriteFailure::from(&error)));
+        Ok(())
     }
 
     /// Waits until every byte handed to the engines is written and every sink fed. Returns
@@ -645,5 +737,63 @@ mod tests {
             0,
             "probe files removed"
         );
+    }
+
+    #[test]
+    fn a_failed_write_drops_its_chunk_and_the_stream_goes_on() {
+        use std::io::Write;
+        use std::sync::mpsc;
+        let d = tempfile::tempdir().unwrap();
+        for engine in [RecvEngine::ReadWrite, RecvEngine::Splice] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (rx, _) = l.accept().unwrap();
+            let a: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            let b: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+            let (a2, b2) = (a.clone(), b.clone());
+            let writer = std::thread::spawn(move || {
+                tx.write_all(&a2).unwrap();
+                tx.write_all(&b2).unwrap();
+            });
+            // A descriptor open read-only: every write to it fails (EBADF).
+            let ro = d.path().join("ro");
+            std::fs::write(&ro, b"").unwrap();
+            let bad = Target {
+                file: Arc::new(std::fs::File::open(&ro).unwrap().into()),
+                direct: None,
+            };
+            let okp = d.path().join(format!("ok-{}", engine.name()));
+            let good = Target {
+                file: Arc::new(std::fs::File::create(&okp).unwrap().into()),
+                direct: None,
+            };
+            let mut r = StreamReceiver::new(64 * 1024);
+            let progress = AtomicU64::new(0);
+            let (dtx, drx) = mpsc::channel();
+            for (t, len) in [(&bad, a.len()), (&good, b.len())] {
+                let dtx = dtx.clone();
+                r.receive(
+                    engine,
+                    Some(t),
+                    rx.as_fd(),
+                    0,
+                    len as u64,
+                    None,
+                    &progress,
+                    Box::new(move |res| dtx.send(res.is_ok()).unwrap()),
+                )
+                .unwrap_or_else(|e| panic!("{}: {e}", engine.name()));
+            }
+            r.finish().unwrap();
+            writer.join().unwrap();
+            assert_eq!(
+                drx.try_iter().collect::<Vec<_>>(),
+                [false, true],
+                "{}",
+                engine.name()
+            );
+            assert_eq!(std::fs::read(&okp).unwrap(), b, "{}", engine.name());
+            assert_eq!(progress.load(Ordering::Relaxed), 400_000);
+        }
     }
 }
