@@ -166,49 +166,11 @@ fn a_source_modified_while_sent_is_not_committed() {
     assert!(no_partials(&root, 10), "{:?}", tree(&root));
 }
 
-fn is_root() -> bool {
-    // SAFETY-free check: /proc/self/status Uid line.
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-/// A small tmpfs mounted for the test and unmounted when dropped.
-struct SmallFs(std::path::PathBuf);
-
-impl SmallFs {
-    fn mount(at: &Path, size: &str) -> Option<SmallFs> {
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "zcp-test"])
-            .arg(at)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        ok.then(|| SmallFs(at.to_path_buf()))
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_destination_fails_cleanly_and_keeps_serving() {
-    if !is_root() {
-        println!("skipped: mounting a small filesystem needs root");
-        return;
-    }
     let env = Env::new();
     let root = env.mkdir("small-root");
-    let Some(_fs) = SmallFs::mount(&root, "4m") else {
-        println!("skipped: could not mount a tmpfs");
+    let Some(_fs) = SmallFs::for_test(&root, "4m") else {
         return;
     };
     std::fs::write(root.join("keep.txt"), b"committed earlier").unwrap();

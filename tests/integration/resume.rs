@@ -18,18 +18,6 @@ impl Delays {
     }
 }
 
-/// The slow path (4 KiB read/write calls into the page cache), so a kill lands mid-file.
-const SLOW: [&str; 8] = [
-    "--engine",
-    "rw",
-    "--recv-engine",
-    "rw",
-    "--block-size",
-    "4K",
-    "--chunk-size",
-    "16M",
-];
-
 fn spawn_send(port: u16, env: &Env, src: &std::path::Path) -> std::process::Child {
     let mut args = vec!["-i", "0"];
     args.extend_from_slice(&SLOW);

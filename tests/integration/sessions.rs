@@ -126,18 +126,7 @@ fn a_sender_that_stops_mid_transfer_is_detected_and_the_file_resumes() {
         &env.key,
         &src,
         "big",
-        &[
-            "-i",
-            "0",
-            "--engine",
-            "rw",
-            "--recv-engine",
-            "rw",
-            "--block-size",
-            "4K",
-            "--chunk-size",
-            "16M",
-        ],
+        &[&["-i", "0"][..], &SLOW[..]].concat(),
     )
     .stdin(Stdio::null())
     .stdout(Stdio::null())

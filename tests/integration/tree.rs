@@ -291,3 +291,174 @@ fn many_small_files_keep_every_stream_busy() {
     }
     assert!(no_partials(&root, 5));
 }
+
+#[test]
+fn a_destination_that_fills_mid_tree_keeps_what_it_committed_and_resumes() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let Some(fs) = SmallFs::for_test(&root, "6m") else {
+        return;
+    };
+    // 12 MiB of files under 1 MiB (written without preallocation, so the space runs out in a
+    // write) and one of 3 MiB (preallocated).
+    let src = env.mkdir("src/t");
+    for i in 0..24u64 {
+        make_dense(&src.join(format!("f{i:02}")), 512 << 10, i);
+    }
+    make_dense(&src.join("big"), 3 << 20, 99);
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 60);
+    assert_eq!(o.status.code(), Some(4), "{}", both(&o));
+    let failures = v["end"]["files"]["failures"].as_array().unwrap();
+    assert!(!failures.is_empty(), "{v}");
+    for f in failures {
+        assert_eq!(f["code"], "no-space", "{f}");
+        let m = f["message"].as_str().unwrap();
+        assert!(m.contains("no space") || m.contains("is full"), "{f}");
+    }
+    let committed = v["end"]["files"]["committed"].as_u64().unwrap();
+    assert!(committed > 0, "some files fit: {v}");
+    assert_eq!(committed + failures.len() as u64, 25, "{}", v["end"]);
+    // What was committed is whole; what failed is absent, never a partial under its name.
+    let mut found = 0;
+    for rel in tree(&root.join("d/t")) {
+        if rel.starts_with(".zcp-") {
+            continue;
+        }
+        assert!(
+            same_file(&src.join(&rel), &root.join("d/t").join(&rel)),
+            "{rel}"
+        );
+        found += 1;
+    }
+    assert_eq!(found as u64, committed, "{:?}", tree(&root));
+    // Space freed: the same command finishes the tree.
+    assert!(fs.resize("64m"), "remount");
+    let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["files"]["failed"], 0, "{}", v["end"]);
+    for i in 0..24u64 {
+        let rel = format!("f{i:02}");
+        assert!(
+            same_file(&src.join(&rel), &root.join("d/t").join(&rel)),
+            "{rel}"
+        );
+    }
+    assert!(same_file(&src.join("big"), &root.join("d/t/big")));
+    assert!(no_partials(&root, 5), "{:?}", tree(&root));
+}
+
+#[test]
+fn sources_that_change_during_a_tree_send_are_never_committed() {
+    let env = Env::new();
+    let src = env.mkdir("src/t");
+    // The first file is large and goes slowly (4 KiB read/write calls over one stream), so the
+    // others are open and waiting their turn when they change.
+    make_file(&src.join("a-first"), 1 << 30, 64 << 20, 1);
+    for (i, name) in ["grows", "shrinks", "vanishes", "z-stays"]
+        .iter()
+        .enumerate()
+    {
+        make_dense(&src.join(name), 3 << 20, 10 + i as u64);
+    }
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let args = [&["-r", "-P", "1", "-J", "-i", "0"][..], &SLOW[..]].concat();
+    let child = send_cmd(srv.port, &env.key, &src, "d", &args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the first file's data is landing, change the others.
+    let started = std::time::Instant::now();
+    while !tree(&root).iter().any(|p| p.ends_with(".part"))
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let grown = std::fs::OpenOptions::new()
+        .append(true)
+        .open(src.join("grows"))
+        .unwrap();
+    std::io::Write::write_all(&mut &grown, b"more").unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(src.join("shrinks"))
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    std::fs::remove_file(src.join("vanishes")).unwrap();
+    let o = wait_output(child, 120);
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", both(&o)));
+    assert_eq!(o.status.code(), Some(5), "{}", both(&o));
+    let failed: Vec<String> = v["end"]["files"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            assert_eq!(f["code"], "source-changed", "{f}");
+            f["path"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut sorted = failed.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["grows", "shrinks", "vanishes"], "{}", v["end"]);
+    assert!(same_file(&src.join("a-first"), &root.join("d/t/a-first")));
+    assert!(same_file(&src.join("z-stays"), &root.join("d/t/z-stays")));
+    for name in &failed {
+        assert!(!root.join("d/t").join(name).exists(), "{name} committed");
+    }
+    // Sent again, the changed files arrive as they are now; the vanished one is gone.
+    let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r"], 120);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["files"]["failed"], 0);
+    assert!(same_file(&src.join("grows"), &root.join("d/t/grows")));
+    assert!(same_file(&src.join("shrinks"), &root.join("d/t/shrinks")));
+    assert!(!root.join("d/t/vanishes").exists());
+    assert!(no_partials(&root, 5), "{:?}", tree(&root));
+}
+
+#[test]
+fn memory_stays_bounded_as_trees_grow() {
+    let env = Env::new();
+    let rss = |n: u64| {
+        let src = env.mkdir(&format!("src{n}"));
+        for i in 0..n {
+            let dir = src.join(format!("d{}", i / 1000));
+            if i % 1000 == 0 {
+                std::fs::create_dir_all(&dir).unwrap();
+            }
+            std::fs::write(dir.join(format!("f{i}")), i.to_le_bytes()).unwrap();
+        }
+        let root = env.mkdir(&format!("root{n}"));
+        let srv = ServerProc::start(&root, &env.key, &["--once"]);
+        let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 300);
+        assert!(o.status.success(), "{}", both(&o));
+        assert_eq!(v["end"]["files"]["committed"], n, "{}", v["end"]);
+        let m = &v["end"]["memory"];
+        (
+            m["sender"]["max_rss_bytes"].as_u64().unwrap(),
+            m["receiver"]["max_rss_bytes"].as_u64().unwrap(),
+        )
+    };
+    let small = rss(2_000);
+    let large = rss(20_000);
+    // Ten times the files may not cost ten times the memory: the manifest streams and at most
+    // a window of files is open on either side.
+    assert!(
+        large.0 < small.0 + (24 << 20),
+        "sender {small:?} -> {large:?}"
+    );
+    assert!(
+        large.1 < small.1 + (24 << 20),
+        "receiver {small:?} -> {large:?}"
+    );
+}

@@ -576,3 +576,73 @@ impl Drop for FlipProxy {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Whether the tests run as root (mounts, namespaces).
+pub fn is_root() -> bool {
+    // The Uid line of /proc/self/status: real uid first.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A small tmpfs mounted for the test and unmounted when dropped.
+pub struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    pub fn mount(at: &Path, size: &str) -> Option<SmallFs> {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "zcp-test"])
+            .arg(at)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        ok.then(|| SmallFs(at.to_path_buf()))
+    }
+
+    /// [`SmallFs::mount`] for a test that needs it: `None`, with the reason printed, when not
+    /// root or when the mount fails (the test then returns, skipped).
+    pub fn for_test(at: &Path, size: &str) -> Option<SmallFs> {
+        if !is_root() {
+            println!("skipped: mounting a small filesystem needs root");
+            return None;
+        }
+        let fs = SmallFs::mount(at, size);
+        if fs.is_none() {
+            println!("skipped: could not mount a tmpfs");
+        }
+        fs
+    }
+
+    /// Grows (or shrinks) the filesystem in place, keeping its files.
+    pub fn resize(&self, size: &str) -> bool {
+        std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The slow path (4 KiB read/write calls into the page cache), so a kill lands mid-file.
+pub const SLOW: [&str; 8] = [
+    "--engine",
+    "rw",
+    "--recv-engine",
+    "rw",
+    "--block-size",
+    "4K",
+    "--chunk-size",
+    "16M",
+];
