@@ -235,3 +235,36 @@ fn demo_runs_end_to_end_and_cleans_up() {
     assert_eq!(v["end"]["verified"], false);
     assert_eq!(v["end"]["engines"]["receiver"], "null");
 }
+
+#[test]
+fn interval_reports_arrive_while_the_data_moves() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("big");
+    make_file(&src, 2 << 30, 64 << 20, 5);
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src,
+        "big",
+        &["-i", "0.05", "--recv-engine", "null"],
+        120,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    let secs = v["end"]["sum_sent"]["seconds"].as_f64().unwrap();
+    let intervals = v["intervals"].as_array().unwrap();
+    // One line per 50 ms while sending, give or take the last partial one and scheduling.
+    let want = ((secs / 0.05) as usize / 2).max(2);
+    assert!(
+        intervals.len() >= want,
+        "{} intervals in {secs} s: {}",
+        intervals.len(),
+        v["intervals"]
+    );
+    let sum: u64 = intervals
+        .iter()
+        .map(|i| i["sum"]["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 2 << 30, "the intervals add up to the file");
+}

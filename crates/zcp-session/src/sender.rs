@@ -1027,10 +1027,11 @@ pub(crate) fn run(
                 finishing = true;
             }
             let next = queue.next(TICK);
+            // Every turn, not only when idle: a busy transfer never waits a whole TICK.
+            run.observer.tick();
             let ev = match next {
                 Ok(ev) => ev,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    run.observer.tick();
                     let b: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
                     if b != last_bytes {
                         last_bytes = b;
