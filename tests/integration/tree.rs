@@ -462,3 +462,143 @@ fn memory_stays_bounded_as_trees_grow() {
         "receiver {small:?} -> {large:?}"
     );
 }
+
+#[test]
+fn a_tree_sent_again_sends_only_what_changed() {
+    let env = Env::new();
+    let src = env.mkdir("src/t");
+    let mut total = 0u64;
+    for i in 0..12u64 {
+        let size = [0, 1, 4095, 70_000, 1 << 20, 5 << 20][i as usize % 6] + i;
+        make_dense(&src.join(format!("f{i:02}")), size, i);
+        total += size;
+    }
+    make_dense(&src.join("big"), 20 << 20, 77);
+    total += 20 << 20;
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (o, _) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 60);
+    assert!(o.status.success(), "{}", both(&o));
+
+    // Same size and mtime, other bytes: only the content can tell.
+    let same_size = src.join("f04");
+    let before = std::fs::metadata(&same_size).unwrap().modified().unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::OpenOptions::new()
+            .write(true)
+            .open(&same_size)
+            .unwrap(),
+        b"CHANGED",
+        1000,
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&same_size)
+        .unwrap()
+        .set_modified(before)
+        .unwrap();
+    // Grown by a byte; and a file whose bytes stay but whose mode and mtime change.
+    let grown = src.join("f03");
+    let mut g = std::fs::read(&grown).unwrap();
+    g.push(1);
+    std::fs::write(&grown, &g).unwrap();
+    let touched = src.join("big");
+    std::fs::set_permissions(&touched, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&touched)
+        .unwrap()
+        .set_modified(UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+        .unwrap();
+
+    let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 60);
+    assert!(o.status.success(), "{}", both(&o));
+    let changed = std::fs::metadata(&same_size).unwrap().len() + g.len() as u64;
+    assert_eq!(
+        v["end"]["sum_sent"]["bytes"].as_u64().unwrap(),
+        changed,
+        "only the two changed files are sent: {}",
+        v["end"]
+    );
+    assert_eq!(
+        v["end"]["resume"]["bytes_skipped"].as_u64().unwrap(),
+        total + 1 - changed,
+        "{}",
+        v["end"]
+    );
+    assert!(
+        !v["notices"].to_string().contains("interrupted attempt"),
+        "{}",
+        v["notices"]
+    );
+    let dest = root.join("d/t");
+    for rel in tree_paths(&src) {
+        let (a, b) = (src.join(&rel), dest.join(&rel));
+        assert!(same_file(&a, &b), "{}", rel.display());
+        let (ma, mb) = (a.metadata().unwrap(), b.metadata().unwrap());
+        assert_eq!(ma.mode() & 0o7777, mb.mode() & 0o7777, "{}", rel.display());
+        assert_eq!(
+            (ma.mtime(), ma.mtime_nsec()),
+            (mb.mtime(), mb.mtime_nsec()),
+            "{}",
+            rel.display()
+        );
+    }
+    assert!(no_partials(&root, 5), "{:?}", tree(&root));
+}
+
+#[test]
+fn a_tree_killed_midway_resumes_without_sending_what_arrived() {
+    let env = Env::new();
+    let src = env.mkdir("src/t");
+    let n = 48u64;
+    for i in 0..n {
+        make_dense(&src.join(format!("f{i:02}")), 4 << 20, i);
+    }
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let args = [&["-r", "-P", "1", "-i", "0"][..], &SLOW[..6]].concat();
+    let mut child = send_cmd(srv.port, &env.key, &src, "d", &args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill once some files are committed and before all are.
+    let start = std::time::Instant::now();
+    let committed = |root: &Path| {
+        tree(&root.join("d/t"))
+            .iter()
+            .filter(|p| !p.starts_with(".zcp-"))
+            .count() as u64
+    };
+    while committed(&root) < 4 && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let arrived = committed(&root);
+    assert!(
+        arrived >= 4 && arrived < n,
+        "{arrived} of {n} arrived before the kill"
+    );
+    let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 120);
+    assert!(o.status.success(), "{}", both(&o));
+    let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+    let skipped = v["end"]["resume"]["bytes_skipped"].as_u64().unwrap();
+    assert_eq!(sent + skipped, n * (4 << 20), "{}", v["end"]);
+    assert!(
+        skipped >= arrived * (4 << 20),
+        "committed files are not sent again: {}",
+        v["end"]
+    );
+    for i in 0..n {
+        let rel = format!("f{i:02}");
+        assert!(
+            same_file(&src.join(&rel), &root.join("d/t").join(&rel)),
+            "{rel}"
+        );
+    }
+    assert!(no_partials(&root, 5), "{:?}", tree(&root));
+}

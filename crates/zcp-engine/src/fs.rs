@@ -621,14 +621,14 @@ pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {
     })
 }
 
-/// Sets a directory's permission bits and mtime.
-pub fn set_dir_times(dir: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result<(), EngineError> {
-    retry("fchmod", "directory", None, || {
-        rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode & 0o7777))
+/// Sets the permission bits and mtime of an open directory or file.
+pub fn set_mode_and_mtime(fd: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result<(), EngineError> {
+    retry("fchmod", "destination", None, || {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777))
     })?;
     let times = timestamps(mtime);
-    retry("futimens", "directory", None, || {
-        rustix::fs::futimens(&dir, &times)
+    retry("futimens", "destination", None, || {
+        rustix::fs::futimens(&fd, &times)
     })
 }
 

@@ -527,7 +527,13 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         streams,
     );
     let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
-    let ClientSession { tx, rx, keys, .. } = cs;
+    let ClientSession {
+        tx,
+        rx,
+        keys,
+        nonces,
+        ..
+    } = cs;
     let ctl = Arc::new(ControlWriter::new(tx));
     let (ev_tx, events) = mpsc::channel::<SEvent>();
     let stop = Arc::new(AtomicBool::new(false));
@@ -548,6 +554,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         events,
         events_tx: ev_tx,
         keys,
+        nonces,
         psk: opts.conn.psk.clone(),
         streams: data,
         counters: counters.clone(),

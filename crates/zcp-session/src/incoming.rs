@@ -10,7 +10,7 @@
 //! whole-file digests agree: the verified ranges then cover exactly `[0, size)`, because the
 //! plan admits each chunk once, at one offset, with one length.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -117,6 +117,9 @@ pub(crate) struct Incoming {
     pub(crate) written: AtomicU64,
     /// Bytes held from an earlier attempt.
     pub(crate) skipped: AtomicU64,
+    /// The chunks offered are the existing target's: if the sender keeps them all, the
+    /// target itself is kept. Cleared when the sender restarts the file.
+    pub(crate) in_place: AtomicBool,
     pub(crate) started: Instant,
     state: Mutex<State>,
     changed: Condvar,
@@ -150,6 +153,7 @@ impl Incoming {
             target_fds,
             written: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            in_place: AtomicBool::new(false),
             started: Instant::now(),
             state: Mutex::new(State {
                 phase: if offered.is_empty() {
@@ -200,6 +204,9 @@ impl Incoming {
                         kept += self.plan.chunk(i).1;
                     }
                 }
+            }
+            if restart {
+                self.in_place.store(false, Ordering::Relaxed);
             }
             st.offered.clear();
             st.phase = Phase::Open;

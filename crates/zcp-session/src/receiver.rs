@@ -498,7 +498,8 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
         });
     }
     let dir = shared.dir(&dir_comps, true).map_err(engine_err)?;
-    match zcp_engine::fs::entry_kind(&*dir, &name).map_err(engine_err)? {
+    let kind = zcp_engine::fs::entry_kind(&*dir, &name).map_err(engine_err)?;
+    match kind {
         EntryKind::Missing | EntryKind::File => {}
         EntryKind::Dir => {
             return Err((
@@ -597,7 +598,27 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
             _ => part.reset().map_err(engine_err)?,
         }
     }
-    if p.size >= SMALL_FILE {
+    // A target already there with the file's size: offer its chunks, hashed under this
+    // session's key, as held. If the sender's source proves every one, no byte is sent and the
+    // target is kept (mode and mtime set in place); any difference sends the file whole.
+    let mut in_place = false;
+    if offered.is_empty() && matches!(kind, EntryKind::File) && p.size > 0 {
+        if let Some(macs) = hash_target(shared, &dir, &name, p.file_id, &plan) {
+            let (client_nonce, server_nonce) = shared.nonces;
+            for entries in macs.chunks(MAX_HAVE_ENTRIES) {
+                haves.push(Have {
+                    file_id: p.file_id,
+                    client_nonce,
+                    server_nonce,
+                    old_file_id: p.file_id,
+                    entries: entries.to_vec(),
+                });
+            }
+            offered = macs;
+            in_place = true;
+        }
+    }
+    if p.size >= SMALL_FILE && !in_place {
         // Claims the space now, so a full filesystem fails the file before any byte moves.
         // A small file skips it: on ext4 it costs more than the write (unwritten extents to
         // convert, a partial block zeroed), and a full disk still fails its write at once.
@@ -644,6 +665,7 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
         Some(target_fds),
         offered,
     );
+    inc.in_place.store(in_place, Ordering::Relaxed);
     let ready = Message::FileReady {
         file_id: p.file_id,
         engine: choice.engine.name().into(),
@@ -656,6 +678,43 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
         ready,
         file: Arc::new(inc),
     })
+}
+
+/// The chunk MACs of an existing target of exactly the plan's size, under this session's
+/// key and `file_id`; `None` when it is not such a file or cannot be read (then the file is
+/// simply sent). Tells the sender about once a second that the receiver is alive, as hashing
+/// a large target takes a while.
+fn hash_target(
+    shared: &RxShared,
+    dir: &Dir,
+    name: &[u8],
+    file_id: u32,
+    plan: &ChunkPlan,
+) -> Option<Vec<(u64, [u8; 32])>> {
+    let fd = zcp_engine::fs::open_at(&**dir, name).ok()?;
+    let meta = zcp_engine::fs::stat_fd(&fd).ok()?;
+    if !matches!(meta.kind, EntryKind::File) || meta.size != plan.size() {
+        return None;
+    }
+    let mut macs = Vec::with_capacity(plan.count() as usize);
+    let mut told = Instant::now();
+    for index in 0..plan.count() {
+        let (offset, len) = plan.chunk(index);
+        let mut hasher = shared.keys.chunk_hasher(file_id, offset, len);
+        zcp_engine::map::visit_mapped(&fd, offset, len, |b| {
+            hasher.update(b);
+        })
+        .ok()?;
+        macs.push((index, *hasher.finalize().as_bytes()));
+        if told.elapsed() >= Duration::from_secs(1) {
+            told = Instant::now();
+            let _ = shared.ctl.send(&Message::Progress {
+                file_id,
+                bytes: offset + len,
+            });
+        }
+    }
+    Some(macs)
 }
 
 /// Makes verified chunks durable in batches, then acknowledges them.
@@ -774,6 +833,27 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
                 .unwrap_or_else(|p| p.into_inner())
                 .take();
             match store {
+                Some(mut s) if job.file.in_place.load(Ordering::Relaxed) => {
+                    // The target holds exactly these bytes already: keep it, give it the
+                    // source's mode and mtime, and drop the part file.
+                    s.part.set_keep(false);
+                    let r =
+                        zcp_engine::fs::open_at(&**s.part.dir(), &job.file.name).and_then(|fd| {
+                            zcp_engine::fs::set_mode_and_mtime(
+                                &fd,
+                                job.file.mode & 0o777,
+                                job.file.mtime,
+                            )
+                        });
+                    drop(s);
+                    match r {
+                        Ok(()) => stores.push((job, None)),
+                        Err(e) => {
+                            let (c, m) = engine_err(e);
+                            failed.push((job, c, m));
+                        }
+                    }
+                }
                 Some(s) => match s.part.set_final_metadata(
                     job.file.plan.size(),
                     job.file.mode,
@@ -1039,7 +1119,7 @@ pub(crate) fn run(
                                 .and_then(|p| {
                                     let dir =
                                         shared.dir(p.components(), false).map_err(engine_err)?;
-                                    zcp_engine::fs::set_dir_times(
+                                    zcp_engine::fs::set_mode_and_mtime(
                                         &*dir,
                                         mode,
                                         (mtime_sec, mtime_nsec),

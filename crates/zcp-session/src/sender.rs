@@ -178,6 +178,8 @@ struct OutFile {
     plan: ChunkPlan,
     state: State,
     haves: Vec<Have>,
+    /// The receiver offered the target it already holds (not an interrupted attempt).
+    held_target: bool,
     macs: Vec<Option<[u8; 32]>>,
     acked: Vec<bool>,
     n_acked: u64,
@@ -432,6 +434,9 @@ pub(crate) struct SenderSetup {
     pub(crate) events: mpsc::Receiver<SEvent>,
     pub(crate) events_tx: mpsc::Sender<SEvent>,
     pub(crate) keys: SessionKeys,
+    /// This session's client and server nonces: `Have`s naming them offer the receiver's
+    /// existing target, not an interrupted attempt.
+    pub(crate) nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
     pub(crate) psk: Psk,
     pub(crate) streams: Vec<TcpStream>,
     pub(crate) counters: Vec<Arc<AtomicU64>>,
@@ -442,6 +447,7 @@ struct Run<'a> {
     cfg: &'a SenderConfig,
     ctl: Arc<ControlWriter>,
     keys: SessionKeys,
+    nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
     observer: &'a mut dyn Observer,
     send_q: Arc<Queue<SendJob>>,
     hash_q: Arc<Queue<HashJob>>,
@@ -603,6 +609,7 @@ impl Run<'_> {
                         plan,
                         state: State::Announced,
                         haves: Vec::new(),
+                        held_target: false,
                         macs: vec![None; count],
                         acked: vec![false; count],
                         n_acked: 0,
@@ -761,6 +768,9 @@ impl Run<'_> {
                 if resumed {
                     f.state = State::Checking;
                     let haves = std::mem::take(&mut f.haves);
+                    f.held_target = haves
+                        .iter()
+                        .all(|h| (h.client_nonce, h.server_nonce) == self.nonces);
                     self.hash_q.push(HashJob::Resume {
                         file_id,
                         file: f.file.clone(),
@@ -910,6 +920,7 @@ pub(crate) fn run(
         events,
         events_tx,
         keys,
+        nonces,
         psk,
         streams,
         counters,
@@ -926,6 +937,7 @@ pub(crate) fn run(
         cfg,
         ctl: ctl.clone(),
         keys: keys.clone(),
+        nonces,
         observer,
         send_q: send_q.clone(),
         hash_q: hash_q.clone(),
@@ -1094,7 +1106,9 @@ pub(crate) fn run(
                             file_id: file,
                             restart: kept.is_none(),
                         })?;
-                        if kept.is_none() {
+                        // A target that differs is simply replaced; an interrupted attempt
+                        // that no longer matches is worth a word.
+                        if kept.is_none() && !run.open[&file].held_target {
                             let name = run.open[&file].display.clone();
                             run.observer.notice(None, Some(format!("{name}: changed since the interrupted attempt; sending it whole")));
                         }

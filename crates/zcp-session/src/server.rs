@@ -716,6 +716,7 @@ fn run_session(
                 events,
                 events_tx: ev_tx,
                 keys: session.keys.clone(),
+                nonces,
                 psk: ctx.cfg.psk.clone(),
                 streams: data,
                 counters: counters.clone(),
