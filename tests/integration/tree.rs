@@ -251,6 +251,21 @@ fn get_mirrors_a_tree_and_never_leaves_the_server_root() {
             assert!(!dest.exists(), "{path}");
         }
     }
+
+    // A path the server does not have, or a directory without -r: the client says so and
+    // fails; nothing is created.
+    for (path, needle) in [("data/missing", "No such file"), ("data/tree", "-r")] {
+        let dest = env.path("not-fetched");
+        let mut c = zcp();
+        c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
+            .arg(&env.key)
+            .arg(format!("127.0.0.1:{path}"))
+            .arg(&dest);
+        let o = run(c, 30);
+        assert_eq!(o.status.code(), Some(1), "{path}: {}", both(&o));
+        assert!(both(&o).contains(needle), "{path}: {}", both(&o));
+        assert!(!dest.exists(), "{path}");
+    }
 }
 
 #[test]

@@ -270,7 +270,9 @@ impl Observer for ClientObserver<'_> {
                 self.verified &= done.verified;
                 self.stored &= done.stored;
                 self.digest = (self.files == 1 && done.verified).then_some(done.digest);
-                if done.skipped > 0 {
+                // A file kept whole (an existing target proven equal) is counted in the
+                // summary's resumed bytes; a line each would bury a re-run tree's output.
+                if done.skipped > 0 && done.skipped < done.bytes {
                     self.emit(Event::Notice(format!(
                         "{}: resumed; {} bytes were already on the receiver and not sent again",
                         done.path, done.skipped

@@ -184,7 +184,7 @@ impl Walker {
     ) -> Entry {
         let display = escape(&raw);
         if !self.recursive {
-            return Self::fail(display, "is a directory; send directories with -r");
+            return Self::fail(display, "is a directory; add -r to copy directories");
         }
         let fd = match fd {
             Ok(fd) => fd,

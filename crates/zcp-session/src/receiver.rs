@@ -1219,6 +1219,19 @@ pub(crate) fn run(
                         Message::Notice { message } => {
                             observer.notice(None, Some(format!("sender: {message}")))
                         }
+                        Message::EntryFailed { path, message, .. } => {
+                            // A source entry the sender could not send; its path arrives as
+                            // the sender displays it (already escaped).
+                            totals.failed += 1;
+                            observer.notice(
+                                Some(Failure {
+                                    path: String::from_utf8_lossy(&path).into_owned(),
+                                    code: "source",
+                                    message,
+                                }),
+                                None,
+                            );
+                        }
                         Message::Finish => finishing = true,
                         Message::Stats(s) if stats_sent => {
                             totals.peer = s;

@@ -523,6 +523,13 @@ impl Run<'_> {
             Entry::Skip { display, why, fail } => {
                 if fail {
                     self.totals.failed += 1;
+                    // The receiver counts it too: in a pull it is the side that reports.
+                    let path = display.as_bytes();
+                    self.send(&Message::EntryFailed {
+                        path: path[..path.len().min(zcp_wire::MAX_PATH)].to_vec(),
+                        code: ErrorCode::Io,
+                        message: why.clone(),
+                    })?;
                     self.observer.notice(
                         Some(Failure {
                             path: display,
