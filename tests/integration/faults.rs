@@ -108,13 +108,7 @@ fn killing_the_receiver_mid_file_fails_the_sender_clearly_and_resumes() {
         "final name untouched"
     );
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let o = run(
-        send_cmd(srv.port, &env.key, &src, "t.bin", &["-i", "0"]),
-        120,
-    );
-    assert!(o.status.success(), "{}", both(&o));
-    assert!(same_file(&src, &root.join("t.bin")));
-    assert!(no_partials(&root, 10), "{:?}", tree(&root));
+    send_again_and_check(&srv, &env, &src, "t.bin");
 }
 
 #[test]
@@ -157,13 +151,7 @@ fn a_source_modified_while_sent_is_not_committed() {
     assert_eq!(o.status.code(), Some(5), "{}", both(&o));
     assert!(!root.join("t.bin").exists());
     // Sent again unchanged from here, it arrives whole and right.
-    let o = run(
-        send_cmd(srv.port, &env.key, &src, "t.bin", &["-i", "0"]),
-        120,
-    );
-    assert!(o.status.success(), "{}", both(&o));
-    assert!(same_file(&src, &root.join("t.bin")));
-    assert!(no_partials(&root, 10), "{:?}", tree(&root));
+    send_again_and_check(&srv, &env, &src, "t.bin");
 }
 
 #[test]
@@ -202,4 +190,12 @@ fn a_full_destination_fails_cleanly_and_keeps_serving() {
         20,
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
+/// Sends `src` to `dest` once more and checks it arrives whole, with nothing left beside it.
+fn send_again_and_check(srv: &ServerProc, env: &Env, src: &Path, dest: &str) {
+    let o = run(send_cmd(srv.port, &env.key, src, dest, &["-i", "0"]), 120);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(src, &srv.root.join(dest)));
+    assert!(no_partials(&srv.root, 10), "{:?}", tree(&srv.root));
 }

@@ -24,7 +24,7 @@ use crate::error::{FrameIoError, SessionError};
 use crate::event::{
     Cpu, Event, Failure, FileOutcome, Interval, Observer, Reporter, Start, StreamInterval, Summary,
 };
-use crate::manifest::{Top, Walker};
+use crate::manifest::{Top, Walker, join};
 use crate::receiver::{REvent, ReceiverConfig, RxShared};
 use crate::sender::{SEvent, SenderConfig, SenderSetup};
 
@@ -427,18 +427,6 @@ fn basename(p: &Path) -> Vec<u8> {
     p.file_name()
         .map(|n| n.as_bytes().to_vec())
         .unwrap_or_else(|| b".".to_vec())
-}
-
-fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
-    if a.is_empty() || a == b"." {
-        return b.to_vec();
-    }
-    let mut out = a.to_vec();
-    if !out.ends_with(b"/") {
-        out.push(b'/');
-    }
-    out.extend_from_slice(b);
-    out
 }
 
 /// Sends files and trees; returns once every entry is committed or failed and the session

@@ -93,7 +93,8 @@ impl std::fmt::Debug for Walker {
     }
 }
 
-fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
+/// `a/b` for relative destination paths; `b` alone when `a` is empty or `.`.
+pub(crate) fn join(a: &[u8], b: &[u8]) -> Vec<u8> {
     if a.is_empty() || a == b"." {
         return b.to_vec();
     }

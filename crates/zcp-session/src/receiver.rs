@@ -1126,24 +1126,10 @@ pub(crate) fn run(
                                     )
                                     .map_err(engine_err)
                                 });
-                            if let Err((code, message)) = r {
-                                totals.failed += 1;
-                                observer.notice(
-                                    Some(Failure {
-                                        path: escape(&path),
-                                        code: code.name(),
-                                        message: message.clone(),
-                                    }),
-                                    None,
-                                );
-                                shared
-                                    .ctl
-                                    .send(&Message::EntryFailed {
-                                        path,
-                                        code,
-                                        message,
-                                    })
-                                    .map_err(&proto)?;
+                            // A directory's times are not an entry of their own: only a
+                            // failure counts.
+                            if r.is_err() {
+                                entry_result(&shared, &mut totals, observer, &path, r)?;
                             }
                         }
                         Message::Go { file_id, restart } => {
