@@ -367,9 +367,11 @@ fn a_destination_that_fills_mid_tree_keeps_what_it_committed_and_resumes() {
 fn sources_that_change_during_a_tree_send_are_never_committed() {
     let env = Env::new();
     let src = env.mkdir("src/t");
-    // The first file is large and goes slowly (4 KiB read/write calls over one stream), so the
-    // others are open and waiting their turn when they change.
-    make_file(&src.join("a-first"), 1 << 30, 64 << 20, 1);
+    // The first source is a large file that goes slowly (4 KiB read/write calls over one
+    // stream), so the files of the second are open and waiting their turn when they change.
+    // (Two sources, because the order of names inside one directory is the filesystem's.)
+    let first = env.path("src/a-first");
+    make_file(&first, 1 << 30, 64 << 20, 1);
     for (i, name) in ["grows", "shrinks", "vanishes", "z-stays"]
         .iter()
         .enumerate()
@@ -378,7 +380,13 @@ fn sources_that_change_during_a_tree_send_are_never_committed() {
     }
     let root = env.mkdir("root");
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let args = [&["-r", "-P", "1", "-J", "-i", "0"][..], &SLOW[..]].concat();
+    let first_arg = first.to_str().unwrap();
+    let args = [
+        &["-r", "-P", "1", "-J", "-i", "0"][..],
+        &SLOW[..],
+        &[first_arg],
+    ]
+    .concat();
     let child = send_cmd(srv.port, &env.key, &src, "d", &args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -387,7 +395,9 @@ fn sources_that_change_during_a_tree_send_are_never_committed() {
         .unwrap();
     // Once the first file's data is landing, change the others.
     let started = std::time::Instant::now();
-    while !tree(&root).iter().any(|p| p.ends_with(".part"))
+    while !tree(&root)
+        .iter()
+        .any(|p| p.starts_with("d/.zcp-") && p.ends_with(".part"))
         && started.elapsed() < Duration::from_secs(20)
     {
         std::thread::sleep(Duration::from_millis(5));
@@ -426,7 +436,7 @@ fn sources_that_change_during_a_tree_send_are_never_committed() {
     let mut sorted = failed.clone();
     sorted.sort();
     assert_eq!(sorted, ["grows", "shrinks", "vanishes"], "{}", v["end"]);
-    assert!(same_file(&src.join("a-first"), &root.join("d/t/a-first")));
+    assert!(same_file(&first, &root.join("d/a-first")));
     assert!(same_file(&src.join("z-stays"), &root.join("d/t/z-stays")));
     for name in &failed {
         assert!(!root.join("d/t").join(name).exists(), "{name} committed");

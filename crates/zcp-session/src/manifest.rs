@@ -55,7 +55,6 @@ pub(crate) enum Top {
         dest: Vec<u8>,
         name: Vec<u8>,
     },
-    /// A name in a directory already opened beneath a root (the server in a pull).
     /// A name in a directory already opened beneath a root (the server in a pull); `display`
     /// is the path as the client asked for it, raw.
     Beneath {
