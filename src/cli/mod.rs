@@ -66,7 +66,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
 /// Engine and transfer-shape flags shared by `send` and `demo`.
 #[derive(Debug, Clone, Args)]
 struct TransferArgs {
-    /// Sender engine: sendfile, rw (read/write) or mmap.
+    /// Sender engine: sendfile, rw (read/write), mmap or splice (file -> pipe -> socket).
     #[arg(long, default_value = "sendfile", value_parser = parse_send_engine)]
     engine: SendEngine,
     /// Receiver engine: auto, splice, direct (O_DIRECT), rw, null (discard, no copy) or mem

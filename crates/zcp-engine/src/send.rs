@@ -3,6 +3,8 @@
 //! * `sendfile` — `sendfile(2)` hands page-cache pages to the socket; no copy in user space.
 //! * `rw` — `pread(2)` into a buffer, `send(2)` from it: two copies, the conventional path.
 //! * `mmap` — `send(2)` straight from a read-only mapping: one copy (into the socket).
+//! * `splice` — file -> pipe -> socket with two `splice(2)` calls: what `sendfile` does
+//!   inside the kernel, spelled out (document 001), with the pipe in user hands.
 //!
 //! Every loop handles short transfers, EINTR and the kernel's per-call cap
 //! ([`MAX_PER_CALL`]), keeps offsets in `u64`, and stops with [`EngineError::SourceShort`]
@@ -11,10 +13,13 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rustix::io::Errno;
 use rustix::net::SendFlags;
+use rustix::pipe::SpliceFlags;
 
 use crate::EngineError;
 use crate::error::retry;
+use crate::recv::Pipe;
 use crate::sys::socket_timeout;
 
 /// Linux moves at most this many bytes per `sendfile`/`splice`/`read`/`write` call
@@ -30,14 +35,17 @@ pub enum SendEngine {
     ReadWrite,
     /// `send(2)` from a read-only mapping of the file.
     Mmap,
+    /// `splice(2)` file -> pipe, then pipe -> socket.
+    Splice,
 }
 
 impl SendEngine {
     /// Every sender engine.
-    pub const ALL: [SendEngine; 3] = [
+    pub const ALL: [SendEngine; 4] = [
         SendEngine::Sendfile,
         SendEngine::ReadWrite,
         SendEngine::Mmap,
+        SendEngine::Splice,
     ];
 
     /// The engine's command-line name.
@@ -46,6 +54,7 @@ impl SendEngine {
             SendEngine::Sendfile => "sendfile",
             SendEngine::ReadWrite => "rw",
             SendEngine::Mmap => "mmap",
+            SendEngine::Splice => "splice",
         }
     }
 
@@ -58,7 +67,8 @@ impl SendEngine {
     pub fn default_block(self) -> u64 {
         match self {
             SendEngine::Sendfile | SendEngine::Mmap => 8 << 20,
-            SendEngine::ReadWrite => 1 << 20,
+            // One pipe's worth per call (pipes of 1 MiB need no privilege).
+            SendEngine::ReadWrite | SendEngine::Splice => 1 << 20,
         }
     }
 
@@ -71,6 +81,7 @@ impl SendEngine {
         let failed = match self {
             SendEngine::ReadWrite => return (self, None),
             SendEngine::Sendfile => probe_sendfile(file).err(),
+            SendEngine::Splice => probe_splice_file(file).err(),
             SendEngine::Mmap => crate::map::visit_mapped(file, 0, 1, |_| {})
                 .err()
                 .map(|e| e.to_string()),
@@ -100,12 +111,26 @@ fn probe_sendfile(file: BorrowedFd<'_>) -> Result<(), String> {
     }
 }
 
+/// `splice` of one byte from the file into a pipe.
+fn probe_splice_file(file: BorrowedFd<'_>) -> Result<(), String> {
+    let (r, w) = rustix::pipe::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let mut off = 0u64;
+    let res = rustix::pipe::splice(file, Some(&mut off), &w, None, 1, SpliceFlags::empty());
+    drop(r);
+    match res {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("splice(file -> pipe): {}", std::io::Error::from(e))),
+    }
+}
+
 /// Moves file ranges into a socket with one engine; holds the engine's buffer, if any.
 #[derive(Debug)]
 pub struct FileSender {
     engine: SendEngine,
     block: u64,
     buf: Vec<u8>,
+    /// For `splice`, made on first use.
+    pipe: Option<Pipe>,
     /// For [`FileSender::send_staged`]; grows to the largest chunk staged.
     staged: Vec<u8>,
 }
@@ -126,6 +151,7 @@ impl FileSender {
             engine,
             block,
             buf,
+            pipe: None,
             staged: Vec::new(),
         }
     }
@@ -184,6 +210,52 @@ impl FileSender {
                         });
                     }
                     send_all(sock, &self.buf[..n], false, progress)?;
+                    pos += n as u64;
+                }
+                Ok(())
+            }
+            SendEngine::Splice => {
+                if self.pipe.is_none() {
+                    self.pipe = Some(Pipe::new(self.block as usize)?);
+                }
+                let pipe = self.pipe.as_ref().expect("made above");
+                let mut pos = offset;
+                while pos < end {
+                    let want = (end - pos).min(pipe.cap as u64) as usize;
+                    let mut off = pos;
+                    let n = retry("splice(file -> pipe)", "source file", None, || {
+                        rustix::pipe::splice(
+                            file,
+                            Some(&mut off),
+                            &pipe.w,
+                            None,
+                            want,
+                            SpliceFlags::MOVE,
+                        )
+                    })?;
+                    if n == 0 {
+                        return Err(EngineError::SourceShort {
+                            at: pos,
+                            expected: end,
+                        });
+                    }
+                    let more = if pos + (n as u64) < end {
+                        SpliceFlags::MOVE | SpliceFlags::MORE
+                    } else {
+                        SpliceFlags::MOVE
+                    };
+                    let mut left = n;
+                    while left > 0 {
+                        let m = retry("splice(pipe -> socket)", "socket", timeout, || {
+                            rustix::pipe::splice(&pipe.r, None, sock, None, left, more)
+                        })?;
+                        if m == 0 {
+                            let e = Errno::PIPE;
+                            return Err(EngineError::sys("splice(pipe -> socket)", "socket", e));
+                        }
+                        left -= m;
+                        progress.fetch_add(m as u64, Ordering::Relaxed);
+                    }
                     pos += n as u64;
                 }
                 Ok(())
@@ -280,7 +352,9 @@ impl FileSender {
             return Err(e);
         }
         let r = match self.engine {
-            SendEngine::Sendfile => self.send(file, sock, offset, len, progress),
+            SendEngine::Sendfile | SendEngine::Splice => {
+                self.send(file, sock, offset, len, progress)
+            }
             SendEngine::ReadWrite | SendEngine::Mmap => send_all(sock, &buf, false, progress),
         };
         self.staged = buf;

@@ -297,14 +297,14 @@ fn probe_splice(file: BorrowedFd<'_>) -> Result<(), String> {
 
 /// A pipe sized for splicing: as large as `want`, or as large as the system allows.
 #[derive(Debug)]
-struct Pipe {
-    r: OwnedFd,
-    w: OwnedFd,
-    cap: usize,
+pub(crate) struct Pipe {
+    pub(crate) r: OwnedFd,
+    pub(crate) w: OwnedFd,
+    pub(crate) cap: usize,
 }
 
 impl Pipe {
-    fn new(want: usize) -> Result<Pipe, EngineError> {
+    pub(crate) fn new(want: usize) -> Result<Pipe, EngineError> {
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| EngineError::sys("pipe2", "splice pipe", e))?;
         // Unprivileged users may go up to fs.pipe-max-size (1 MiB by default).
