@@ -2,6 +2,7 @@
 //! letters follow iperf3 where the meaning matches (`-p`, `-i`, `-J`); targets follow scp
 //! (`HOST:PATH`, `[v6addr]:PATH`).
 
+mod bench;
 mod demo;
 mod get;
 mod keygen;
@@ -40,6 +41,11 @@ enum Command {
     Send(send::SendArgs),
     /// Fetch files and directory trees from a server.
     Get(get::GetArgs),
+    /// Benchmark the copy mechanisms on this host: the source documents' experiments.
+    Bench(bench::BenchArgs),
+    /// One side of one benchmark run (started by `zcp bench`).
+    #[command(hide = true)]
+    BenchSide(bench::BenchSideArgs),
 }
 
 /// Runs the command; returns the process exit code.
@@ -50,6 +56,8 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Serve(a) => serve::run(a),
         Command::Send(a) => send::run(a),
         Command::Get(a) => get::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::BenchSide(a) => bench::run_side(a),
     };
     match result {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 
 #![allow(unreachable_pub)]
 
+mod bench;
 mod cli;
 mod engines;
 mod faults;

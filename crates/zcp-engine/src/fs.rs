@@ -830,6 +830,14 @@ pub fn start_writeback(fd: impl AsFd, offset: u64, len: u64) {
     }
 }
 
+/// Drops a file's clean pages from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`), so
+/// the next read comes from the disk. Any user who can open the file may do this; dirty pages
+/// stay until written, so sync the file first.
+pub fn drop_cached(fd: impl AsFd) -> Result<(), EngineError> {
+    rustix::fs::fadvise(&fd, 0, None, rustix::fs::Advice::DontNeed)
+        .map_err(|e| EngineError::sys("posix_fadvise(DONTNEED)", "source file", e))
+}
+
 /// Waits for a range's writeback and drops its pages from the page cache. See
 /// [`start_writeback`].
 pub fn settle(fd: impl AsFd, offset: u64, len: u64) {
