@@ -7,7 +7,7 @@
 //! run is two fresh processes of the `zcp` binary (`zcp bench-side`, see [`side`]): a
 //! receiver listening on loopback and a sender connecting to it, so each side's CPU time,
 //! context switches, page faults and peak RSS are its own, as `getrusage` reports them for a
-//! process (document 001, Fig. 3). [`run`] drives the runs and pushes [`Event`]s to the
+//! process (document 001, Fig. 3). [`run()`] drives the runs and pushes [`Event`]s to the
 //! caller; it never prints. [`report`] turns the runs into statistics ([`stats`]), ratios
 //! against the read/write baseline, warnings, and the table, CSV and JSON outputs; [`plot`]
 //! draws the documents' charts as SVG; [`seeds`] holds the figures the documents published.
