@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod doctor;
 mod get;
 mod keygen;
 mod send;
@@ -43,6 +44,8 @@ enum Command {
     Get(get::GetArgs),
     /// Benchmark the copy mechanisms on this host: the source documents' experiments.
     Bench(bench::BenchArgs),
+    /// Inspect this host's tuning for fast transfers (read-only) and print the exact fixes.
+    Doctor(doctor::DoctorArgs),
     /// One side of one benchmark run (started by `zcp bench`).
     #[command(hide = true)]
     BenchSide(bench::BenchSideArgs),
@@ -57,6 +60,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Send(a) => send::run(a),
         Command::Get(a) => get::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Doctor(a) => doctor::run(a),
         Command::BenchSide(a) => bench::run_side(a),
     };
     match result {

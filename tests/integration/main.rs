@@ -5,8 +5,10 @@
 
 mod bench;
 mod cli;
+mod doctor;
 mod engines;
 mod faults;
+mod netns;
 mod paths;
 mod protocol;
 mod resume;

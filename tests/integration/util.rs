@@ -131,8 +131,16 @@ pub struct ServerProc {
 
 impl ServerProc {
     pub fn start(root: &Path, key: &Path, extra: &[&str]) -> ServerProc {
-        let mut child = zcp()
-            .args(["serve", "--bind", "127.0.0.1", "-p", "0", "--root"])
+        let mut c = zcp();
+        c.args(["serve", "--bind", "127.0.0.1"]);
+        Self::spawn(c, root, key, extra)
+    }
+
+    /// `cmd` (a `zcp` or `ip netns exec NS zcp` command with `serve` and its bind address
+    /// already given) on an ephemeral port.
+    pub fn spawn(mut cmd: Command, root: &Path, key: &Path, extra: &[&str]) -> ServerProc {
+        let mut child = cmd
+            .args(["-p", "0", "--root"])
             .arg(root)
             .arg("--key-file")
             .arg(key)

@@ -4,7 +4,8 @@
 //! It owns the sender engines ([`SendEngine`]: sendfile, read/write, mmap), the receiver
 //! engines ([`RecvEngine`]: splice, O_DIRECT ring, read/write, null, mem) and their probes,
 //! filesystem work beneath the receiver's root ([`fs`]), hashing from the page cache through
-//! guarded mappings ([`map`]), and resource accounting ([`sys`]). It knows nothing of frames,
+//! guarded mappings ([`map`]), resource accounting ([`sys`]) and the read-only host probes of
+//! `zcp doctor` ([`probe`]). It knows nothing of frames,
 //! keys or sessions: callers hand it descriptors, offsets and lengths.
 //!
 //! `unsafe_code` stays denied at the crate level: each `unsafe` block carries its own
@@ -16,6 +17,7 @@ mod buf;
 mod error;
 pub mod fs;
 pub mod map;
+pub mod probe;
 pub mod recv;
 pub mod send;
 pub mod sys;

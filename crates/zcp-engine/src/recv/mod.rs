@@ -225,6 +225,16 @@ pub fn choose(requested: RecvEngine, dir: BorrowedFd<'_>, fs: &FsInfo) -> Choice
     }
 }
 
+/// Whether O_DIRECT and splice each work for files in directory `dir` on filesystem `fs`,
+/// tried on one scratch file (created and removed here): each is `Err` with the reason when
+/// it does not, or when the probe file cannot be created.
+pub fn probe_engines(dir: BorrowedFd<'_>, fs: &FsInfo) -> (Result<(), String>, Result<(), String>) {
+    match Scratch::create(dir) {
+        Ok(scratch) => (probe_direct(&scratch, fs), probe_splice(scratch.fd.as_fd())),
+        Err(e) => (Err(e.clone()), Err(e)),
+    }
+}
+
 /// A probe file, removed when dropped.
 struct Scratch<'a> {
     dir: BorrowedFd<'a>,

@@ -1,0 +1,208 @@
+//! Two hosts on one machine: `scripts/testbed.sh` makes two network namespaces joined by a
+//! veth pair; a zcp server runs in one, clients in the other. Root only (CI runs as root); the
+//! tests skip with a printed reason otherwise. The namespaces are removed when the testbed is
+//! dropped, also when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::util::{Env, ServerProc, is_root, make_file, run, same_file, text};
+
+/// The server's and the client's addresses inside the namespaces.
+pub const ADDR_A: &str = "10.231.0.1";
+pub const ADDR_B: &str = "10.231.0.2";
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed.sh")
+}
+
+/// Namespaces `<name>-a` (client side, dev `zcpa`) and `<name>-b` (server side, dev `zcpb`).
+pub struct Testbed {
+    pub name: String,
+}
+
+impl Testbed {
+    /// Creates a testbed, or prints why not and returns `None` (the test then returns).
+    pub fn up(mtu: u32, mtu_b: u32, rate: Option<&str>) -> Option<Testbed> {
+        if !is_root() {
+            println!("skipped: network namespaces need root");
+            return None;
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "zcpt{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut c = Command::new(script());
+        c.args([
+            "up",
+            &name,
+            "--mtu",
+            &mtu.to_string(),
+            "--mtu-b",
+            &mtu_b.to_string(),
+        ]);
+        if let Some(r) = rate {
+            c.args(["--rate", r]);
+        }
+        let o = run(c, 30);
+        if !o.status.success() {
+            println!(
+                "skipped: the testbed could not be made: {}",
+                text(&o.stderr)
+            );
+            return None;
+        }
+        Some(Testbed { name })
+    }
+
+    /// `zcp ARGS...` inside namespace `a` or `b`.
+    pub fn zcp(&self, side: char, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &format!("{}-{side}", self.name)])
+            .arg(env!("CARGO_BIN_EXE_zcp"))
+            .args(args)
+            .env_remove("ZCP_KEY_FILE");
+        c
+    }
+
+    /// A zcp server on the `b` side, listening on [`ADDR_B`].
+    pub fn server(&self, root: &Path, key: &Path) -> ServerProc {
+        ServerProc::spawn(self.zcp('b', &["serve", "--bind", ADDR_B]), root, key, &[])
+    }
+
+    /// `tc -s qdisc show` of one end.
+    pub fn qdisc(&self, side: char) -> String {
+        let dev = if side == 'a' { "zcpa" } else { "zcpb" };
+        let mut c = Command::new("tc");
+        c.args([
+            "-n",
+            &format!("{}-{side}", self.name),
+            "-s",
+            "qdisc",
+            "show",
+            "dev",
+            dev,
+        ]);
+        text(&run(c, 10).stdout)
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let mut c = Command::new(script());
+        c.args(["down", &self.name]);
+        let _ = c.status();
+    }
+}
+
+/// Bytes a tbf qdisc has sent, from `tc -s qdisc show`.
+fn tbf_sent(qdisc: &str) -> u64 {
+    qdisc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Sent "))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn doctor_sees_jumbo_frames_end_to_end_or_not() {
+    for (mtu_b, jumbo) in [(9000, true), (1500, false)] {
+        let Some(tb) = Testbed::up(9000, mtu_b, None) else {
+            return;
+        };
+        let env = Env::new();
+        let root = env.mkdir("root");
+        let server = tb.server(&root, &env.key);
+        let peer = format!("{ADDR_B}:{}", server.port);
+        let data = env.mkdir("data");
+        let mut c = tb.zcp('a', &["doctor", "--peer", &peer, "--json", "--path"]);
+        c.arg(&data);
+        let o = run(c, 60);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            v["interfaces"],
+            serde_json::json!(["zcpa"]),
+            "the route to the peer"
+        );
+        assert_eq!(v["target"]["rtt_source"], "measured");
+        let find = |sec: &str, name: &str| {
+            v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["section"] == sec && c["name"] == name)
+                .unwrap_or_else(|| panic!("no {sec}/{name} in {v}"))
+                .clone()
+        };
+        assert_eq!(find("interface zcpa", "mtu")["status"], "ok");
+        let rtt = find("peer", "rtt");
+        assert!(rtt["note"].as_str().unwrap().contains(ADDR_A), "{rtt}");
+        assert_eq!(find("peer", "path mtu")["current"], "9000");
+        let j = find("peer", "jumbo frames end to end");
+        if jumbo {
+            assert_eq!(j["status"], "ok", "{j}");
+        } else {
+            // The far end announces the MSS of its 1500-byte MTU.
+            assert_eq!(j["status"], "tune", "{j}");
+            assert!(
+                j["current"].as_str().unwrap().starts_with("no (MSS 14"),
+                "{j}"
+            );
+        }
+        // The probe's bare connections leave the server serving.
+        let src = env.path("f");
+        make_file(&src, 1 << 20, 4096, 7);
+        let mut c = tb.zcp('a', &["send", "-p", &server.port.to_string(), "--key-file"]);
+        c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:f"));
+        let o = run(c, 60);
+        assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+        assert!(same_file(&src, &root.join("f")));
+    }
+}
+
+#[test]
+fn streams_cross_a_rate_limited_veth_intact() {
+    let Some(tb) = Testbed::up(1500, 1500, Some("400mbit")) else {
+        return;
+    };
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let server = tb.server(&root, &env.key);
+    let src = env.path("big");
+    let size = 24u64 << 20;
+    make_file(&src, size, 4096, 11);
+    let port = server.port.to_string();
+    let mut c = tb.zcp(
+        'a',
+        &[
+            "send",
+            "-P",
+            "4",
+            "--chunk-size",
+            "1M",
+            "-p",
+            &port,
+            "--key-file",
+        ],
+    );
+    c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:big"));
+    let o = run(c, 120);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(same_file(&src, &root.join("big")));
+    // Every byte went through the shaped link, not some other path.
+    let q = tb.qdisc('a');
+    assert!(q.contains("tbf"), "{q}");
+    assert!(tbf_sent(&q) >= size, "{q}");
+}
+
+#[test]
+fn tbf_counters_parse() {
+    let q = "qdisc tbf 8001: root refcnt 3 rate 400Mbit burst 1048550b lat 100ms \n Sent 25417381 bytes 1790 pkt (dropped 0, overlimits 0 requeues 0) \n";
+    assert_eq!(tbf_sent(q), 25_417_381);
+    assert_eq!(tbf_sent("nothing"), 0);
+}
