@@ -242,10 +242,45 @@ impl<W: Write> Human<W> {
     }
 }
 
+/// `event` with every text a peer could have written (names, engines, notes, messages)
+/// escaped with [`zcp_wire::escape_text`]: the session escapes what it hears, and this is the
+/// last guard before the terminal.
+fn cleaned(event: &Event) -> Event {
+    let t = |s: &str| zcp_wire::escape_text(s);
+    let failure = |f: &Failure| Failure {
+        path: t(&f.path),
+        code: f.code,
+        message: t(&f.message),
+    };
+    match event {
+        Event::Start(s) => Event::Start(Start {
+            source: t(&s.source),
+            target: t(&s.target),
+            session: t(&s.session),
+            sender_engine: t(&s.sender_engine),
+            sender_note: s.sender_note.as_deref().map(t),
+            receiver_engine: t(&s.receiver_engine),
+            receiver_note: s.receiver_note.as_deref().map(t),
+            ..s.clone()
+        }),
+        Event::Notice(n) => Event::Notice(t(n)),
+        Event::Failed(f) => Event::Failed(failure(f)),
+        Event::Summary(s) => Event::Summary(Summary {
+            sender_engine: t(&s.sender_engine),
+            receiver_engine: t(&s.receiver_engine),
+            target: t(&s.target),
+            digest: s.digest.as_deref().map(t),
+            failures: s.failures.iter().map(failure).collect(),
+            ..s.clone()
+        }),
+        other => other.clone(),
+    }
+}
+
 impl<W: Write> Reporter for Human<W> {
     fn event(&mut self, event: &Event) {
         // A closed stdout (zcp send ... | head) must not abort the transfer: ignore write errors.
-        let _ = match event {
+        let _ = match &cleaned(event) {
             Event::Start(s) => self.start(s),
             Event::Interval(i) => self.interval(i),
             Event::Notice(n) => writeln!(self.out, "note:     {n}"),

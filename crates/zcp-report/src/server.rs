@@ -24,8 +24,13 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
         }
     }
 
-    /// Formats one event as a line.
+    /// Formats one event as one line: whatever a peer put in its texts is escaped
+    /// ([`zcp_wire::escape_text`]), so it can neither drive a terminal nor forge a line.
     pub fn line(event: &ServerEvent) -> String {
+        zcp_wire::escape_text(&Self::raw_line(event))
+    }
+
+    fn raw_line(event: &ServerEvent) -> String {
         let short = |s: &str| s[..s.len().min(16)].to_string();
         match event {
             ServerEvent::Listening { addr, root } => {
@@ -79,6 +84,9 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                     "zcp: session {}: {target} not committed: {reason}",
                     short(session)
                 )
+            }
+            ServerEvent::Note { session, message } => {
+                format!("zcp: session {}: {message}", short(session))
             }
             ServerEvent::SessionEnd {
                 session,

@@ -254,6 +254,14 @@ pub enum ServerEvent {
         /// Why.
         reason: String,
     },
+    /// Something a session's role noted: a data stream that broke or was refused (with the
+    /// reason), an entry the peer passed over. Text from the peer arrives escaped.
+    Note {
+        /// Session id, hex.
+        session: String,
+        /// What happened.
+        message: String,
+    },
     /// A session ended.
     SessionEnd {
         /// Session id, hex.

@@ -33,7 +33,7 @@ pub use message::{
     ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES,
     MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_TEXT, Message, Open, PutFile, Role, SideStats,
 };
-pub use path::{PathError, RelPath, escape};
+pub use path::{PathError, RelPath, escape, escape_text};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
 
 /// The protocol version this crate speaks.

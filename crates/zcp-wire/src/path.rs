@@ -153,6 +153,30 @@ pub fn escape(raw: &[u8]) -> String {
     if quoted { format!("'{out}'") } else { out }
 }
 
+/// Makes text safe to print or log: control characters (ESC, BEL, CR, newline, DEL, the C1
+/// range) and the bidirectional overrides are escaped (`\u{1b}`, `\r`, `\n`, `\u{202e}`);
+/// everything else is kept, so text escaped once passes unchanged a second time. Every text
+/// that came from the network goes through this (or [`escape`] for names) before it reaches a
+/// terminal or a log line, so a peer can neither drive the terminal nor forge lines.
+pub fn escape_text(text: &str) -> String {
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for ch in text.chars() {
+        if unsafe_char(ch) {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +233,19 @@ mod tests {
         assert_eq!(escape(b"a b"), "'a b'");
         assert_eq!(escape(b"new\nline"), "'new\\nline'");
         assert_eq!(escape(b"bad\xff"), "'bad\\xff'");
+    }
+
+    #[test]
+    fn escape_text_leaves_no_control_character() {
+        assert_eq!(escape_text("plain text, ünï"), "plain text, ünï");
+        let evil = "ok\x1b[2J\x07\rzcp: session 00 finished\nnext\u{9b}31m\u{7f}";
+        let safe = escape_text(evil);
+        assert!(!safe.chars().any(char::is_control), "{safe:?}");
+        assert_eq!(
+            safe,
+            "ok\\u{1b}[2J\\u{7}\\rzcp: session 00 finished\\nnext\\u{9b}31m\\u{7f}"
+        );
+        assert_eq!(escape_text(&safe), safe, "escaping twice changes nothing");
+        assert_eq!(escape_text("name\u{202e}txt.exe"), "name\\u{202e}txt.exe");
     }
 }
