@@ -21,8 +21,10 @@ fn cli_refuses_absolute_and_parent_paths() {
         ("a/../../x", ".."),
         ("..", ".."),
     ] {
+        // Found before connecting: a usage mistake (2), never "the peer refused".
         let o = run(send_cmd(srv.port, &env.key, &src, dest, &[]), 10);
-        assert_eq!(o.status.code(), Some(4), "{dest}: {}", text(&o.stderr));
+        assert_eq!(o.status.code(), Some(2), "{dest}: {}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("peer"), "{}", text(&o.stderr));
         assert!(
             text(&o.stderr).contains(needle),
             "{dest}: {}",
@@ -170,7 +172,8 @@ fn unusual_names_arrive_with_their_exact_bytes() {
     assert!(root.join(&long).exists());
     let too_long = "n".repeat(256);
     let o = run(send_cmd(srv.port, &env.key, &src, &too_long, &[]), 10);
-    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("255"), "{}", text(&o.stderr));
 }
 
 #[test]

@@ -123,23 +123,21 @@ fn open_beneath(dir: &OwnedFd, name: &[u8], flags: OFlags) -> Result<OwnedFd, Er
     }
 }
 
+/// A name beneath a root that cannot be used, said the same for a destination and a source:
+/// the caller adds which it is.
 fn path_error(shown: &str, call: &str, e: Errno) -> EngineError {
     let why = match e {
-        Errno::LOOP => {
-            "is a symlink on the receiver, and zcp never follows symlinks there".to_string()
-        }
-        Errno::NOTDIR => "is not a directory on the receiver".to_string(),
-        Errno::XDEV => "resolves outside the server root".to_string(),
-        Errno::NOENT => "does not exist on the receiver".to_string(),
-        Errno::ACCESS | Errno::PERM => {
-            "is not accessible to the server (permission denied)".to_string()
-        }
+        Errno::LOOP => "is a symlink, and zcp never follows symlinks beneath its root".to_string(),
+        Errno::NOTDIR => "is not a directory".to_string(),
+        Errno::XDEV => "resolves outside the root".to_string(),
+        Errno::NOENT => "does not exist".to_string(),
+        Errno::ACCESS | Errno::PERM => "is not accessible (permission denied)".to_string(),
         other => format!(
             "could not be opened ({call}: {})",
             std::io::Error::from(other)
         ),
     };
-    EngineError::Path(format!("destination '{shown}' {why}"))
+    EngineError::Path(format!("'{shown}' {why}"))
 }
 
 /// What `name` is in `dir`, without following a symlink.
@@ -621,10 +619,11 @@ pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {
     })
 }
 
-/// Sets the permission bits and mtime of an open directory or file.
+/// Sets the permission bits (`mode & 0o777`: setuid, setgid and sticky are never set from the
+/// network) and mtime of an open directory or file.
 pub fn set_mode_and_mtime(fd: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result<(), EngineError> {
     retry("fchmod", "destination", None, || {
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777))
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777))
     })?;
     let times = timestamps(mtime);
     retry("futimens", "destination", None, || {

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, random, tcp_info, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine, Usage};
-use zcp_wire::{ErrorCode, Message, Open, Psk, escape};
+use zcp_wire::{ErrorCode, Message, Open, Psk, escape, escape_text};
 
+use crate::confine::{Requested, Scope};
 use crate::conn::{ClientSession, authenticate, connect, open_data};
 use crate::control::{ControlWriter, spawn_reader};
 use crate::error::{FrameIoError, SessionError};
@@ -304,11 +305,20 @@ impl Observer for ClientObserver<'_> {
     }
 }
 
-/// Connects, authenticates and opens the session and its data streams.
-fn open_session(
-    conn: &Connection,
-    mut open: Open,
-) -> Result<(ClientSession, u16, Duration, Vec<TcpStream>), SessionError> {
+/// An open session: the control connection, the data streams, what was granted.
+struct Opened {
+    cs: ClientSession,
+    streams: u16,
+    idle: Duration,
+    data: Vec<TcpStream>,
+    /// Said when the server allows fewer streams than asked for.
+    capped: Option<String>,
+}
+
+/// Connects, authenticates and opens the session and its data streams. A server that grants
+/// more streams than asked for (or none, or no idle time) breaks the protocol: nothing is
+/// opened for it.
+fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionError> {
     let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
     control.set_read_timeout(Some(conn.connect_timeout)).ok();
     control.set_write_timeout(Some(conn.connect_timeout)).ok();
@@ -318,8 +328,16 @@ fn open_session(
     })?;
     let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
     let peer = cs.peer.to_string();
-    // The server said its limit in Welcome; ask for no more.
-    open.streams = open.streams.clamp(1, cs.max_streams.max(1));
+    // The server said its limit in Welcome; ask for no more, and say so.
+    let wanted = open.streams.max(1);
+    open.streams = wanted.min(cs.max_streams.max(1));
+    let capped = (open.streams < wanted).then(|| {
+        format!(
+            "asked for {wanted} streams; the server allows at most {}, so {} are used",
+            cs.max_streams, open.streams
+        )
+    });
+    let asked_streams = open.streams;
     cs.tx
         .send(&Message::Open(open))
         .map_err(|e| FrameIoError::from(e).into_session(&peer))?;
@@ -332,7 +350,10 @@ fn open_session(
         match cs.rx.poll().map_err(|e| e.into_session(&peer))? {
             Some(Message::Opened { streams, idle_ms }) => break (streams, idle_ms),
             Some(Message::Error { code, message }) => {
-                return Err(SessionError::Refused { code, message });
+                return Err(SessionError::Refused {
+                    code,
+                    message: escape_text(&message),
+                });
             }
             Some(other) => {
                 return Err(SessionError::Protocol {
@@ -349,11 +370,20 @@ fn open_session(
             None => {}
         }
     };
-    if streams == 0 {
-        return Err(SessionError::Protocol {
-            peer,
-            reason: "the server granted no data streams".into(),
+    let granted_wrong = match (streams, idle_ms) {
+        (0, _) => Some("the server granted no data streams".to_string()),
+        (n, _) if n > asked_streams => Some(format!(
+            "the server granted {n} data streams, more than the {asked_streams} asked for"
+        )),
+        (_, 0) => Some("the server granted an idle timeout of 0".to_string()),
+        _ => None,
+    };
+    if let Some(reason) = granted_wrong {
+        let _ = cs.tx.send(&Message::Error {
+            code: ErrorCode::Protocol,
+            message: reason.clone(),
         });
+        return Err(SessionError::Protocol { peer, reason });
     }
     let idle = Duration::from_millis(u64::from(idle_ms)).min(conn.idle_timeout);
     let mut data = Vec::with_capacity(usize::from(streams));
@@ -375,7 +405,13 @@ fn open_session(
         data.push(s);
     }
     cs.tx.stream.set_write_timeout(Some(idle)).ok();
-    Ok((cs, streams, idle, data))
+    Ok(Opened {
+        cs,
+        streams,
+        idle,
+        data,
+        capped,
+    })
 }
 
 fn hex(b: &[u8]) -> String {
@@ -433,9 +469,8 @@ fn basename(p: &Path) -> Vec<u8> {
 /// has ended. The summary is also pushed to `reporter`.
 pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
     let t = &opts.transfer;
-    zcp_wire::RelPath::parse(&opts.dest).map_err(|e| SessionError::Refused {
-        code: ErrorCode::BadPath,
-        message: e.to_string(),
+    zcp_wire::RelPath::parse(&opts.dest).map_err(|e| {
+        SessionError::Usage(format!("invalid destination '{}': {e}", escape(&opts.dest)))
     })?;
     if opts.sources.is_empty() {
         return Err(SessionError::Source {
@@ -503,8 +538,13 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         .collect();
 
     let usage0 = thread_usage();
-    let (cs, streams, idle, data) =
-        open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
+    let Opened {
+        cs,
+        streams,
+        idle,
+        data,
+        capped,
+    } = open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
     let peer = cs.peer.to_string();
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let start = start_event(
@@ -517,6 +557,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         streams,
     );
     let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    obs.notice(None, capped);
     let ClientSession {
         tx,
         rx,
@@ -612,37 +653,63 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         });
     }
     for p in &opts.paths {
-        zcp_wire::RelPath::parse(p).map_err(|e| SessionError::Refused {
-            code: ErrorCode::BadPath,
-            message: e.to_string(),
-        })?;
+        let rel = zcp_wire::RelPath::parse(p)
+            .map_err(|e| SessionError::Usage(format!("cannot fetch '{}': {e}", escape(p))))?;
+        if rel.components().is_empty() {
+            return Err(SessionError::Usage(format!(
+                "cannot fetch '{}': name a path below the server root, not the root itself",
+                escape(p)
+            )));
+        }
     }
     // One path into something that is not a directory: that is its new name. Otherwise
     // everything goes into the destination directory, made if missing.
     let dest_is_dir = opts.dest.is_dir() || opts.dest.as_os_str().as_bytes().ends_with(b"/");
-    let (root_path, names): (PathBuf, Vec<Vec<u8>>) = if opts.paths.len() == 1 && !dest_is_dir {
-        let parent = opts
-            .dest
+    let one_new_name = opts.paths.len() == 1 && !dest_is_dir;
+    let names: Vec<Vec<u8>> = if one_new_name {
+        vec![basename(&opts.dest)]
+    } else {
+        opts.paths
+            .iter()
+            .map(|p| basename(Path::new(std::ffi::OsStr::from_bytes(p))))
+            .collect()
+    };
+    // The names are ours: the server may send these and (with -r) what is beneath them,
+    // nothing else.
+    for n in &names {
+        zcp_wire::RelPath::check_name(n).map_err(|e| {
+            SessionError::Usage(format!(
+                "cannot fetch into {}: {e}",
+                escape(opts.dest.as_os_str().as_bytes())
+            ))
+        })?;
+    }
+    let root_path = if one_new_name {
+        opts.dest
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        (parent.to_path_buf(), vec![basename(&opts.dest)])
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
     } else {
         std::fs::create_dir_all(&opts.dest).map_err(|source| SessionError::Io {
             what: format!("creating {}", opts.dest.display()),
             source,
         })?;
-        let names = opts
-            .paths
-            .iter()
-            .map(|p| basename(Path::new(std::ffi::OsStr::from_bytes(p))))
-            .collect();
-        (opts.dest.clone(), names)
+        opts.dest.clone()
     };
+    let scope = Scope::pull(Requested {
+        names: names.clone(),
+        recursive: t.recursive,
+    });
     let root = Arc::new(Root::open(&root_path)?);
     let usage0 = thread_usage();
-    let (cs, streams, idle, data) =
-        open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+    let Opened {
+        cs,
+        streams,
+        idle,
+        data,
+        capped,
+    } = open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
     let start = start_event(
@@ -655,6 +722,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         streams,
     );
     let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    obs.notice(None, capped);
     let ClientSession {
         tx,
         rx,
@@ -694,7 +762,15 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         idle,
         sender_engine: t.engine.name().into(),
     };
-    let shared = Arc::new(RxShared::new(keys, nonces, root, ctl.clone(), ev_tx, cfg));
+    let shared = Arc::new(RxShared::new(
+        keys,
+        nonces,
+        root,
+        ctl.clone(),
+        ev_tx,
+        cfg,
+        scope,
+    ));
     let mut loops = Vec::new();
     for (i, s) in data.iter().enumerate() {
         let sock = s.try_clone().map_err(|source| SessionError::Io {

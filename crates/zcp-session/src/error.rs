@@ -36,6 +36,9 @@ pub enum SessionError {
         /// Why.
         source: io::Error,
     },
+    /// The request cannot be made as given (found before connecting).
+    #[error("{0}")]
+    Usage(String),
     /// Authentication failed on either side.
     #[error("authentication failed: {0}")]
     Auth(String),
@@ -94,6 +97,29 @@ pub mod exit {
     /// The data did not verify, or the source changed while being sent.
     pub const INTEGRITY: i32 = 5;
 
+    /// Partial: the session ran to its end; some entries arrived and others did not.
+    pub const PARTIAL: i32 = 23;
+
+    /// The exit code of a session that ran to its end with entries that failed, given their
+    /// failure classes (see [`crate::Failure::code`]) and whether anything was stored: 0 with
+    /// no failure; [`INTEGRITY`] when any failed verification or its source changed; else
+    /// [`PARTIAL`] when something arrived; else the class of the first failure.
+    pub fn for_failures<'a>(codes: impl IntoIterator<Item = &'a str>, stored_any: bool) -> i32 {
+        let codes: Vec<&str> = codes.into_iter().collect();
+        match codes.first() {
+            None => OK,
+            Some(_)
+                if codes
+                    .iter()
+                    .any(|c| matches!(*c, "verify" | "source-changed")) =>
+            {
+                INTEGRITY
+            }
+            Some(_) if stored_any => PARTIAL,
+            Some(first) => for_failure(first),
+        }
+    }
+
     /// The exit code for a transfer that finished with failed entries, from the class of the
     /// first failure (see [`crate::Failure::code`]).
     pub fn for_failure(code: &str) -> i32 {
@@ -111,6 +137,7 @@ impl SessionError {
     pub fn exit_code(&self) -> i32 {
         match self {
             SessionError::Key(_) | SessionError::Auth(_) => exit::AUTH,
+            SessionError::Usage(_) => exit::USAGE,
             SessionError::Refused { code, .. } => match code {
                 ErrorCode::Auth => exit::AUTH,
                 ErrorCode::Verify | ErrorCode::SourceChanged => exit::INTEGRITY,

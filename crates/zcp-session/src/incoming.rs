@@ -186,12 +186,31 @@ impl Incoming {
         });
     }
 
-    /// The sender's answer to the chunks offered for resume: keep them, or start over.
-    /// Returns the bytes kept.
-    pub(crate) fn go(&self, restart: bool) -> u64 {
-        self.update(|st| {
+    /// Whether the sender may answer `Go` now: only a file that was offered for resume
+    /// (`FileReady{resumed}`), and only once.
+    pub(crate) fn may_go(&self) -> Result<(), String> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.phase == Phase::AwaitGo {
+            Ok(())
+        } else {
+            Err(format!(
+                "Go for file {}, which was not offered for resume or was answered already",
+                self.id
+            ))
+        }
+    }
+
+    /// The sender's answer to the chunks offered for resume: keep them, or start over, which
+    /// discards every chunk's state. Returns the bytes kept. Check [`Incoming::may_go`] first.
+    pub(crate) fn go(&self, restart: bool) -> Result<u64, String> {
+        self.may_go()?;
+        Ok(self.update(|st| {
             let mut kept = 0;
-            if !restart {
+            if restart {
+                self.in_place.store(false, Ordering::Relaxed);
+                st.chunks.iter_mut().for_each(|c| *c = Chunk::default());
+                st.durable = 0;
+            } else {
                 for (i, mac) in std::mem::take(&mut st.offered) {
                     let c = &mut st.chunks[i as usize];
                     if c.flags & DURABLE == 0 {
@@ -205,13 +224,10 @@ impl Incoming {
                     }
                 }
             }
-            if restart {
-                self.in_place.store(false, Ordering::Relaxed);
-            }
             st.offered.clear();
             st.phase = Phase::Open;
             kept
-        })
+        }))
     }
 
     /// Waits until the file may receive data (after `Go`), up to `timeout`.
@@ -344,9 +360,13 @@ impl Incoming {
         });
     }
 
-    /// Whether any chunk is durable: a file worth keeping for a resume.
-    pub(crate) fn has_durable(&self) -> bool {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).durable > 0
+    /// Whether the part file holds chunks worth keeping for a resume: chunks made durable in
+    /// this session, or journaled chunks of an earlier one still offered (the session ended
+    /// between `FileReady{resumed}` and `Go`). An existing target's chunks are not: the target
+    /// itself holds them.
+    pub(crate) fn holds_resumable(&self) -> bool {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.durable > 0 || (!st.offered.is_empty() && !self.in_place.load(Ordering::Relaxed))
     }
 
     /// Records the sender's `FileEnd` digest. Refuses a second one.
@@ -534,7 +554,9 @@ mod tests {
         );
         assert!(f.claim(2).is_err(), "no data before Go");
         assert!(f.wait_open(Duration::from_millis(1)).is_err());
-        assert_eq!(f.go(false), 2 * 65536);
+        assert!(f.holds_resumable(), "offered chunks are kept until Go");
+        assert_eq!(f.go(false), Ok(2 * 65536));
+        assert!(f.go(false).is_err(), "one Go per file");
         f.wait_open(Duration::from_millis(1)).unwrap();
         assert!(f.claim(0).is_err(), "kept chunks are done");
         for i in 2..4 {
@@ -549,8 +571,26 @@ mod tests {
         assert!(matches!(f.settle(&keys()), Settle::Commit(_)));
 
         let f = incoming(200_000, RecvEngine::Direct, vec![(0, [3; 32])]);
-        assert_eq!(f.go(true), 0);
+        assert_eq!(f.go(true), Ok(0));
+        assert!(!f.holds_resumable(), "a restart keeps nothing");
         f.claim(0).unwrap();
+    }
+
+    #[test]
+    fn go_for_a_file_that_was_not_offered_is_refused() {
+        // The attack: chunks verified and durable, then Go{restart} empties the part file;
+        // had the chunks stayed durable, an all-zero file would commit as verified.
+        let f = incoming(200_000, RecvEngine::ReadWrite, vec![]);
+        f.claim(0).unwrap();
+        f.written(0, Ok(()));
+        f.hashed(0, [9; 32]);
+        assert_eq!(f.expect(0, [9; 32]), Ok(Outcome::Verified(0)));
+        f.durable(0);
+        assert!(f.may_go().is_err());
+        let e = f.go(true).unwrap_err();
+        assert!(e.contains("not offered"), "{e}");
+        assert!(f.holds_resumable(), "the durable chunk is untouched");
+        assert!(f.claim(0).is_err(), "and still done");
     }
 
     #[test]

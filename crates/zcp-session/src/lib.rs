@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod confine;
 mod conn;
 mod control;
 mod error;

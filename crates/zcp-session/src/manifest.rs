@@ -109,6 +109,25 @@ fn shown(display: &[u8], name: &[u8]) -> Vec<u8> {
     join(display, name)
 }
 
+/// Why a destination path cannot cross the protocol, if it cannot: longer than
+/// [`zcp_wire::MAX_PATH`] bytes, or a component longer than [`zcp_wire::MAX_NAME`].
+fn over_limits(dest: &[u8], name: &[u8]) -> Option<String> {
+    if name.len() > zcp_wire::MAX_NAME {
+        return Some(format!(
+            "its name is {} bytes, over the limit of {} bytes per component; not sent",
+            name.len(),
+            zcp_wire::MAX_NAME
+        ));
+    }
+    (dest.len() > zcp_wire::MAX_PATH).then(|| {
+        format!(
+            "its destination path is {} bytes, over the limit of {} bytes; not sent",
+            dest.len(),
+            zcp_wire::MAX_PATH
+        )
+    })
+}
+
 impl Walker {
     /// A walk over `tops`; directories are entered only when `recursive`.
     pub(crate) fn new(tops: Vec<Top>, recursive: bool) -> Walker {
@@ -212,7 +231,7 @@ impl Walker {
                 let display = escape(&raw);
                 let fd = match fs::open_path(&path) {
                     Ok(fd) => fd,
-                    Err(e) => return Self::fail(String::new(), e),
+                    Err(e) => return Self::fail(display, e),
                 };
                 let meta = match fs::stat_fd(&fd) {
                     Ok(m) => m,
@@ -268,6 +287,11 @@ impl Iterator for Walker {
                     Some(Ok(name)) => {
                         let dest = join(&level.dest, &name);
                         let display = shown(&level.display, &name);
+                        if let Some(why) = over_limits(&dest, &name) {
+                            // Only this entry (and, for a directory, what is in it) fails:
+                            // nothing is announced, so the receiver creates nothing for it.
+                            return Some(Self::fail(escape(&display), why));
+                        }
                         // Take the level out for the visit (which may push a child level
                         // for a subdirectory), then put it back *below* that child.
                         let level = self.stack.pop().expect("checked above");
@@ -356,5 +380,58 @@ mod tests {
             false,
         );
         assert!(names(w)[0].contains("-r"));
+    }
+
+    #[test]
+    fn a_path_over_the_limits_fails_only_its_entry() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("tree");
+        std::fs::create_dir_all(t.join("subdir")).unwrap();
+        std::fs::write(t.join("ok"), b"1").unwrap();
+        std::fs::write(t.join("subdir/f"), b"2").unwrap();
+        std::fs::write(t.join("x".repeat(120)), b"3").unwrap();
+        // A destination 8 bytes short of the limit: "ok" and "subdir" fit, a 120-byte name
+        // does not, nor does "subdir/f".
+        let dest = vec![b'd'; zcp_wire::MAX_PATH - 8];
+        let w = Walker::new(
+            vec![Top::Local {
+                path: t,
+                dest: dest.clone(),
+                name: Vec::new(),
+            }],
+            true,
+        );
+        let got: Vec<String> = names(w)
+            .into_iter()
+            .map(|s| s.replace(&*String::from_utf8(dest.clone()).unwrap(), "D"))
+            .collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert!(got.contains(&"D D".to_string()), "{got:?}");
+        assert!(got.contains(&"D D/subdir".to_string()), "{got:?}");
+        assert!(got.contains(&"F D/ok 1".to_string()), "{got:?}");
+        let fails: Vec<&String> = got.iter().filter(|s| s.starts_with("S ")).collect();
+        assert_eq!(fails.len(), 2, "{got:?}");
+        for f in fails {
+            assert!(f.contains("over the limit of 4096 bytes"), "{f}");
+        }
+        assert!(
+            got.iter()
+                .any(|s| s.contains("subdir/f: its destination path")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_source_is_named() {
+        let w = Walker::new(
+            vec![Top::Local {
+                path: "/nonexistent/zcp-test/file.bin".into(),
+                dest: b"x".to_vec(),
+                name: Vec::new(),
+            }],
+            false,
+        );
+        let got = names(w);
+        assert!(got[0].contains("/nonexistent/zcp-test/file.bin"), "{got:?}");
     }
 }

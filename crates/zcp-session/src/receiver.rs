@@ -24,9 +24,14 @@ use zcp_engine::{EngineError, RecvEngine, StreamReceiver, Usage};
 use zcp_wire::journal::{JournalHeader, JournalRecord, MAX_JOURNAL_SESSIONS, decode_journal};
 use zcp_wire::{
     CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ChunkPlan, ErrorCode, Have, MAX_HAVE_ENTRIES,
-    Message, Nonce, PutFile, RelPath, SessionKeys, SideStats, escape,
+    Message, Nonce, PutFile, RelPath, SessionKeys, SideStats, escape, escape_text,
 };
 
+mod handler;
+
+use handler::{Flow, Handler};
+
+use crate::confine::{Act, Scope};
 use crate::control::{Batched, ControlWriter};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{Failure, FileOutcome, Observer};
@@ -57,7 +62,14 @@ pub(crate) struct ReceiverConfig {
 pub(crate) enum REvent {
     Ctl(Result<Message, FrameIoError>),
     Done(FileOutcome),
-    StreamEnded { usage: Usage },
+    StreamEnded {
+        usage: Usage,
+    },
+    /// A data stream broke or was refused (a chunk header that does not fit): the reason,
+    /// for the report and the server log.
+    StreamFailed {
+        why: String,
+    },
 }
 
 impl REvent {
@@ -112,6 +124,8 @@ pub(crate) struct RxShared {
     pub(crate) ctl: Arc<ControlWriter>,
     pub(crate) events: mpsc::Sender<REvent>,
     pub(crate) cfg: ReceiverConfig,
+    /// What this session may touch beneath the root.
+    scope: Scope,
     files: Mutex<HashMap<u32, Arc<Incoming>>>,
     tombstones: Mutex<HashSet<u32>>,
     journal: Mutex<Option<JournalTx>>,
@@ -138,6 +152,7 @@ impl RxShared {
         ctl: Arc<ControlWriter>,
         events: mpsc::Sender<REvent>,
         cfg: ReceiverConfig,
+        scope: Scope,
     ) -> RxShared {
         RxShared {
             keys,
@@ -146,6 +161,7 @@ impl RxShared {
             ctl,
             events,
             cfg,
+            scope,
             files: Mutex::new(HashMap::new()),
             tombstones: Mutex::new(HashSet::new()),
             journal: Mutex::new(None),
@@ -197,7 +213,7 @@ impl RxShared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(f.id);
-        let keep = f.has_durable();
+        let keep = f.holds_resumable();
         if let Some(store) = f.store.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             store.part.set_keep(keep && store.journaled);
         }
@@ -312,6 +328,34 @@ impl RxShared {
         }
     }
 
+    /// Who sends to this role, as messages name it: the server in a pull, the client in a
+    /// push.
+    pub(crate) fn peer(&self) -> &'static str {
+        if self.scope.is_pull() {
+            "the server"
+        } else {
+            "the client"
+        }
+    }
+
+    /// Tells the sender this role is alive while files are open (a long commit says nothing
+    /// else): `Progress` with the bytes written of one open file.
+    fn tell_alive(&self) {
+        let any = self
+            .files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .next()
+            .cloned();
+        if let Some(f) = any {
+            let _ = self.ctl.send(&Message::Progress {
+                file_id: f.id,
+                bytes: f.written.load(Ordering::Relaxed),
+            });
+        }
+    }
+
     /// Ends the session: unblocks every data stream.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
@@ -380,8 +424,11 @@ impl RxShared {
 
 fn engine_err(e: EngineError) -> Refusal {
     match e {
-        EngineError::NoSpace(m) => (ErrorCode::NoSpace, format!("no space on the receiver: {m}")),
-        EngineError::Path(m) => (ErrorCode::BadPath, m),
+        EngineError::NoSpace(m) => (
+            ErrorCode::NoSpace,
+            format!("no space for the destination: {m}"),
+        ),
+        EngineError::Path(m) => (ErrorCode::BadPath, format!("destination {m}")),
         EngineError::Busy(m) => (ErrorCode::Busy, m),
         other => (ErrorCode::Io, other.to_string()),
     }
@@ -464,6 +511,21 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
                 format!("more than {MAX_OPEN_FILES} files open in one session"),
             ));
         }
+    }
+    if shared.scope.is_pull() {
+        // The client chose every name itself: a name of the server's choosing is refused.
+        if !p.name.is_empty() {
+            return Err((
+                ErrorCode::BadPath,
+                format!(
+                    "the server sent file '{}' under a name of its own ('{}'); refused, nothing written",
+                    escape(&p.dest),
+                    escape(&p.name)
+                ),
+            ));
+        }
+        let dest = RelPath::parse(&p.dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+        shared.scope.check(&dest, Act::File)?;
     }
     let mtime = (p.mtime_sec, p.mtime_nsec);
     let Placed {
@@ -970,7 +1032,8 @@ pub(crate) struct ReceiverTotals {
 }
 
 /// Runs the receiving role until the sender's `Finish` and the stats exchange. `streams`
-/// data streams are expected; each runs [`data_loop`] on a thread of the caller's.
+/// data streams are expected; each runs [`data_loop`] on a thread of the caller's. A protocol
+/// error is sent to the peer as `Error{protocol}` before the role ends.
 pub(crate) fn run(
     shared: Arc<RxShared>,
     events: mpsc::Receiver<REvent>,
@@ -1002,307 +1065,12 @@ pub(crate) fn run(
         let s = shared.clone();
         spawn("zcp-commit", Box::new(move || commit_thread(s, commit_rx)))?
     };
-    let peer = "the sender".to_string();
-    let proto = |reason: String| SessionError::Protocol {
-        peer: peer.clone(),
-        reason,
-    };
     let mut totals = ReceiverTotals::default();
-    let result = (|| -> Result<(), SessionError> {
-        let mut finishing = false;
-        let mut stats_sent = false;
-        let mut engines_told = false;
-        let mut ended = 0u16;
-        let mut last_alive = Instant::now();
-        let mut last_bytes = 0u64;
-        let mut last_tell = Instant::now();
-        let mut queue = Batched::new(&events, &shared.ctl);
-        loop {
-            let next = queue.next(Duration::from_millis(100));
-            let ev = match next {
-                Ok(ev) => Some(ev),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(proto("the session's threads ended".into()));
-                }
-            };
-            match ev {
-                None => {}
-                Some(REvent::Ctl(Ok(m))) => {
-                    last_alive = Instant::now();
-                    match m {
-                        Message::PutFile(p) => {
-                            let id = p.file_id;
-                            let shown = escape(&p.dest);
-                            match prepare(&shared, p) {
-                                Ok(Prepared {
-                                    haves,
-                                    ready,
-                                    file: inc,
-                                }) => {
-                                    if !engines_told {
-                                        engines_told = true;
-                                        if let Message::FileReady { engine, note, .. } = &ready {
-                                            let note = (!note.is_empty()).then_some(note.as_str());
-                                            observer.engines(
-                                                &shared.cfg.sender_engine,
-                                                None,
-                                                engine,
-                                                note,
-                                            );
-                                        }
-                                    }
-                                    shared
-                                        .files
-                                        .lock()
-                                        .unwrap_or_else(|p| p.into_inner())
-                                        .insert(id, inc);
-                                    for h in haves {
-                                        shared.ctl.send(&Message::Have(h)).map_err(&proto)?;
-                                    }
-                                    shared.ctl.send(&ready).map_err(&proto)?;
-                                }
-                                Err((code, message)) => {
-                                    totals.failed += 1;
-                                    shared
-                                        .tombstones
-                                        .lock()
-                                        .unwrap_or_else(|p| p.into_inner())
-                                        .insert(id);
-                                    observer.notice(
-                                        Some(Failure {
-                                            path: shown,
-                                            code: code.name(),
-                                            message: message.clone(),
-                                        }),
-                                        None,
-                                    );
-                                    shared
-                                        .ctl
-                                        .send(&Message::FileFailed {
-                                            file_id: id,
-                                            code,
-                                            message,
-                                        })
-                                        .map_err(&proto)?;
-                                }
-                            }
-                        }
-                        Message::MakeDir { path } => {
-                            let r = RelPath::parse(&path)
-                                .map_err(|e| (ErrorCode::BadPath, e.to_string()))
-                                .and_then(|p| shared.dir(p.components(), true).map_err(engine_err));
-                            entry_result(&shared, &mut totals, observer, &path, r.map(|_| ()))?;
-                        }
-                        Message::MakeLink { path, target } => {
-                            let r = RelPath::parse(&path)
-                                .map_err(|e| (ErrorCode::BadPath, e.to_string()))
-                                .and_then(|p| {
-                                    let (last, parent) = p.components().split_last().ok_or((
-                                        ErrorCode::BadPath,
-                                        "a link cannot replace the root".to_string(),
-                                    ))?;
-                                    let dir = shared.dir(parent, true).map_err(engine_err)?;
-                                    zcp_engine::fs::make_symlink(&*dir, last, &target)
-                                        .map_err(engine_err)
-                                });
-                            entry_result(&shared, &mut totals, observer, &path, r)?;
-                        }
-                        Message::DirTimes {
-                            path,
-                            mode,
-                            mtime_sec,
-                            mtime_nsec,
-                        } => {
-                            let r = RelPath::parse(&path)
-                                .map_err(|e| (ErrorCode::BadPath, e.to_string()))
-                                .and_then(|p| {
-                                    let dir =
-                                        shared.dir(p.components(), false).map_err(engine_err)?;
-                                    zcp_engine::fs::set_mode_and_mtime(
-                                        &*dir,
-                                        mode,
-                                        (mtime_sec, mtime_nsec),
-                                    )
-                                    .map_err(engine_err)
-                                });
-                            // A directory's times are not an entry of their own: only a
-                            // failure counts.
-                            if r.is_err() {
-                                entry_result(&shared, &mut totals, observer, &path, r)?;
-                            }
-                        }
-                        Message::Go { file_id, restart } => {
-                            let Some(f) = shared.file(file_id) else {
-                                continue;
-                            };
-                            if restart {
-                                let reset = f
-                                    .store
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .as_mut()
-                                    .map(|s| {
-                                        s.journal_open = false;
-                                        s.session_recorded = false;
-                                        s.tag = 0;
-                                        s.part
-                                            .reset()
-                                            .and_then(|_| s.part.preallocate(f.plan.size()))
-                                    });
-                                if let Some(Err(e)) = reset {
-                                    let (c, m) = engine_err(e);
-                                    shared.fail_file(&f, c, m);
-                                    continue;
-                                }
-                            }
-                            let kept = f.go(restart);
-                            f.skipped.store(kept, Ordering::Relaxed);
-                        }
-                        Message::ChunkMac {
-                            file_id,
-                            index,
-                            mac,
-                        } => {
-                            if shared.tombstoned(file_id) {
-                                continue;
-                            }
-                            let f = shared
-                                .file(file_id)
-                                .ok_or_else(|| proto(format!("MAC for unknown file {file_id}")))?;
-                            let o = f.expect(index, mac).map_err(&proto)?;
-                            shared.outcome(&f, o);
-                        }
-                        Message::FileEnd { file_id, digest } => {
-                            if shared.tombstoned(file_id) {
-                                continue;
-                            }
-                            let f = shared.file(file_id).ok_or_else(|| {
-                                proto(format!("FileEnd for unknown file {file_id}"))
-                            })?;
-                            f.end(digest).map_err(&proto)?;
-                            shared.settle(&f);
-                        }
-                        Message::FileAbort {
-                            file_id,
-                            code,
-                            message,
-                        } => {
-                            if let Some(f) = shared.file(file_id) {
-                                f.fail(code, message.clone());
-                                shared.abandon(&f);
-                                totals.failed += 1;
-                                observer.notice(
-                                    Some(Failure {
-                                        path: f.target.clone(),
-                                        code: code.name(),
-                                        message,
-                                    }),
-                                    None,
-                                );
-                            }
-                        }
-                        Message::Notice { message } => {
-                            observer.notice(None, Some(format!("sender: {message}")))
-                        }
-                        Message::EntryFailed { path, message, .. } => {
-                            // A source entry the sender could not send; its path arrives as
-                            // the sender displays it (already escaped).
-                            totals.failed += 1;
-                            observer.notice(
-                                Some(Failure {
-                                    path: String::from_utf8_lossy(&path).into_owned(),
-                                    code: "source",
-                                    message,
-                                }),
-                                None,
-                            );
-                        }
-                        Message::Finish => finishing = true,
-                        Message::Stats(s) if stats_sent => {
-                            totals.peer = s;
-                            return Ok(());
-                        }
-                        Message::Error { code, message } => {
-                            return Err(SessionError::Refused {
-                                code,
-                                message: format!("the sender aborted: {message}"),
-                            });
-                        }
-                        other => {
-                            return Err(proto(format!(
-                                "unexpected {} from the sender",
-                                other.name()
-                            )));
-                        }
-                    }
-                }
-                Some(REvent::Ctl(Err(e))) => return Err(e.into_session(&peer)),
-                Some(REvent::Done(outcome)) => {
-                    if outcome.failure.is_some() {
-                        totals.failed += 1;
-                    } else {
-                        totals.files += 1;
-                        totals.bytes += outcome.bytes;
-                    }
-                    observer.file_done(outcome);
-                }
-                Some(REvent::StreamEnded { usage }) => {
-                    ended += 1;
-                    shared
-                        .usage
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .add(&usage);
-                }
-            }
-            if finishing && !stats_sent && ended >= streams {
-                let mut usage = *shared.usage.lock().unwrap_or_else(|p| p.into_inner());
-                usage.add(&thread_usage().since(&start));
-                totals.usage = usage;
-                let stats = SideStats {
-                    cpu_user_us: usage.user.as_micros() as u64,
-                    cpu_sys_us: usage.sys.as_micros() as u64,
-                    max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
-                    bytes: shared.bytes(),
-                    files: totals.files,
-                };
-                shared.ctl.send(&Message::Stats(stats)).map_err(&proto)?;
-                stats_sent = true;
-            }
-            observer.tick();
-            let b = shared.bytes();
-            if b != last_bytes {
-                last_bytes = b;
-                last_alive = Instant::now();
-            }
-            if last_tell.elapsed() >= Duration::from_secs(1) {
-                last_tell = Instant::now();
-                let any = shared
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .values()
-                    .next()
-                    .cloned();
-                if let Some(f) = any {
-                    let _ = shared.ctl.send(&Message::Progress {
-                        file_id: f.id,
-                        bytes: f.written.load(Ordering::Relaxed),
-                    });
-                }
-            }
-            if last_alive.elapsed() > shared.cfg.idle {
-                return Err(SessionError::Connection {
-                    peer: peer.clone(),
-                    reason: format!(
-                        "no traffic from the sender for {} s",
-                        shared.cfg.idle.as_secs()
-                    ),
-                });
-            }
-        }
-    })();
+    let result = receive_loop(&shared, &events, streams, observer, &mut totals, start);
+    if let Err(SessionError::Protocol { reason, .. }) = &result {
+        // Say why before closing, so the peer does not only see a closed connection.
+        shared.ctl.send_error(ErrorCode::Protocol, reason);
+    }
     // Stop the helpers: no more journal or commit work once the loop ends.
     *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = None;
     *shared.commit.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -1331,41 +1099,121 @@ pub(crate) fn run(
     result.map(|()| totals)
 }
 
-fn entry_result(
-    shared: &RxShared,
-    totals: &mut ReceiverTotals,
+/// The role's loop: control messages, finished files, stream ends, the stats exchange, and
+/// the idle clock, which only progress restarts (bytes received, entries and chunks handled,
+/// files finished) — never chatter such as `Notice`.
+fn receive_loop(
+    shared: &Arc<RxShared>,
+    events: &mpsc::Receiver<REvent>,
+    streams: u16,
     observer: &mut dyn Observer,
-    path: &[u8],
-    r: Result<(), (ErrorCode, String)>,
+    totals: &mut ReceiverTotals,
+    start: Usage,
 ) -> Result<(), SessionError> {
-    match r {
-        Ok(()) => {
-            totals.entries += 1;
-            Ok(())
+    let mut ended = 0u16;
+    let mut last_alive = Instant::now();
+    let mut last_bytes = 0u64;
+    let mut last_tell = Instant::now();
+    let mut queue = Batched::new(events, &shared.ctl);
+    let mut h = Handler {
+        shared,
+        observer,
+        totals,
+        engines_told: false,
+        finishing: false,
+        stats_sent: false,
+    };
+    loop {
+        let ev = match queue.next(Duration::from_millis(100)) {
+            Ok(ev) => Some(ev),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(h.proto("the session's threads ended".into()));
+            }
+        };
+        match ev {
+            None => {}
+            Some(REvent::Ctl(Ok(m))) => match h.message(m)? {
+                Flow::Done => return Ok(()),
+                Flow::Go { progress } => {
+                    if progress {
+                        last_alive = Instant::now();
+                    }
+                }
+            },
+            Some(REvent::Ctl(Err(e))) => return Err(e.into_session(shared.peer())),
+            Some(REvent::Done(outcome)) => {
+                last_alive = Instant::now();
+                if outcome.failure.is_some() {
+                    h.totals.failed += 1;
+                } else {
+                    h.totals.files += 1;
+                    h.totals.bytes += outcome.bytes;
+                }
+                h.observer.file_done(outcome);
+            }
+            Some(REvent::StreamEnded { usage }) => {
+                ended += 1;
+                shared
+                    .usage
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .add(&usage);
+            }
+            Some(REvent::StreamFailed { why }) => {
+                h.observer.notice(None, Some(format!("data stream: {why}")));
+            }
         }
-        Err((code, message)) => {
-            totals.failed += 1;
-            observer.notice(
-                Some(Failure {
-                    path: escape(path),
-                    code: code.name(),
-                    message: message.clone(),
-                }),
-                None,
-            );
-            shared
-                .ctl
-                .send(&Message::EntryFailed {
-                    path: path.to_vec(),
-                    code,
-                    message,
-                })
-                .map_err(|reason| SessionError::Connection {
-                    peer: "the sender".into(),
-                    reason,
-                })
+        if h.finishing && !h.stats_sent && ended >= streams {
+            send_stats(shared, h.totals, start)?;
+            h.stats_sent = true;
+        }
+        h.observer.tick();
+        let b = shared.bytes();
+        if b != last_bytes {
+            last_bytes = b;
+            last_alive = Instant::now();
+        }
+        if last_tell.elapsed() >= Duration::from_secs(1) {
+            last_tell = Instant::now();
+            shared.tell_alive();
+        }
+        if last_alive.elapsed() > shared.cfg.idle {
+            return Err(SessionError::Connection {
+                peer: shared.peer().into(),
+                reason: format!(
+                    "no progress from {} for {} s",
+                    shared.peer(),
+                    shared.cfg.idle.as_secs()
+                ),
+            });
         }
     }
+}
+
+/// Our `Stats`, once every stream ended after the sender's `Finish`.
+fn send_stats(
+    shared: &RxShared,
+    totals: &mut ReceiverTotals,
+    start: Usage,
+) -> Result<(), SessionError> {
+    let mut usage = *shared.usage.lock().unwrap_or_else(|p| p.into_inner());
+    usage.add(&thread_usage().since(&start));
+    totals.usage = usage;
+    let stats = SideStats {
+        cpu_user_us: usage.user.as_micros() as u64,
+        cpu_sys_us: usage.sys.as_micros() as u64,
+        max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
+        bytes: shared.bytes(),
+        files: totals.files,
+    };
+    shared
+        .ctl
+        .send(&Message::Stats(stats))
+        .map_err(|reason| SessionError::Connection {
+            peer: shared.peer().into(),
+            reason,
+        })
 }
 
 /// Hashes a chunk's bytes, as the engine feeds them, into the chunk's MAC.
@@ -1442,9 +1290,14 @@ pub(crate) fn data_loop(shared: Arc<RxShared>, mut sock: TcpStream, counter: Arc
     }
     if let Err((code, why)) = result {
         // A broken stream leaves chunks missing: fail what is open, so the sender hears at
-        // once instead of at the idle timeout.
+        // once instead of at the idle timeout; and say why in the report and the log.
         shared.fail_open_files(code, &format!("data stream failed: {why}"));
         let _ = sock.shutdown(Shutdown::Both);
+        if !shared.closed.load(Ordering::Relaxed) {
+            let _ = shared.events.send(REvent::StreamFailed {
+                why: format!("{why} [{}]", code.name()),
+            });
+        }
     }
     usage.add(&thread_usage().since(&usage0));
     let _ = shared.events.send(REvent::StreamEnded { usage });

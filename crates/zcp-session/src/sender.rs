@@ -29,6 +29,7 @@ use zcp_engine::sys::thread_usage;
 use zcp_engine::{EngineError, FileSender, SendEngine, Usage};
 use zcp_wire::{
     ChunkHeader, ChunkPlan, ErrorCode, Have, Message, Psk, PutFile, SessionKeys, SideStats, escape,
+    escape_text,
 };
 
 use crate::control::{Batched, ControlWriter};
@@ -43,6 +44,12 @@ pub(crate) const MAX_RETRIES: u32 = 3;
 pub(crate) const MAX_OPEN_FILES: usize = 768;
 /// How often the loop wakes without events (intervals, liveness).
 const TICK: Duration = Duration::from_millis(100);
+/// `Have` entries the sender holds at once over every file of a session (about 40 bytes
+/// each): a receiver cannot grow the sender's memory past this by offering chunks.
+pub(crate) const MAX_HELD_HAVES: usize = 1 << 20;
+/// How long a receiver's keep-alive `Progress` counts as progress for a file whose `FileEnd`
+/// was sent: a large commit (`fsync`) may take minutes, but not forever.
+const MAX_COMMIT_WAIT: Duration = Duration::from_secs(30 * 60);
 
 /// How the sender runs.
 #[derive(Debug, Clone)]
@@ -178,6 +185,14 @@ struct OutFile {
     plan: ChunkPlan,
     state: State,
     haves: Vec<Have>,
+    /// Chunks offered in `Have`s so far (one bit each): each chunk at most once.
+    offered: Vec<u64>,
+    /// Entries held in `haves` and in the resume check: counted in [`Run::held_haves`].
+    held: usize,
+    /// The highest `Progress` the receiver reported for this file.
+    progress: u64,
+    /// When `FileEnd` went out.
+    ending_since: Option<Instant>,
     /// The receiver offered the target it already holds (not an interrupted attempt).
     held_target: bool,
     macs: Vec<Option<[u8; 32]>>,
@@ -457,6 +472,8 @@ struct Run<'a> {
     engine_note: Option<String>,
     totals: SenderTotals,
     notes_seen: std::collections::HashSet<String>,
+    /// `Have` entries held over every file (at most [`MAX_HELD_HAVES`]).
+    held_haves: usize,
 }
 
 impl Run<'_> {
@@ -470,6 +487,7 @@ impl Run<'_> {
         let Some(f) = self.open.remove(&id) else {
             return Ok(());
         };
+        self.held_haves -= f.held;
         f.cancelled.store(true, Ordering::Relaxed);
         if tell_receiver {
             self.ctl
@@ -616,6 +634,10 @@ impl Run<'_> {
                         plan,
                         state: State::Announced,
                         haves: Vec::new(),
+                        offered: Vec::new(),
+                        held: 0,
+                        progress: 0,
+                        ending_since: None,
                         held_target: false,
                         macs: vec![None; count],
                         acked: vec![false; count],
@@ -729,147 +751,41 @@ impl Run<'_> {
             d.push(m.as_ref().expect("all known"));
         }
         f.state = State::Ending;
+        f.ending_since = Some(Instant::now());
         self.send(&Message::FileEnd {
             file_id: id,
             digest: d.finish(),
         })
     }
 
-    fn on_message(
-        &mut self,
-        m: Message,
-        finishing: bool,
-    ) -> Result<Option<SideStats>, SessionError> {
+    /// Handles one message from the receiver; says whether it was progress (the idle clock
+    /// restarts) or chatter, or the receiver's closing `Stats`.
+    fn on_message(&mut self, m: Message, finishing: bool) -> Result<Heard, SessionError> {
         match m {
-            Message::Have(h) => {
-                if let Some(f) = self.open.get_mut(&h.file_id) {
-                    f.haves.push(h);
-                }
-            }
+            Message::Have(h) => self.on_have(h).map(|()| Heard::Chatter),
             Message::FileReady {
                 file_id,
                 engine,
                 note,
                 resumed,
                 ..
-            } => {
-                if self.totals.receiver_engine.is_none() {
-                    self.totals.receiver_engine = Some(engine.clone());
-                    let sender = self.engine.unwrap_or(self.cfg.engine).name();
-                    self.observer.engines(
-                        sender,
-                        self.engine_note.as_deref(),
-                        &engine,
-                        (!note.is_empty()).then_some(note.as_str()),
-                    );
-                    self.notes_seen.insert(note.clone());
-                } else if !note.is_empty() && self.notes_seen.insert(note.clone()) {
-                    self.observer
-                        .notice(None, Some(format!("receiver: {note}")));
-                }
-                let Some(f) = self.open.get_mut(&file_id) else {
-                    return Err(proto(format!("FileReady for unknown file {file_id}")));
-                };
-                f.verify = engine != zcp_engine::RecvEngine::Null.name();
-                f.engine = engine;
-                if resumed {
-                    f.state = State::Checking;
-                    let haves = std::mem::take(&mut f.haves);
-                    f.held_target = haves
-                        .iter()
-                        .all(|h| (h.client_nonce, h.server_nonce) == self.nonces);
-                    self.hash_q.push(HashJob::Resume {
-                        file_id,
-                        file: f.file.clone(),
-                        plan: f.plan,
-                        haves,
-                    });
-                } else {
-                    self.start_sending(file_id, Vec::new())?;
-                }
-            }
+            } => self.on_ready(file_id, &escape_text(&engine), &escape_text(&note), resumed),
             Message::FileFailed {
                 file_id,
                 code,
                 message,
             } => {
-                self.fail_file(file_id, code, message, false)?;
+                self.fail_file(file_id, code, escape_text(&message), false)?;
+                Ok(Heard::Progress)
             }
-            Message::ChunkAck { file_id, index, ok } => {
-                let Some(f) = self.open.get_mut(&file_id) else {
-                    return Ok(None);
-                };
-                if index >= f.plan.count() {
-                    return Err(proto(format!(
-                        "ChunkAck for chunk {index} of a {}-chunk file",
-                        f.plan.count()
-                    )));
-                }
-                let i = index as usize;
-                if ok {
-                    if !f.acked[i] {
-                        f.acked[i] = true;
-                        f.n_acked += 1;
-                    }
-                    self.maybe_end(file_id)?;
-                } else {
-                    let tries = f.retries.entry(index).or_insert(0);
-                    *tries += 1;
-                    if *tries > MAX_RETRIES {
-                        let msg = format!(
-                            "chunk {index} failed verification {} times; giving up on this file",
-                            MAX_RETRIES + 1
-                        );
-                        return self
-                            .fail_file(file_id, ErrorCode::Verify, msg, true)
-                            .map(|_| None);
-                    }
-                    f.macs[i] = None;
-                    self.totals.resent += 1;
-                    let note = format!(
-                        "{}: chunk {index} failed verification on the receiver; sending it again",
-                        f.display
-                    );
-                    self.observer.notice(None, Some(note));
-                    self.schedule(file_id, vec![index]);
-                }
-            }
+            Message::ChunkAck { file_id, index, ok } => self.on_ack(file_id, index, ok),
             Message::FileCommitted {
                 file_id,
                 bytes,
                 digest,
                 verified,
                 stored,
-            } => {
-                let Some(f) = self.open.remove(&file_id) else {
-                    return Err(proto(format!("FileCommitted for unknown file {file_id}")));
-                };
-                self.totals.files += 1;
-                self.totals.bytes += bytes;
-                self.totals.verified = if self.totals.files == 1 {
-                    verified
-                } else {
-                    self.totals.verified && verified
-                };
-                self.totals.stored = if self.totals.files == 1 {
-                    stored
-                } else {
-                    self.totals.stored && stored
-                };
-                self.totals.digest = (self.totals.files == 1 && verified).then_some(digest);
-                self.totals.last_commit = Some(Instant::now());
-                self.observer.file_done(FileOutcome {
-                    path: f.display,
-                    bytes,
-                    skipped: f.skipped,
-                    seconds: f.started.elapsed().as_secs_f64(),
-                    engine: f.engine,
-                    verified,
-                    stored,
-                    digest,
-                    failure: None,
-                });
-            }
+            } => self.on_committed(file_id, bytes, digest, verified, stored),
             Message::EntryFailed {
                 path,
                 code,
@@ -880,31 +796,231 @@ impl Run<'_> {
                     Some(Failure {
                         path: escape(&path),
                         code: code.name(),
-                        message,
+                        message: escape_text(&message),
                     }),
                     None,
                 );
+                Ok(Heard::Progress)
             }
-            Message::Progress { .. } => {}
-            Message::Notice { message } => self
-                .observer
-                .notice(None, Some(format!("receiver: {message}"))),
-            Message::Stats(s) if finishing => return Ok(Some(s)),
+            Message::Progress { file_id, bytes } => {
+                // Alive and moving: hashing an existing target advances the count; during a
+                // commit (after FileEnd) the count stands still, for a bounded time.
+                let Some(f) = self.open.get_mut(&file_id) else {
+                    return Ok(Heard::Chatter);
+                };
+                let grew = bytes > f.progress;
+                f.progress = f.progress.max(bytes);
+                let committing = f
+                    .ending_since
+                    .is_some_and(|t| t.elapsed() < MAX_COMMIT_WAIT);
+                Ok(if grew || committing {
+                    Heard::Progress
+                } else {
+                    Heard::Chatter
+                })
+            }
+            Message::Notice { message } => {
+                self.observer
+                    .notice(None, Some(format!("receiver: {}", escape_text(&message))));
+                Ok(Heard::Chatter)
+            }
+            Message::Stats(s) if finishing => Ok(Heard::Stats(s)),
             Message::Error { code, message } => {
-                return Err(match code {
+                let message = escape_text(&message);
+                Err(match code {
                     ErrorCode::Verify => SessionError::Verify(message),
                     _ => SessionError::Refused { code, message },
-                });
+                })
             }
-            other => {
+            other => Err(proto(format!(
+                "unexpected {} from the receiver",
+                other.name()
+            ))),
+        }
+    }
+
+    /// Holds an offer of chunks for a file not yet ready: each chunk of the file at most once,
+    /// and no more than [`MAX_HELD_HAVES`] entries over the session.
+    fn on_have(&mut self, h: Have) -> Result<(), SessionError> {
+        let Some(f) = self.open.get_mut(&h.file_id) else {
+            return Err(proto(format!("Have for unknown file {}", h.file_id)));
+        };
+        if f.state != State::Announced {
+            return Err(proto(format!(
+                "Have for file {} after its FileReady",
+                h.file_id
+            )));
+        }
+        let count = f.plan.count();
+        if f.offered.is_empty() {
+            f.offered = vec![0; count.div_ceil(64) as usize];
+        }
+        for (index, _) in &h.entries {
+            if *index >= count {
                 return Err(proto(format!(
-                    "unexpected {} from the receiver",
-                    other.name()
+                    "Have offers chunk {index} of a {count}-chunk file"
                 )));
             }
+            let (word, bit) = ((*index / 64) as usize, 1u64 << (*index % 64));
+            if f.offered[word] & bit != 0 {
+                return Err(proto(format!(
+                    "Have offers chunk {index} of file {} twice",
+                    h.file_id
+                )));
+            }
+            f.offered[word] |= bit;
         }
-        Ok(None)
+        self.held_haves += h.entries.len();
+        f.held += h.entries.len();
+        if self.held_haves > MAX_HELD_HAVES {
+            return Err(proto(format!(
+                "more than {MAX_HELD_HAVES} offered chunks held at once"
+            )));
+        }
+        f.haves.push(h);
+        Ok(())
     }
+
+    fn on_ready(
+        &mut self,
+        file_id: u32,
+        engine: &str,
+        note: &str,
+        resumed: bool,
+    ) -> Result<Heard, SessionError> {
+        if self.totals.receiver_engine.is_none() {
+            self.totals.receiver_engine = Some(engine.to_string());
+            let sender = self.engine.unwrap_or(self.cfg.engine).name();
+            self.observer.engines(
+                sender,
+                self.engine_note.as_deref(),
+                engine,
+                (!note.is_empty()).then_some(note),
+            );
+            self.notes_seen.insert(note.to_string());
+        } else if !note.is_empty()
+            && self.notes_seen.len() < 64
+            && self.notes_seen.insert(note.to_string())
+        {
+            self.observer
+                .notice(None, Some(format!("receiver: {note}")));
+        }
+        let Some(f) = self.open.get_mut(&file_id) else {
+            return Err(proto(format!("FileReady for unknown file {file_id}")));
+        };
+        if f.state != State::Announced {
+            return Err(proto(format!("a second FileReady for file {file_id}")));
+        }
+        f.verify = engine != zcp_engine::RecvEngine::Null.name();
+        f.engine = engine.to_string();
+        if resumed {
+            if f.haves.is_empty() {
+                return Err(proto(format!(
+                    "FileReady{{resumed}} for file {file_id} without any Have"
+                )));
+            }
+            f.state = State::Checking;
+            let haves = std::mem::take(&mut f.haves);
+            f.held_target = haves
+                .iter()
+                .all(|h| (h.client_nonce, h.server_nonce) == self.nonces);
+            self.hash_q.push(HashJob::Resume {
+                file_id,
+                file: f.file.clone(),
+                plan: f.plan,
+                haves,
+            });
+        } else {
+            // Offers without `resumed` are dropped unanswered.
+            f.haves.clear();
+            self.held_haves -= std::mem::take(&mut f.held);
+            self.start_sending(file_id, Vec::new())?;
+        }
+        Ok(Heard::Progress)
+    }
+
+    fn on_ack(&mut self, file_id: u32, index: u64, ok: bool) -> Result<Heard, SessionError> {
+        let Some(f) = self.open.get_mut(&file_id) else {
+            return Ok(Heard::Chatter);
+        };
+        if index >= f.plan.count() {
+            return Err(proto(format!(
+                "ChunkAck for chunk {index} of a {}-chunk file",
+                f.plan.count()
+            )));
+        }
+        let i = index as usize;
+        if ok {
+            if !f.acked[i] {
+                f.acked[i] = true;
+                f.n_acked += 1;
+            }
+            self.maybe_end(file_id)?;
+            return Ok(Heard::Progress);
+        }
+        let tries = f.retries.entry(index).or_insert(0);
+        *tries += 1;
+        if *tries > MAX_RETRIES {
+            let msg = format!(
+                "chunk {index} failed verification {} times; giving up on this file",
+                MAX_RETRIES + 1
+            );
+            self.fail_file(file_id, ErrorCode::Verify, msg, true)?;
+            return Ok(Heard::Progress);
+        }
+        f.macs[i] = None;
+        self.totals.resent += 1;
+        let note = format!(
+            "{}: chunk {index} failed verification on the receiver; sending it again",
+            f.display
+        );
+        self.observer.notice(None, Some(note));
+        self.schedule(file_id, vec![index]);
+        Ok(Heard::Progress)
+    }
+
+    fn on_committed(
+        &mut self,
+        file_id: u32,
+        bytes: u64,
+        digest: [u8; 32],
+        verified: bool,
+        stored: bool,
+    ) -> Result<Heard, SessionError> {
+        let Some(f) = self.open.remove(&file_id) else {
+            return Err(proto(format!("FileCommitted for unknown file {file_id}")));
+        };
+        self.held_haves -= f.held;
+        self.totals.files += 1;
+        self.totals.bytes += bytes;
+        let first = self.totals.files == 1;
+        self.totals.verified = verified && (first || self.totals.verified);
+        self.totals.stored = stored && (first || self.totals.stored);
+        self.totals.digest = (first && verified).then_some(digest);
+        self.totals.last_commit = Some(Instant::now());
+        self.observer.file_done(FileOutcome {
+            path: f.display,
+            bytes,
+            skipped: f.skipped,
+            seconds: f.started.elapsed().as_secs_f64(),
+            engine: f.engine,
+            verified,
+            stored,
+            digest,
+            failure: None,
+        });
+        Ok(Heard::Progress)
+    }
+}
+
+/// What a message from the receiver meant.
+enum Heard {
+    /// The session moved forward: the idle clock restarts.
+    Progress,
+    /// Nothing new (a `Notice`, a repeated `Progress`, an offer): the idle clock runs on.
+    Chatter,
+    /// The receiver's closing `Stats`.
+    Stats(SideStats),
 }
 
 fn proto(reason: String) -> SessionError {
@@ -954,6 +1070,7 @@ pub(crate) fn run(
         engine_note: None,
         totals: SenderTotals::default(),
         notes_seen: Default::default(),
+        held_haves: 0,
     };
     let mut walker_done = false;
     let mut pending: Vec<Entry> = Vec::new();
@@ -1048,25 +1165,22 @@ pub(crate) fn run(
             let next = queue.next(TICK);
             // Every turn, not only when idle: a busy transfer never waits a whole TICK.
             run.observer.tick();
+            // The idle clock: only progress restarts it (bytes moved, chunks hashed,
+            // acknowledged or committed, files ready), never chatter such as `Notice`s.
+            let b: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+            if b != last_bytes {
+                last_bytes = b;
+                last_alive = Instant::now();
+            }
+            if last_alive.elapsed() > cfg.idle {
+                return Err(SessionError::Connection {
+                    peer: peer.clone(),
+                    reason: format!("no progress from the receiver for {} s", cfg.idle.as_secs()),
+                });
+            }
             let ev = match next {
                 Ok(ev) => ev,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let b: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
-                    if b != last_bytes {
-                        last_bytes = b;
-                        last_alive = Instant::now();
-                    }
-                    if last_alive.elapsed() > cfg.idle {
-                        return Err(SessionError::Connection {
-                            peer: peer.clone(),
-                            reason: format!(
-                                "no progress and no word from the receiver for {} s",
-                                cfg.idle.as_secs()
-                            ),
-                        });
-                    }
-                    continue;
-                }
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(SessionError::Connection {
                         peer: peer.clone(),
@@ -1075,9 +1189,10 @@ pub(crate) fn run(
                 }
             };
             match ev {
-                SEvent::Ctl(Ok(m)) => {
-                    last_alive = Instant::now();
-                    if let Some(stats) = run.on_message(m, finishing)? {
+                SEvent::Ctl(Ok(m)) => match run.on_message(m, finishing)? {
+                    Heard::Progress => last_alive = Instant::now(),
+                    Heard::Chatter => {}
+                    Heard::Stats(stats) => {
                         run.totals.peer = stats;
                         got_stats = true;
                         if streams_done < n_streams {
@@ -1086,9 +1201,10 @@ pub(crate) fn run(
                         }
                         return Ok(());
                     }
-                }
+                },
                 SEvent::Ctl(Err(e)) => return Err(e.into_session(&peer)),
                 SEvent::Hashed { file, index, mac } => {
+                    last_alive = Instant::now();
                     if let Some(f) = run.open.get_mut(&file) {
                         f.macs[index as usize] = Some(mac);
                         run.send(&Message::ChunkMac {
@@ -1108,6 +1224,10 @@ pub(crate) fn run(
                     )?;
                 }
                 SEvent::ResumeChecked { file, kept } => {
+                    last_alive = Instant::now();
+                    if let Some(f) = run.open.get_mut(&file) {
+                        run.held_haves -= std::mem::take(&mut f.held);
+                    }
                     if run.open.contains_key(&file) {
                         run.send(&Message::Go {
                             file_id: file,
@@ -1142,6 +1262,10 @@ pub(crate) fn run(
 
     send_q.close();
     hash_q.close();
+    if let Err(SessionError::Protocol { reason, .. }) = &outcome {
+        // Say why before closing, so the peer does not only see a closed connection.
+        ctl.send_error(ErrorCode::Protocol, reason);
+    }
     if outcome.is_err() {
         for s in &shutdowns {
             let _ = s.shutdown(Shutdown::Both);

@@ -23,8 +23,10 @@ use zcp_engine::sys::{random, wait_readable};
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{
     Accepted, Deadline, ErrorCode, Message, Opener, Psk, RelPath, Sealer, SessionId, SessionKeys,
+    escape_text,
 };
 
+use crate::confine::Scope;
 use crate::conn::{ControlRx, ControlTx, FrameReader, read_plain};
 use crate::control::{ControlWriter, spawn_reader};
 use crate::error::FrameIoError;
@@ -127,13 +129,14 @@ impl Server {
     }
 
     /// Serves until `stop` is set. With `once`, returns after the first authenticated session
-    /// ends, with whether it succeeded; otherwise returns `None` when stopped.
-    pub fn run(&self, stop: &AtomicBool, once: bool) -> Option<bool> {
+    /// ends, with its exit code (see [`crate::exit::for_failures`]: 0 only when every entry
+    /// arrived); otherwise returns `None` when stopped.
+    pub fn run(&self, stop: &AtomicBool, once: bool) -> Option<i32> {
         self.ctx.reporter.event(&ServerEvent::Listening {
             addr: self.local_addr(),
             root: self.ctx.root.path().display().to_string(),
         });
-        let (ended_tx, ended_rx) = mpsc::channel::<bool>();
+        let (ended_tx, ended_rx) = mpsc::channel::<i32>();
         loop {
             if stop.load(Ordering::Relaxed) {
                 return None;
@@ -199,7 +202,7 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<bool>) {
+fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<i32>) {
     let mut slot = PendingSlot(&ctx.pending, true);
     if ctx.pending.fetch_add(1, Ordering::Relaxed) >= ctx.cfg.max_pending {
         let why = "too many connections in their handshake; try again".to_string();
@@ -292,8 +295,12 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
     arm(stream)?;
     let msg = read_plain(stream).map_err(frame_err)?;
     if let Message::Error { message, .. } = msg {
-        // The client gave up on us (for example: our proof did not match its key).
-        return Err((ErrorCode::Auth, message));
+        // The client gave up on us (for example: our proof did not match its key). Its words
+        // go to the log, escaped.
+        return Err((
+            ErrorCode::Auth,
+            format!("the client gave up: {}", escape_text(&message)),
+        ));
     }
     match state {
         Accepted::Control(await_proof) => {
@@ -474,11 +481,21 @@ impl Session {
     }
 }
 
-/// Turns a role's reports into server events.
+/// Turns a role's reports into server events, and keeps what the session's exit code needs.
 struct ServerObserver<'a> {
     reporter: &'a dyn ServerReporter,
     session: String,
     files: u64,
+    /// Failure classes of the entries that failed, in order (the first few).
+    failures: Vec<&'static str>,
+}
+
+impl ServerObserver<'_> {
+    fn failed(&mut self, code: &'static str) {
+        if self.failures.len() < 64 || matches!(code, "verify" | "source-changed") {
+            self.failures.push(code);
+        }
+    }
 }
 
 impl Observer for ServerObserver<'_> {
@@ -499,20 +516,30 @@ impl Observer for ServerObserver<'_> {
                     stored: d.stored,
                 });
             }
-            Some(f) => self.reporter.event(&ServerEvent::FileFailed {
-                session: self.session.clone(),
-                target: if f.path.is_empty() { d.path } else { f.path },
-                reason: f.message,
-            }),
+            Some(f) => {
+                self.failed(f.code);
+                self.reporter.event(&ServerEvent::FileFailed {
+                    session: self.session.clone(),
+                    target: if f.path.is_empty() { d.path } else { f.path },
+                    reason: f.message,
+                })
+            }
         }
     }
 
-    fn notice(&mut self, failure: Option<Failure>, _note: Option<String>) {
+    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
         if let Some(f) = failure {
+            self.failed(f.code);
             self.reporter.event(&ServerEvent::FileFailed {
                 session: self.session.clone(),
                 target: f.path,
                 reason: f.message,
+            });
+        }
+        if let Some(message) = note {
+            self.reporter.event(&ServerEvent::Note {
+                session: self.session.clone(),
+                message,
             });
         }
     }
@@ -547,10 +574,16 @@ fn run_session(
     sealer: Sealer,
     opener: Opener,
     nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
-) -> bool {
+) -> i32 {
     let mut files = 0;
     let mut bytes = 0;
-    let result = (|| -> Result<&'static str, String> {
+    let mut observer = ServerObserver {
+        reporter: &*ctx.reporter,
+        session: session.hex.clone(),
+        files: 0,
+        failures: Vec::new(),
+    };
+    let result = (|| -> Result<u64, String> {
         let read_half = stream.try_clone().map_err(|e| e.to_string())?;
         stream
             .set_write_timeout(Some(ctx.cfg.idle_timeout))
@@ -629,11 +662,6 @@ fn run_session(
             direction: if open.pull { "pull" } else { "push" },
             streams,
         });
-        let mut observer = ServerObserver {
-            reporter: &*ctx.reporter,
-            session: session.hex.clone(),
-            files: 0,
-        };
         let stop = Arc::new(AtomicBool::new(false));
         if !open.pull {
             let (ev_tx, events) = mpsc::channel::<REvent>();
@@ -650,6 +678,7 @@ fn run_session(
                 ctl.clone(),
                 ev_tx.clone(),
                 cfg,
+                Scope::push(),
             ));
             session.set_role(SessionRole::Receive(shared.clone()));
             ctl.send(&Message::Opened {
@@ -667,7 +696,7 @@ fn run_session(
             let totals = r.map_err(|e| e.to_string())?;
             files = totals.files;
             bytes = totals.peer.bytes.max(shared.bytes());
-            Ok("push")
+            Ok(totals.entries)
         } else {
             session.set_role(SessionRole::Send((0..streams).map(|_| None).collect()));
             ctl.send(&Message::Opened {
@@ -736,7 +765,7 @@ fn run_session(
             let totals = r.map_err(|e| e.to_string())?;
             files = totals.files;
             bytes = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
-            Ok("pull")
+            Ok(totals.entries)
         }
     })();
     session.set_role(SessionRole::Closed);
@@ -744,7 +773,13 @@ fn run_session(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .retain(|_, s| !Arc::ptr_eq(s, session));
-    let reason = result.as_ref().err().cloned();
+    let reason = result.as_ref().err().map(|r| escape_text(r));
+    let code = match &result {
+        Err(_) => crate::exit::FAILURE,
+        Ok(entries) => {
+            crate::exit::for_failures(observer.failures.iter().copied(), files + entries > 0)
+        }
+    };
     ctx.reporter.event(&ServerEvent::SessionEnd {
         session: session.hex.clone(),
         ok: reason.is_none(),
@@ -752,7 +787,7 @@ fn run_session(
         files,
         bytes,
     });
-    result.is_ok()
+    code
 }
 
 /// Where a pulled path starts: resolved beneath the root, never through a symlink.
@@ -766,7 +801,7 @@ fn get_top(root: &Root, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, Str
     };
     let dir = root
         .open_dir(parent, false)
-        .map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+        .map_err(|e| (ErrorCode::BadPath, format!("source {e} on the server")))?;
     let dest = if dest.is_empty() {
         last.clone()
     } else {
