@@ -199,3 +199,72 @@ fn indexes_out_of_range_end_the_stream_or_session() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn serve_once_exits_with_its_sessions_outcome() {
+    let env = Env::new();
+    let src = env.path("t");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    make_dense(&src.join("a.bin"), 10_000, 1);
+    make_dense(&src.join("sub/b.bin"), 10_000, 2);
+    let cases: [(&str, i32); 3] = [("ok", 0), ("partial", 23), ("refused", 4)];
+    for (case, want) in cases {
+        let root = env.mkdir(&format!("root-{case}"));
+        match case {
+            // A directory where a file of the tree goes: that file fails, the rest arrives.
+            "partial" => std::fs::create_dir_all(root.join("t/sub/b.bin/x")).unwrap(),
+            // The one file sent cannot be stored (its target is a symlink): nothing arrives.
+            "refused" => {
+                std::fs::write(root.join("elsewhere"), b"kept").unwrap();
+                std::os::unix::fs::symlink("elsewhere", root.join("one.bin")).unwrap();
+            }
+            _ => {}
+        }
+        let mut srv = ServerProc::start(&root, &env.key, &["--once"]);
+        let o = if case == "refused" {
+            run(
+                send_cmd(
+                    srv.port,
+                    &env.key,
+                    &src.join("a.bin"),
+                    "one.bin",
+                    &["-i", "0"],
+                ),
+                30,
+            )
+        } else {
+            let mut c = zcp();
+            c.args([
+                "send",
+                "-r",
+                "-i",
+                "0",
+                "-p",
+                &srv.port.to_string(),
+                "--key-file",
+            ])
+            .arg(&env.key)
+            .arg(&src)
+            .arg("127.0.0.1:.");
+            run(c, 30)
+        };
+        assert_eq!(o.status.code(), Some(want), "{case} client: {}", both(&o));
+        assert_eq!(
+            srv.exit_code(30),
+            Some(want),
+            "{case} server: {}",
+            srv.log()
+        );
+        match case {
+            "ok" => assert!(same_file(&src.join("sub/b.bin"), &root.join("t/sub/b.bin"))),
+            "partial" => {
+                assert!(same_file(&src.join("a.bin"), &root.join("t/a.bin")));
+                assert!(
+                    root.join("t/sub/b.bin/x").is_dir(),
+                    "the directory is left alone"
+                );
+            }
+            _ => assert_eq!(std::fs::read(root.join("elsewhere")).unwrap(), b"kept"),
+        }
+    }
+}

@@ -202,6 +202,11 @@ impl ServerProc {
         let _ = self.child.wait();
     }
 
+    /// Waits for the server to exit by itself (`--once`), up to `secs`; its exit code.
+    pub fn exit_code(&mut self, secs: u64) -> Option<i32> {
+        wait_deadline(&mut self.child, Duration::from_secs(secs)).code()
+    }
+
     /// Waits until the log holds `needle`, up to `secs`.
     pub fn wait_log(&self, needle: &str, secs: u64) -> bool {
         let end = Instant::now() + Duration::from_secs(secs);
