@@ -1,12 +1,14 @@
 //! `zcp keygen`: write a fresh pre-shared key.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
 
 #[derive(Debug, Args)]
 pub(crate) struct KeygenArgs {
-    /// Where to write the key (created with mode 0600).
+    /// Where to write the key (created with mode 0600; missing directories with 0700). `-`
+    /// writes it to standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
     /// Replace the file if it exists.
@@ -15,6 +17,16 @@ pub(crate) struct KeygenArgs {
 }
 
 pub(crate) fn run(a: KeygenArgs) -> anyhow::Result<i32> {
+    if a.output.as_os_str() == "-" {
+        let psk = zcp_session::keyfile::new_key()?;
+        let mut out = std::io::stdout().lock();
+        out.write_all(psk.to_file_text().as_bytes())?;
+        out.flush()?;
+        eprintln!(
+            "zcp: wrote a new key to standard output; store it in a file of mode 0600 on both hosts"
+        );
+        return Ok(0);
+    }
     zcp_session::keyfile::write_new_key(&a.output, a.force)?;
     eprintln!(
         "zcp: wrote a new key to {} (mode 0600); copy it to the other host over a trusted channel",

@@ -19,7 +19,28 @@ use zcp_session::SessionError;
 const AFTER_HELP: &str = "\
 Exit codes: 0 success; 1 failure (network, I/O, protocol); 2 bad usage;
 3 key or authentication problem; 4 the receiver refused the destination;
-5 integrity: the data did not verify or the source changed while being sent.";
+5 integrity: the data did not verify or the source changed while being sent;
+23 partial: some entries arrived and others did not (each is named).";
+
+/// A usage mistake found before any work: exit code 2, with what to fix.
+#[derive(Debug)]
+pub(crate) struct Usage(pub(crate) String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Fails with a usage mistake (exit code 2).
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new($crate::cli::Usage(format!($($arg)*))))
+    };
+}
+pub(crate) use usage;
 
 /// Move very large files between Linux hosts with the kernel's zero-copy paths, verified
 /// with keyed BLAKE3 and stored durably.
@@ -66,10 +87,15 @@ pub(crate) fn run(cli: Cli) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let code = e
-                .downcast_ref::<SessionError>()
-                .map_or(zcp_session::exit::FAILURE, SessionError::exit_code);
-            eprintln!("zcp: {e:#}");
+            let (code, text) = if let Some(s) = e.downcast_ref::<SessionError>() {
+                // Its own text already names the cause: `{:#}` would repeat it.
+                (s.exit_code(), s.to_string())
+            } else if e.downcast_ref::<Usage>().is_some() {
+                (zcp_session::exit::USAGE, e.to_string())
+            } else {
+                (zcp_session::exit::FAILURE, format!("{e:#}"))
+            };
+            eprintln!("zcp: {}", zcp_wire::escape_text(&text));
             code
         }
     }
@@ -93,7 +119,8 @@ struct TransferArgs {
     /// streams; default grows with the file.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     chunk_size: Option<u64>,
-    /// Parallel data streams (TCP connections); chunks of every file are spread over them.
+    /// Parallel data streams (TCP connections, 1 to 64); chunks of every file are spread over
+    /// them. (The port is -p.)
     #[arg(short = 'P', long = "parallel", default_value_t = 1, value_name = "N")]
     streams: u16,
     /// Descend into directories: send (or get) whole trees.
@@ -113,8 +140,19 @@ struct TransferArgs {
 impl TransferArgs {
     /// The session's transfer settings.
     fn transfer(&self) -> anyhow::Result<zcp_session::Transfer> {
-        if self.streams == 0 || self.streams > 256 {
-            anyhow::bail!("-P/--parallel takes 1 to 256 streams, got {}", self.streams);
+        if self.streams == 0 {
+            usage!("-P/--parallel takes 1 to {MAX_STREAMS} streams, got 0");
+        }
+        if self.streams > MAX_STREAMS {
+            usage!(
+                "-P/--parallel takes 1 to {MAX_STREAMS} streams, got {}; the port is -p (lowercase)",
+                self.streams
+            );
+        }
+        if let Some(cs) = self.chunk_size {
+            if let Err(e) = zcp_wire::ChunkPlan::new(0, cs) {
+                usage!("--chunk-size {cs}: {e}");
+            }
         }
         Ok(zcp_session::Transfer {
             engine: self.engine,
@@ -129,7 +167,7 @@ impl TransferArgs {
 
     fn interval(&self) -> anyhow::Result<Option<std::time::Duration>> {
         if !self.interval.is_finite() || self.interval < 0.0 {
-            anyhow::bail!(
+            usage!(
                 "-i/--interval takes a number of seconds >= 0, got {}",
                 self.interval
             );
@@ -257,6 +295,9 @@ pub(crate) fn parse_target(arg: &std::ffi::OsStr) -> Result<(String, Vec<u8>), S
     Ok((host.to_string(), path.to_vec()))
 }
 
+/// Most data streams one transfer may ask for.
+const MAX_STREAMS: u16 = 64;
+
 /// Connection flags shared by `send` and `get`.
 #[derive(Debug, Clone, Args)]
 struct ConnArgs {
@@ -276,10 +317,19 @@ struct ConnArgs {
 
 impl ConnArgs {
     fn connection(&self, host: String) -> anyhow::Result<zcp_session::Connection> {
-        let psk = key_arg(&self.key_file)?;
-        if self.connect_timeout == 0 || self.idle_timeout == 0 {
-            anyhow::bail!("--connect-timeout and --idle-timeout must be above 0");
+        if self.port == 0 {
+            usage!(
+                "-p/--port 0 names no server; give the port zcp serve listens on (default {})",
+                zcp_session::DEFAULT_PORT
+            );
         }
+        if self.connect_timeout == 0 {
+            usage!("--connect-timeout must be at least 1 second");
+        }
+        if self.idle_timeout == 0 {
+            usage!("--idle-timeout must be at least 1 second");
+        }
+        let psk = key_arg(&self.key_file)?;
         Ok(zcp_session::Connection {
             host,
             port: self.port,
@@ -295,25 +345,29 @@ fn outcome(out: &mut Output, r: Result<zcp_session::Summary, SessionError>, what
     match r {
         Ok(s) if s.failed == 0 => 0,
         Ok(s) => {
-            let code = s.failures.first().map_or(zcp_session::exit::FAILURE, |f| {
-                zcp_session::exit::for_failure(f.code)
-            });
+            // Failures past the kept list count as plain failures.
+            let unlisted = (s.failed as usize > s.failures.len()).then_some("internal");
+            let code = zcp_session::exit::for_failures(
+                s.failures.iter().map(|f| f.code).chain(unlisted),
+                s.files + s.entries > 0,
+            );
             let first = s
                 .failures
                 .first()
                 .map(|f| format!("; first: {}: {}", f.path, f.message))
                 .unwrap_or_default();
             eprintln!(
-                "zcp: {what}: {} entr{} did not arrive{first}",
+                "zcp: {what}: {} entr{} did not arrive{}",
                 s.failed,
-                if s.failed == 1 { "y" } else { "ies" }
+                if s.failed == 1 { "y" } else { "ies" },
+                zcp_wire::escape_text(&first)
             );
             code
         }
         Err(e) => {
             let code = e.exit_code();
             out.fail(&e);
-            eprintln!("zcp: {e}");
+            eprintln!("zcp: {}", zcp_wire::escape_text(&e.to_string()));
             code
         }
     }

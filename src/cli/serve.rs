@@ -41,16 +41,23 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
-    let psk = super::key_arg(&a.key_file)?;
     if !a.root.is_dir() {
-        anyhow::bail!("--root {} is not a directory", a.root.display());
-    }
-    if a.max_streams == 0 || a.max_sessions == 0 || a.idle_timeout == 0 || a.handshake_timeout == 0
-    {
-        anyhow::bail!(
-            "--max-streams, --max-sessions, --idle-timeout and --handshake-timeout must be above 0"
+        super::usage!(
+            "--root {} is not a directory; give the directory to receive into",
+            a.root.display()
         );
     }
+    for (flag, v) in [
+        ("--max-streams", u64::from(a.max_streams)),
+        ("--max-sessions", a.max_sessions as u64),
+        ("--idle-timeout", a.idle_timeout),
+        ("--handshake-timeout", a.handshake_timeout),
+    ] {
+        if v == 0 {
+            super::usage!("{flag} must be at least 1");
+        }
+    }
+    let psk = super::key_arg(&a.key_file)?;
     let mut cfg = ServerConfig::new(a.root.clone(), psk);
     cfg.max_streams = a.max_streams;
     cfg.max_sessions = a.max_sessions;

@@ -268,3 +268,157 @@ fn interval_reports_arrive_while_the_data_moves() {
         .sum();
     assert_eq!(sum, 2 << 30, "the intervals add up to the file");
 }
+
+#[test]
+fn every_usage_mistake_exits_2_before_any_work() {
+    let env = Env::new();
+    let src = env.path("f");
+    make_dense(&src, 1000, 1);
+    // A listener that counts connections: a usage mistake must never reach it.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.set_nonblocking(true).unwrap();
+    let port = probe.local_addr().unwrap().port();
+    let send: &[(&[&str], &str, &str)] = &[
+        (&["-P", "0"], "f", "1 to 64"),
+        (&["-P", "5310"], "f", "the port is -p"),
+        (&["--idle-timeout", "0"], "f", "--idle-timeout"),
+        (&["--connect-timeout", "0"], "f", "--connect-timeout"),
+        (&["--chunk-size", "1000"], "f", "--chunk-size"),
+        (&["--chunk-size", "2G"], "f", "--chunk-size"),
+        (&["--interval=-1"], "f", "--interval"),
+        (&[], "/etc/zcp-test", "absolute"),
+        (&[], "a/../../x", ".."),
+        (&[], "..", ".."),
+    ];
+    for (args, dest, needle) in send {
+        let o = run(send_cmd(port, &env.key, &src, dest, args), 10);
+        assert_eq!(o.status.code(), Some(2), "{args:?} {dest}: {}", both(&o));
+        let err = text(&o.stderr);
+        assert!(err.contains(needle), "{args:?} {dest}: {err}");
+        assert!(!err.contains("peer"), "{args:?} {dest}: {err}");
+    }
+    let o = run(send_cmd(0, &env.key, &src, "f", &[]), 10);
+    assert_eq!(o.status.code(), Some(2), "-p 0: {}", both(&o));
+    assert!(text(&o.stderr).contains("-p"), "{}", text(&o.stderr));
+    for path in [
+        "127.0.0.1:.",
+        "127.0.0.1:",
+        "127.0.0.1:../x",
+        "127.0.0.1:/etc/passwd",
+    ] {
+        let mut c = zcp();
+        c.args(["get", "-p", &port.to_string(), "--key-file"])
+            .arg(&env.key)
+            .arg(path)
+            .arg(env.path("got"));
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{path}: {}", both(&o));
+        assert!(!env.path("got").exists(), "{path}: nothing is created");
+    }
+    for (extra, needle) in [
+        (&["--root", "/nonexistent/zcp"][..], "--root"),
+        (&["--max-streams", "0"][..], "--max-streams"),
+        (&["--idle-timeout", "0"][..], "--idle-timeout"),
+    ] {
+        let mut c = zcp();
+        c.args(["serve", "-p", "0", "--bind", "127.0.0.1", "--key-file"])
+            .arg(&env.key);
+        if extra[0] != "--root" {
+            c.arg("--root").arg(env.dir.path());
+        }
+        c.args(extra);
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", both(&o));
+        assert!(text(&o.stderr).contains(needle), "{extra:?}: {}", both(&o));
+    }
+    assert!(
+        probe.accept().is_err(),
+        "a usage mistake connected to the server"
+    );
+}
+
+#[test]
+fn keygen_makes_missing_directories_private_and_writes_to_stdout() {
+    let env = Env::new();
+    let key = env.path("home/.config/zcp/key");
+    let mut c = zcp();
+    c.args(["keygen", "-o"]).arg(&key);
+    let o = run(c, 10);
+    assert!(o.status.success(), "{}", both(&o));
+    for d in ["home", "home/.config", "home/.config/zcp"] {
+        let mode = std::fs::metadata(env.path(d)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{d}");
+    }
+    assert!(zcp_wire::Psk::parse(&std::fs::read_to_string(&key).unwrap()).is_ok());
+    let mut c = zcp();
+    c.args(["keygen", "-o", "-"]);
+    let o = run(c, 10);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(
+        zcp_wire::Psk::parse(&text(&o.stdout)).is_ok(),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(!env.dir.path().join("-").exists());
+}
+
+#[test]
+fn a_port_in_use_is_said_once_and_a_port_that_is_not_zcp_is_named() {
+    let env = Env::new();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let mut c = zcp();
+    c.args([
+        "serve",
+        "--bind",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "--key-file",
+    ])
+    .arg(&env.key)
+    .arg("--root")
+    .arg(env.dir.path());
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr).to_lowercase();
+    assert_eq!(err.matches("in use").count(), 1, "{err}");
+
+    // Something else on the port: an SSH banner, with a control character in it.
+    let t = std::thread::spawn(move || {
+        use std::io::Write;
+        if let Ok((mut s, _)) = busy.accept() {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\x1b[31m\r\n");
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    });
+    let src = env.path("f");
+    make_dense(&src, 100, 1);
+    let o = run(send_cmd(port, &env.key, &src, "f", &[]), 10);
+    t.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("is not a zcp server"), "{err}");
+    assert!(err.contains("SSH-2.0-OpenSSH_9.2"), "{err}");
+    assert!(!o.stderr.contains(&0x1b), "{err:?}");
+}
+
+#[test]
+fn a_request_above_the_servers_stream_cap_is_capped_and_said() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("f");
+    make_dense(&src, 300_000, 1);
+    let srv = ServerProc::start(&root, &env.key, &["--max-streams", "2"]);
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "f", &["-P", "8", "-i", "0"]),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(
+        both(&o).contains("the server allows at most 2"),
+        "{}",
+        both(&o)
+    );
+    assert!(same_file(&src, &root.join("f")));
+}

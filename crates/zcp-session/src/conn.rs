@@ -141,7 +141,21 @@ pub(crate) fn authenticate(
     stream
         .write_all(&hs.hello().encode_frame())
         .map_err(|e| io_err(e.into()))?;
-    let challenge = read_plain(&mut stream).map_err(io_err)?;
+    // What the peer sends first, kept to say what it is if it is not a zcp server (an SSH
+    // or HTTP server on the port given).
+    let mut first = [0u8; 40];
+    let seen = stream.peek(&mut first).unwrap_or(0);
+    let challenge = read_plain(&mut stream).map_err(|e| match e {
+        FrameIoError::Decode(_) if seen > 0 => SessionError::NotZcp {
+            addr: shown.clone(),
+            sent: format!(
+                "{}{}",
+                zcp_wire::escape(&first[..seen]).trim_matches('\''),
+                if seen == first.len() { "…" } else { "" }
+            ),
+        },
+        other => io_err(other),
+    })?;
     let (proof, await_welcome) = match hs.on_challenge(challenge) {
         Ok(x) => x,
         Err(e) => {

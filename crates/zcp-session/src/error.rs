@@ -61,6 +61,14 @@ pub enum SessionError {
         /// What it did.
         reason: String,
     },
+    /// What answered on the port is not a zcp server.
+    #[error("{addr} is not a zcp server (it sent '{sent}'); check the host and the port (-p)")]
+    NotZcp {
+        /// The address connected to.
+        addr: String,
+        /// The first bytes it sent, escaped.
+        sent: String,
+    },
     /// The connection failed mid-session.
     #[error("connection to {peer} failed: {reason}")]
     Connection {
@@ -84,6 +92,8 @@ pub enum SessionError {
 
 /// Exit codes of the `zcp` binary, by failure class.
 pub mod exit {
+    use zcp_wire::ErrorCode;
+
     /// Success.
     pub const OK: i32 = 0;
     /// A failure not covered below (network, I/O, protocol).
@@ -120,13 +130,22 @@ pub mod exit {
         }
     }
 
-    /// The exit code for a transfer that finished with failed entries, from the class of the
-    /// first failure (see [`crate::Failure::code`]).
+    /// The exit code for one failure class ([`ErrorCode::name`], or `source` for a source
+    /// that could not be sent): the one map every exit code of zcp goes through.
     pub fn for_failure(code: &str) -> i32 {
+        match ErrorCode::from_name(code) {
+            Some(c) => for_code(c),
+            None => FAILURE,
+        }
+    }
+
+    /// The exit code for a refusal of class `code`: the destination refused (4), integrity
+    /// (5), the key (3), anything else — busy, limits, protocol, internal — 1.
+    pub fn for_code(code: ErrorCode) -> i32 {
         match code {
-            "verify" | "source-changed" => INTEGRITY,
-            "bad-path" | "no-space" | "io" | "busy" | "limit" => REFUSED,
-            "auth" => AUTH,
+            ErrorCode::Verify | ErrorCode::SourceChanged => INTEGRITY,
+            ErrorCode::BadPath | ErrorCode::NoSpace | ErrorCode::Io => REFUSED,
+            ErrorCode::Auth => AUTH,
             _ => FAILURE,
         }
     }
@@ -138,12 +157,7 @@ impl SessionError {
         match self {
             SessionError::Key(_) | SessionError::Auth(_) => exit::AUTH,
             SessionError::Usage(_) => exit::USAGE,
-            SessionError::Refused { code, .. } => match code {
-                ErrorCode::Auth => exit::AUTH,
-                ErrorCode::Verify | ErrorCode::SourceChanged => exit::INTEGRITY,
-                ErrorCode::BadPath | ErrorCode::NoSpace | ErrorCode::Io => exit::REFUSED,
-                _ => exit::FAILURE,
-            },
+            SessionError::Refused { code, .. } => exit::for_code(*code),
             SessionError::Verify(_) | SessionError::SourceChanged { .. } => exit::INTEGRITY,
             _ => exit::FAILURE,
         }
@@ -157,8 +171,14 @@ impl SessionError {
             HandshakeError::Refused {
                 code: ErrorCode::Auth,
                 message,
-            } => SessionError::Auth(format!("the server refused our key: {message}")),
-            HandshakeError::Refused { code, message } => SessionError::Refused { code, message },
+            } => SessionError::Auth(format!(
+                "the server refused our key: {}",
+                zcp_wire::escape_text(&message)
+            )),
+            HandshakeError::Refused { code, message } => SessionError::Refused {
+                code,
+                message: zcp_wire::escape_text(&message),
+            },
             other => SessionError::Protocol {
                 peer: peer.to_string(),
                 reason: other.to_string(),

@@ -5,7 +5,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use zcp_wire::Psk;
@@ -74,14 +74,17 @@ pub fn read_key(path: &Path) -> Result<Psk, SessionError> {
 
 /// Writes a fresh random key to `path` with mode 0600. Refuses to replace an existing file
 /// unless `force`.
+/// Missing parent directories are created with mode 0700 (only those it creates).
 pub fn write_new_key(path: &Path, force: bool) -> Result<(), SessionError> {
-    let bytes: [u8; zcp_wire::PSK_LEN] =
-        zcp_engine::sys::random().map_err(|source| SessionError::Io {
-            what: "getrandom".into(),
-            source,
-        })?;
-    let psk = Psk::from_bytes(bytes);
+    let psk = new_key()?;
     let shown = path.display();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| SessionError::Key(format!("cannot create {}: {e}", parent.display())))?;
+    }
     if force && path.exists() {
         std::fs::remove_file(path)
             .map_err(|e| SessionError::Key(format!("cannot replace {shown}: {e}")))?;
@@ -102,6 +105,16 @@ pub fn write_new_key(path: &Path, force: bool) -> Result<(), SessionError> {
         .and_then(|_| f.write_all(psk.to_file_text().as_bytes()))
         .and_then(|_| f.sync_all())
         .map_err(|e| SessionError::Key(format!("cannot write {shown}: {e}")))
+}
+
+/// A fresh random key.
+pub fn new_key() -> Result<Psk, SessionError> {
+    let bytes: [u8; zcp_wire::PSK_LEN] =
+        zcp_engine::sys::random().map_err(|source| SessionError::Io {
+            what: "getrandom".into(),
+            source,
+        })?;
+    Ok(Psk::from_bytes(bytes))
 }
 
 #[cfg(test)]

@@ -96,6 +96,11 @@ impl ErrorCode {
         }
     }
 
+    /// The code whose [`ErrorCode::name`] is `name`, if any.
+    pub fn from_name(name: &str) -> Option<ErrorCode> {
+        (1..=11).map(ErrorCode::from_u16).find(|c| c.name() == name)
+    }
+
     /// A short lowercase name for logs and JSON.
     pub fn name(self) -> &'static str {
         match self {
