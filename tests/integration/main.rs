@@ -8,6 +8,7 @@ mod cli;
 mod doctor;
 mod engines;
 mod faults;
+mod hostile;
 mod netns;
 mod paths;
 mod protocol;
