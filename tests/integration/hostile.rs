@@ -730,7 +730,8 @@ fn have_floods_end_a_pull_session_and_the_server_serves_on() {
     let root = env.mkdir("root");
     std::fs::write(root.join("want.bin"), vec![1u8; 200_000]).unwrap();
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let cases: [(&str, Vec<(u64, [u8; 32])>); 3] = [
+    type Entries = Vec<(u64, [u8; 32])>;
+    let cases: [(&str, Entries); 3] = [
         ("duplicate", vec![(0, [0; 32]), (0, [0; 32])]),
         ("out of range", vec![(4, [0; 32])]),
         (

@@ -45,9 +45,7 @@ impl Handler<'_> {
             Message::PutFile(p) => self.put_file(p),
             Message::MakeDir { path } => {
                 let r = self.checked(&path, Act::Dir).and_then(|p| {
-                    self.shared
-                        .dir(p.components(), true)
-                        .map_err(|e| engine_err(e))?;
+                    self.shared.dir(p.components(), true).map_err(engine_err)?;
                     Ok(self.shared.scope.made_dir(&p))
                 });
                 let new = matches!(r, Ok(true));
