@@ -324,7 +324,8 @@ fn a_destination_that_fills_mid_tree_keeps_what_it_committed_and_resumes() {
     make_dense(&src.join("big"), 3 << 20, 99);
     let srv = ServerProc::start(&root, &env.key, &[]);
     let (o, v) = send_json(srv.port, &env.key, &src, "d", &["-r", "-P", "2"], 60);
-    assert_eq!(o.status.code(), Some(4), "{}", both(&o));
+    // Some files arrived, the rest met the full disk: partial.
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
     let failures = v["end"]["files"]["failures"].as_array().unwrap();
     assert!(!failures.is_empty(), "{v}");
     for f in failures {
@@ -627,4 +628,63 @@ fn a_tree_killed_midway_resumes_without_sending_what_arrived() {
         );
     }
     assert!(no_partials(&root, 5), "{:?}", tree(&root));
+}
+
+/// A tree with an entry the sender cannot read is not a success: the entry is named and the
+/// exit code is 23 (the rest arrived). As root, the sender runs as `nobody` (setpriv), since
+/// root reads everything.
+#[test]
+fn a_tree_with_an_unreadable_entry_is_partial() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("t");
+    std::fs::create_dir_all(src.join("locked")).unwrap();
+    make_dense(&src.join("ok.bin"), 5000, 1);
+    make_dense(&src.join("secret.bin"), 5000, 2);
+    make_dense(&src.join("locked/inner.bin"), 5000, 3);
+    let key = env.path("nobody.key");
+    std::fs::copy(&env.key, &key).unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut c = if is_root() {
+        for p in [env.dir.path(), &src, &src.join("locked")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for f in ["ok.bin", "locked/inner.bin"] {
+            std::fs::set_permissions(src.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_zcp"))
+            .env_remove("ZCP_KEY_FILE");
+        c
+    } else {
+        zcp()
+    };
+    std::fs::set_permissions(
+        src.join("secret.bin"),
+        std::fs::Permissions::from_mode(0o000),
+    )
+    .unwrap();
+    std::fs::set_permissions(src.join("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    c.args([
+        "send",
+        "-r",
+        "-i",
+        "0",
+        "-p",
+        &srv.port.to_string(),
+        "--key-file",
+    ])
+    .arg(&key)
+    .arg(&src)
+    .arg("127.0.0.1:.");
+    let o = run(c, 30);
+    std::fs::set_permissions(src.join("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
+    assert!(both(&o).contains("secret.bin"), "{}", both(&o));
+    assert!(both(&o).contains("locked"), "{}", both(&o));
+    assert!(same_file(&src.join("ok.bin"), &root.join("t/ok.bin")));
+    assert!(!root.join("t/secret.bin").exists());
+    assert!(!root.join("t/locked/inner.bin").exists());
 }

@@ -165,7 +165,12 @@ impl Walker {
         let display = escape(&raw);
         let meta = match fs::stat_at(parent, name) {
             Ok(m) => m,
-            Err(e) => return Self::skip(display, format!("vanished or unreadable ({e})")),
+            Err(EngineError::Sys { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Self::skip(display, format!("vanished ({source})"));
+            }
+            Err(e) => return Self::fail(display, format!("cannot be read ({e})")),
         };
         match meta.kind {
             EntryKind::File => match fs::open_at(parent, name) {
@@ -176,12 +181,12 @@ impl Walker {
                     meta,
                     display,
                 },
-                Err(e) => Self::skip(display, format!("cannot be opened ({e})")),
+                Err(e) => Self::fail(display, format!("cannot be opened ({e})")),
             },
             EntryKind::Dir => self.enter(fs::open_at(parent, name), dest, raw, meta),
             EntryKind::Symlink => match fs::read_link_at(parent, name) {
                 Ok(target) => Entry::Link { dest, target },
-                Err(e) => Self::skip(display, format!("link cannot be read ({e})")),
+                Err(e) => Self::fail(display, format!("link cannot be read ({e})")),
             },
             EntryKind::Other => Self::skip(
                 display,
@@ -205,13 +210,15 @@ impl Walker {
         if !self.recursive {
             return Self::fail(display, "is a directory; add -r to copy directories");
         }
+        // What cannot be read fails (the exit code says so); special files and entries that
+        // vanished mid-walk are only noted.
         let fd = match fd {
             Ok(fd) => fd,
-            Err(e) => return Self::skip(display, format!("cannot be opened ({e})")),
+            Err(e) => return Self::fail(display, format!("cannot be opened ({e})")),
         };
         let entries = match fs::read_dir(&fd) {
             Ok(e) => e,
-            Err(e) => return Self::skip(display, format!("cannot be listed ({e})")),
+            Err(e) => return Self::fail(display, format!("cannot be listed ({e})")),
         };
         self.dirs.push((dest.clone(), meta));
         self.stack.push(Level {
@@ -282,7 +289,7 @@ impl Iterator for Walker {
                     Some(Err(e)) => {
                         let display = escape(&level.display);
                         self.stack.pop();
-                        return Some(Self::skip(display, format!("listing stopped ({e})")));
+                        return Some(Self::fail(display, format!("listing stopped ({e})")));
                     }
                     Some(Ok(name)) => {
                         let dest = join(&level.dest, &name);
