@@ -829,10 +829,26 @@ fn a_hostile_client_can_neither_chmod_the_root_nor_forge_log_lines_nor_idle_fore
     // Only chatter from here on: the session ends at the idle timeout all the same.
     let t = Instant::now();
     let mut closed = false;
-    while t.elapsed() < Duration::from_secs(10) {
-        raw.send(&Message::Notice {
+    let chatter = [
+        Message::Notice {
             message: "chatter".into(),
-        });
+        },
+        Message::Finish,
+        Message::EntryFailed {
+            path: b"x".to_vec(),
+            code: ErrorCode::Io,
+            message: "again".into(),
+        },
+        Message::FileAbort {
+            file_id: 1234,
+            code: ErrorCode::Io,
+            message: "nothing".into(),
+        },
+    ];
+    let mut turn = 0;
+    while t.elapsed() < Duration::from_secs(10) {
+        raw.send(&chatter[turn % chatter.len()]);
+        turn += 1;
         raw.s
             .set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();

@@ -775,6 +775,9 @@ impl Run<'_> {
                 code,
                 message,
             } => {
+                if !self.open.contains_key(&file_id) {
+                    return Ok(Heard::Chatter);
+                }
                 self.fail_file(file_id, code, escape_text(&message), false)?;
                 Ok(Heard::Progress)
             }
@@ -800,7 +803,8 @@ impl Run<'_> {
                     }),
                     None,
                 );
-                Ok(Heard::Progress)
+                // Reported, but no step forward: a stream of these cannot hold the session.
+                Ok(Heard::Chatter)
             }
             Message::Progress { file_id, bytes } => {
                 // Alive and moving: hashing an existing target advances the count; during a
@@ -951,10 +955,12 @@ impl Run<'_> {
         }
         let i = index as usize;
         if ok {
-            if !f.acked[i] {
-                f.acked[i] = true;
-                f.n_acked += 1;
+            if f.acked[i] {
+                // The same acknowledgement again moves nothing.
+                return Ok(Heard::Chatter);
             }
+            f.acked[i] = true;
+            f.n_acked += 1;
             self.maybe_end(file_id)?;
             return Ok(Heard::Progress);
         }

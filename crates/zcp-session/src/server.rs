@@ -486,13 +486,17 @@ struct ServerObserver<'a> {
     reporter: &'a dyn ServerReporter,
     session: String,
     files: u64,
-    /// Failure classes of the entries that failed, in order (the first few).
+    /// Failure classes of the entries that failed, in order (the first few), and the first
+    /// integrity failure however late it came: what the session's exit code needs.
     failures: Vec<&'static str>,
 }
 
 impl ServerObserver<'_> {
     fn failed(&mut self, code: &'static str) {
-        if self.failures.len() < 64 || matches!(code, "verify" | "source-changed") {
+        let integrity = |c: &str| matches!(c, "verify" | "source-changed");
+        if self.failures.len() < 64
+            || (integrity(code) && !self.failures.iter().any(|c| integrity(c)))
+        {
             self.failures.push(code);
         }
     }

@@ -58,8 +58,10 @@ impl Handler<'_> {
                     let dir = self.shared.dir(parent, true).map_err(engine_err)?;
                     zcp_engine::fs::make_symlink(&*dir, last, &target).map_err(engine_err)
                 });
+                // A link made is progress; a refused one is not.
+                let made = r.is_ok();
                 self.entry_result(&path, r)?;
-                PROGRESS
+                Ok(Flow::Go { progress: made })
             }
             Message::DirTimes {
                 path,
@@ -113,20 +115,21 @@ impl Handler<'_> {
                 code,
                 message,
             } => {
-                if let Some(f) = self.shared.file(file_id) {
-                    let message = escape_text(&message);
-                    f.fail(code, message.clone());
-                    self.shared.abandon(&f);
-                    self.totals.failed += 1;
-                    self.observer.notice(
-                        Some(Failure {
-                            path: f.target.clone(),
-                            code: code.name(),
-                            message,
-                        }),
-                        None,
-                    );
-                }
+                let Some(f) = self.shared.file(file_id) else {
+                    return CHATTER;
+                };
+                let message = escape_text(&message);
+                f.fail(code, message.clone());
+                self.shared.abandon(&f);
+                self.totals.failed += 1;
+                self.observer.notice(
+                    Some(Failure {
+                        path: f.target.clone(),
+                        code: code.name(),
+                        message,
+                    }),
+                    None,
+                );
                 PROGRESS
             }
             Message::Notice { message } => {
@@ -151,11 +154,14 @@ impl Handler<'_> {
                     }),
                     None,
                 );
-                PROGRESS
+                // Reported, but no step forward: a stream of these cannot hold the session.
+                CHATTER
             }
             Message::Finish => {
+                // Once: a repeated Finish is chatter.
+                let first = !self.finishing;
                 self.finishing = true;
-                PROGRESS
+                Ok(Flow::Go { progress: first })
             }
             Message::Stats(s) if self.stats_sent => {
                 self.totals.peer = s;
@@ -220,6 +226,8 @@ impl Handler<'_> {
                     code,
                     message,
                 })?;
+                // Still a step: every PutFile names a new file id (a repeated one is a
+                // protocol error), so refusals cannot repeat without new work (a repeated id is refused too).
             }
         }
         PROGRESS
