@@ -915,3 +915,75 @@ fn protocol_errors_are_said_and_logged() {
     assert!(srv.wait_log("data stream", 5), "{}", srv.log());
     assert!(!root.join("x.bin").exists());
 }
+
+#[test]
+fn escapes_planted_links_and_replays_from_a_server_are_refused() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let outside = env.mkdir("outside");
+    std::fs::write(outside.join("victim"), b"original").unwrap();
+    // A link planted where the requested file goes: never followed, never replaced.
+    std::os::unix::fs::symlink(outside.join("victim"), dest.join("want.txt")).unwrap();
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.txt", "tree"],
+        &dest,
+        &["-r"],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    for (i, d) in [
+        &b"../escape"[..],
+        b"/etc/zcp-evil",
+        b"tree/../../x",
+        b"want.txt",
+    ]
+    .iter()
+    .enumerate()
+    {
+        evil.put(i as u32, d, b"", 8);
+        assert!(matches!(evil.next(), Message::FileFailed { .. }), "{d:?}");
+    }
+    evil.send(&Message::MakeLink {
+        path: b"../link".to_vec(),
+        target: b"/".to_vec(),
+    });
+    assert!(matches!(evil.next(), Message::EntryFailed { .. }));
+    // A link inside the requested tree, then a file through it: the link is stored as a
+    // link, the file through it is refused.
+    evil.send(&Message::MakeDir {
+        path: b"tree".to_vec(),
+    });
+    evil.send(&Message::MakeLink {
+        path: b"tree/out".to_vec(),
+        target: outside.to_str().unwrap().as_bytes().to_vec(),
+    });
+    evil.put(10, b"tree/out/victim", b"", 8);
+    assert!(matches!(evil.next(), Message::FileFailed { .. }));
+    // A sealed frame sent twice: the replay ends the session.
+    let frame = evil.est.sealer.seal(&Message::Notice {
+        message: "once".into(),
+    });
+    evil.s.write_all(&frame).unwrap();
+    evil.s.write_all(&frame).unwrap();
+    let o = wait_output(child, 30);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"original");
+    assert_eq!(tree(&outside), vec!["victim"]);
+    assert!(
+        std::fs::symlink_metadata(dest.join("want.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::symlink_metadata(dest.join("tree/out"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(tree(&dest), vec!["tree", "tree/out", "want.txt"]);
+    assert!(!env.dir.path().join("escape").exists());
+    assert!(!Path::new("/etc/zcp-evil").exists());
+}
