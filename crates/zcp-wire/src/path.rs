@@ -129,6 +129,13 @@ impl std::fmt::Display for RelPath {
     }
 }
 
+/// A character that must not reach a terminal or a log raw: control characters (ESC, BEL,
+/// CR, newline, DEL, the C1 range) and the bidirectional overrides.
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// Shows raw name bytes to a person: valid UTF-8 as is, except control characters and
 /// invalid bytes, which are escaped (`\n`, `\xff`), and the whole quoted when it holds
 /// anything escaped or a space, so the exact bytes can always be read back.
@@ -137,7 +144,7 @@ pub fn escape(raw: &[u8]) -> String {
     let mut quoted = false;
     for chunk in raw.utf8_chunks() {
         for ch in chunk.valid().chars() {
-            if ch.is_control() || ch == '\\' || ch == '\'' {
+            if unsafe_char(ch) || ch == '\\' || ch == '\'' {
                 quoted = true;
                 out.extend(ch.escape_default());
             } else {
@@ -159,10 +166,6 @@ pub fn escape(raw: &[u8]) -> String {
 /// that came from the network goes through this (or [`escape`] for names) before it reaches a
 /// terminal or a log line, so a peer can neither drive the terminal nor forge lines.
 pub fn escape_text(text: &str) -> String {
-    let unsafe_char = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
     if !text.chars().any(unsafe_char) {
         return text.to_string();
     }
@@ -233,6 +236,11 @@ mod tests {
         assert_eq!(escape(b"a b"), "'a b'");
         assert_eq!(escape(b"new\nline"), "'new\\nline'");
         assert_eq!(escape(b"bad\xff"), "'bad\\xff'");
+        // The bidirectional overrides, as in escape_text: a name cannot reorder what follows.
+        assert_eq!(
+            escape("evil\u{202e}txt.exe".as_bytes()),
+            "'evil\\u{202e}txt.exe'"
+        );
     }
 
     #[test]
