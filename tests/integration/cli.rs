@@ -363,6 +363,29 @@ fn keygen_makes_missing_directories_private_and_writes_to_stdout() {
 }
 
 #[test]
+fn a_get_that_cannot_connect_leaves_no_destination_behind() {
+    let env = Env::new();
+    // A port nothing listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dest = env.path("new/deeper/");
+    let mut c = zcp();
+    c.args(["get", "-p", &port.to_string(), "--key-file"])
+        .arg(&env.key)
+        .arg("127.0.0.1:a")
+        .arg("127.0.0.1:b")
+        .arg(&dest);
+    let o = run(c, 20);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(
+        !env.path("new").exists(),
+        "a failed get made its destination"
+    );
+}
+
+#[test]
 fn a_port_in_use_is_said_once_and_a_port_that_is_not_zcp_is_named() {
     let env = Env::new();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -191,13 +191,37 @@ fn indexes_out_of_range_end_the_stream_or_session() {
     raw.s.flush().unwrap();
     assert!(closes(&mut raw.s, 10));
     assert!(srv.wait_log("chunk 9", 5), "{}", srv.log());
-    // A second file id in use, on a fresh session, is refused.
-    let mut raw = Raw::connect(srv.port, env.psk());
-    assert!(matches!(raw.put(3, b"a", 10), Message::FileReady { .. }));
-    match raw.put(3, b"b", 10) {
-        Message::FileFailed { code, .. } => assert_eq!(code, ErrorCode::Protocol),
-        other => panic!("{other:?}"),
+    // File ids only increase: an id again, or a lower one, on a fresh session each, ends
+    // the session with the reason.
+    for (first, again) in [(3, 3), (5, 4)] {
+        let mut raw = Raw::connect(srv.port, env.psk());
+        assert!(matches!(
+            raw.put(first, b"a", 10),
+            Message::FileReady { .. }
+        ));
+        raw.send(&Message::PutFile(zcp_wire::PutFile {
+            file_id: again,
+            dest: b"b".to_vec(),
+            name: Vec::new(),
+            size: 10,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: 65536,
+        }));
+        let said = loop {
+            match raw.recv() {
+                Ok(Message::Error { code, message }) => break Some((code, message)),
+                Ok(_) => {}
+                Err(_) => break None,
+            }
+        };
+        let (code, why) = said.expect("an Error before the close");
+        assert_eq!(code, ErrorCode::Protocol);
+        assert!(why.contains("only increase"), "{why}");
+        assert!(closes(&mut raw.s, 10));
     }
+    assert!(!srv.root.join("b").exists());
 }
 
 #[test]
@@ -207,7 +231,12 @@ fn serve_once_exits_with_its_sessions_outcome() {
     std::fs::create_dir_all(src.join("sub")).unwrap();
     make_dense(&src.join("a.bin"), 10_000, 1);
     make_dense(&src.join("sub/b.bin"), 10_000, 2);
-    let cases: [(&str, i32); 3] = [("ok", 0), ("partial", 23), ("refused", 4)];
+    let cases: [(&str, i32); 4] = [
+        ("ok", 0),
+        ("partial", 23),
+        ("refused", 4),
+        ("refused-tree", 4),
+    ];
     for (case, want) in cases {
         let root = env.mkdir(&format!("root-{case}"));
         match case {
@@ -218,6 +247,9 @@ fn serve_once_exits_with_its_sessions_outcome() {
                 std::fs::write(root.join("elsewhere"), b"kept").unwrap();
                 std::os::unix::fs::symlink("elsewhere", root.join("one.bin")).unwrap();
             }
+            // A file where the tree's top directory goes: no directory and no file of the
+            // tree can arrive, so nothing did (not "partial").
+            "refused-tree" => std::fs::write(root.join("t"), b"kept").unwrap(),
             _ => {}
         }
         let mut srv = ServerProc::start(&root, &env.key, &["--once"]);
@@ -264,7 +296,11 @@ fn serve_once_exits_with_its_sessions_outcome() {
                     "the directory is left alone"
                 );
             }
-            _ => assert_eq!(std::fs::read(root.join("elsewhere")).unwrap(), b"kept"),
+            "refused" => assert_eq!(std::fs::read(root.join("elsewhere")).unwrap(), b"kept"),
+            _ => {
+                assert_eq!(std::fs::read(root.join("t")).unwrap(), b"kept");
+                assert_eq!(tree(&root), ["t"]);
+            }
         }
     }
 }

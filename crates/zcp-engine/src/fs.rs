@@ -80,14 +80,26 @@ impl Root {
     /// Opens the directory named by `components` beneath the root, one component at a time,
     /// never following a symlink. With `create`, missing directories are made (mode 0755).
     pub fn open_dir(&self, components: &[Vec<u8>], create: bool) -> Result<OwnedFd, EngineError> {
+        self.open_dir_made(components, create).map(|(fd, _)| fd)
+    }
+
+    /// [`Root::open_dir`], and how many of `components` were there already: this call made
+    /// `components[n..]` (an empty range when it made none).
+    pub fn open_dir_made(
+        &self,
+        components: &[Vec<u8>],
+        create: bool,
+    ) -> Result<(OwnedFd, usize), EngineError> {
         let mut cur = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0)
             .map_err(|e| EngineError::sys("dup", "root directory", e))?;
+        let mut existed = components.len();
         for (i, comp) in components.iter().enumerate() {
             let shown = || show(&components[..=i].join(&b'/'));
             let next = match open_beneath(&cur, comp, OFlags::RDONLY | OFlags::DIRECTORY) {
                 Err(Errno::NOENT) if create => {
                     match rustix::fs::mkdirat(&cur, comp.as_slice(), Mode::from_raw_mode(0o755)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
+                        Ok(()) => existed = existed.min(i),
+                        Err(Errno::EXIST) => {}
                         Err(e) => return Err(path_error(&shown(), "mkdirat", e)),
                     }
                     open_beneath(&cur, comp, OFlags::RDONLY | OFlags::DIRECTORY)
@@ -106,7 +118,7 @@ impl Root {
                 Err(e) => return Err(path_error(&shown(), "openat2", e)),
             };
         }
-        Ok(cur)
+        Ok((cur, existed))
     }
 }
 
@@ -622,8 +634,23 @@ pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {
 /// Sets the permission bits (`mode & 0o777`: setuid, setgid and sticky are never set from the
 /// network) and mtime of an open directory or file.
 pub fn set_mode_and_mtime(fd: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result<(), EngineError> {
+    set_mode_within(fd, mode, false, mtime)
+}
+
+/// [`set_mode_and_mtime`], with the new permission bits limited to those the file has now
+/// when `narrow_only`: a mode can lose bits, never gain one.
+pub fn set_mode_within(
+    fd: impl AsFd,
+    mode: u32,
+    narrow_only: bool,
+    mtime: (i64, u32),
+) -> Result<(), EngineError> {
+    let mut mode = mode & 0o777;
+    if narrow_only {
+        mode &= stat_fd(&fd)?.mode & 0o777;
+    }
     retry("fchmod", "destination", None, || {
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777))
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
     })?;
     let times = timestamps(mtime);
     retry("futimens", "destination", None, || {
@@ -633,8 +660,9 @@ pub fn set_mode_and_mtime(fd: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result
 
 /// Creates symlink `name` -> `target` in `dir`, replacing an existing non-directory entry of
 /// that name atomically (a new link under a temporary name, renamed over it). The target is
-/// stored as given and never followed.
-pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<(), EngineError> {
+/// stored as given and never followed. Returns whether anything changed: a link to the same
+/// target already there is left as it is.
+pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<bool, EngineError> {
     match entry_kind(&dir, name)? {
         EntryKind::Dir => {
             return Err(EngineError::Path(format!(
@@ -645,7 +673,11 @@ pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<(), En
         EntryKind::Missing => {
             return retry("symlinkat", "destination", None, || {
                 rustix::fs::symlinkat(target, &dir, name)
-            });
+            })
+            .map(|()| true);
+        }
+        EntryKind::Symlink if read_link_at(&dir, name).is_ok_and(|t| t == target) => {
+            return Ok(false);
         }
         _ => {}
     }
@@ -661,6 +693,7 @@ pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<(), En
     .inspect_err(|_| {
         let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
     })
+    .map(|()| true)
 }
 
 /// What a directory entry is and the facts a sender announces, without following symlinks.
@@ -970,8 +1003,12 @@ mod tests {
     #[test]
     fn symlinks_are_made_and_replaced_atomically_never_over_directories() {
         let (d, r) = root();
-        make_symlink(r.fd(), b"l", b"/somewhere").unwrap();
-        make_symlink(r.fd(), b"l", b"elsewhere").unwrap();
+        assert!(make_symlink(r.fd(), b"l", b"/somewhere").unwrap());
+        assert!(make_symlink(r.fd(), b"l", b"elsewhere").unwrap());
+        assert!(
+            !make_symlink(r.fd(), b"l", b"elsewhere").unwrap(),
+            "no change"
+        );
         assert_eq!(
             std::fs::read_link(d.path().join("l")).unwrap(),
             std::path::Path::new("elsewhere")
@@ -979,6 +1016,31 @@ mod tests {
         std::fs::create_dir(d.path().join("dir")).unwrap();
         assert!(make_symlink(r.fd(), b"dir", b"x").is_err());
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn open_dir_says_what_it_made_and_modes_can_be_held_to_narrowing() {
+        let (d, r) = root();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        let comps = [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+        let (_, existed) = r.open_dir_made(&comps, true).unwrap();
+        assert_eq!(existed, 1, "a was there, b and c were made");
+        let (fd, existed) = r.open_dir_made(&comps, true).unwrap();
+        assert_eq!(existed, 3);
+        let mode = |p: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(d.path().join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        set_mode_within(&fd, 0o4700, true, (5, 0)).unwrap();
+        assert_eq!(mode("a/b/c"), 0o700);
+        set_mode_within(&fd, 0o777, true, (5, 0)).unwrap();
+        assert_eq!(mode("a/b/c"), 0o700, "never widened");
+        set_mode_within(&fd, 0o1777, false, (5, 0)).unwrap();
+        assert_eq!(mode("a/b/c"), 0o777, "no sticky bit from the network");
     }
 
     #[test]

@@ -691,17 +691,17 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
             .unwrap_or(Path::new("."))
             .to_path_buf()
     } else {
-        std::fs::create_dir_all(&opts.dest).map_err(|source| SessionError::Io {
-            what: format!("creating {}", opts.dest.display()),
-            source,
-        })?;
         opts.dest.clone()
     };
     let scope = Scope::pull(Requested {
         names: names.clone(),
         recursive: t.recursive,
     });
-    let root = Arc::new(Root::open(&root_path)?);
+    // A destination directory that is not there yet is made only once the server answered:
+    // a refused or failed connection leaves nothing behind.
+    let early = (one_new_name || root_path.is_dir())
+        .then(|| Root::open(&root_path))
+        .transpose()?;
     let usage0 = thread_usage();
     let Opened {
         cs,
@@ -710,6 +710,16 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         data,
         capped,
     } = open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+    let root = Arc::new(match early {
+        Some(root) => root,
+        None => {
+            std::fs::create_dir_all(&root_path).map_err(|source| SessionError::Io {
+                what: format!("creating {}", root_path.display()),
+                source,
+            })?;
+            Root::open(&root_path)?
+        }
+    });
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
     let start = start_event(

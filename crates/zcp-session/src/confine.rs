@@ -6,19 +6,43 @@
 //! - no entry may name the root itself (`.`, `./`): the root's own mode and mtime are the
 //!   receiver's, never the peer's;
 //! - directory times (`DirTimes`) only for directories this session's `MakeDir` named, so a
-//!   peer cannot chmod directories it did not send;
+//!   peer cannot chmod directories it did not send; and a directory that was there before
+//!   the session gets its mtime but never a permission bit it did not have (its mode can
+//!   only narrow), so naming an existing private directory cannot open it to others;
 //! - in a pull, the client accepts only the names it asked for — each requested name itself,
 //!   and with `-r` the paths beneath it — so a malicious server cannot plant files elsewhere
 //!   in the destination (the class of scp's CVE-2019-6111 and rsync's CVE-2024-12087).
+//!   Without `-r` a requested name can only be a file; with `-r` it can be a file or a
+//!   directory, never a link (a server sends a top-level link's target, never the link), so
+//!   no server can swap the user's file for a link or a directory.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use zcp_wire::{ErrorCode, RelPath};
 
-/// Directories whose `MakeDir` a session remembers for `DirTimes`; past this, later
-/// directories keep the times they get.
+/// Directories a session remembers (named by `MakeDir`, or created by it); past this, later
+/// directories keep the times they get. About 40 MiB at most.
 pub(crate) const MAX_MADE_DIRS: usize = 1 << 20;
+
+/// What a session knows of a directory beneath its root.
+#[derive(Debug, Clone, Copy, Default)]
+struct DirFacts {
+    /// This session created it (it was not there before).
+    created: bool,
+    /// The peer's `MakeDir` named it.
+    named: bool,
+}
+
+/// How `DirTimes` may apply to a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Times {
+    /// The session created it: the peer's permission bits and mtime.
+    Created,
+    /// It was there before: the peer's mtime, and permission bits only where the directory
+    /// already had them (`old & mode`): a mode can narrow, never widen.
+    Existing,
+}
 
 /// What an entry does to its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +81,7 @@ pub(crate) struct Requested {
 #[derive(Debug)]
 pub(crate) struct Scope {
     requested: Option<Requested>,
-    made: Mutex<HashSet<[u8; 16]>>,
+    dirs: Mutex<HashMap<[u8; 16], DirFacts>>,
 }
 
 fn key(path: &RelPath) -> [u8; 16] {
@@ -70,7 +94,7 @@ impl Scope {
     pub(crate) fn push() -> Scope {
         Scope {
             requested: None,
-            made: Mutex::new(HashSet::new()),
+            dirs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -78,7 +102,7 @@ impl Scope {
     pub(crate) fn pull(requested: Requested) -> Scope {
         Scope {
             requested: Some(requested),
-            made: Mutex::new(HashSet::new()),
+            dirs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -87,8 +111,9 @@ impl Scope {
         self.requested.is_some()
     }
 
-    /// Whether the session may `act` on `path`; the refusal names the path, escaped.
-    pub(crate) fn check(&self, path: &RelPath, act: Act) -> Result<(), (ErrorCode, String)> {
+    /// Whether the session may `act` on `path`; the refusal names the path, escaped. For
+    /// [`Act::Times`], how the times apply.
+    pub(crate) fn check(&self, path: &RelPath, act: Act) -> Result<Times, (ErrorCode, String)> {
         let comps = path.components();
         if comps.is_empty() {
             return Err((
@@ -110,29 +135,59 @@ impl Scope {
                     ),
                 ));
             }
-        }
-        if act == Act::Times {
-            let made = self.made.lock().unwrap_or_else(|p| p.into_inner());
-            if !made.contains(&key(path)) {
+            if comps.len() == 1 && !matches!((act, req.recursive), (Act::File, _) | (_, true)) {
                 return Err((
                     ErrorCode::BadPath,
                     format!(
-                        "directory times for '{path}', a directory this session did not create or send; left as it is"
+                        "the server sent a {} for '{path}', which was asked for as a file (no -r); refused, nothing written",
+                        act.noun()
+                    ),
+                ));
+            }
+            if comps.len() == 1 && act == Act::Link {
+                return Err((
+                    ErrorCode::BadPath,
+                    format!(
+                        "the server sent a link for '{path}', a name that was asked for; refused, nothing written"
                     ),
                 ));
             }
         }
-        Ok(())
+        if act != Act::Times {
+            return Ok(Times::Created);
+        }
+        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        match dirs.get(&key(path)) {
+            Some(f) if f.named && f.created => Ok(Times::Created),
+            Some(f) if f.named => Ok(Times::Existing),
+            _ => Err((
+                ErrorCode::BadPath,
+                format!(
+                    "directory times for '{path}', a directory this session did not create or send; left as it is"
+                ),
+            )),
+        }
     }
 
     /// Records a directory this session's `MakeDir` named. Returns whether it is new to the
     /// session (a repeated `MakeDir` is no progress).
     pub(crate) fn made_dir(&self, path: &RelPath) -> bool {
-        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
-        if made.len() >= MAX_MADE_DIRS {
-            return false;
+        self.remember(path, |f| std::mem::replace(&mut f.named, true))
+            .is_some_and(|was| !was)
+    }
+
+    /// Records a directory this session created (it was not there before).
+    pub(crate) fn created_dir(&self, path: &RelPath) {
+        self.remember(path, |f| f.created = true);
+    }
+
+    fn remember<T>(&self, path: &RelPath, f: impl FnOnce(&mut DirFacts) -> T) -> Option<T> {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let k = key(path);
+        if dirs.len() >= MAX_MADE_DIRS && !dirs.contains_key(&k) {
+            return None;
         }
-        made.insert(key(path))
+        Some(f(dirs.entry(k).or_default()))
     }
 }
 
@@ -161,11 +216,19 @@ mod tests {
     fn times_only_for_directories_the_session_made() {
         let s = Scope::push();
         assert!(s.check(&p(b"private"), Act::Times).is_err());
+        // Created by the session but never named by a MakeDir: not the peer's.
+        s.created_dir(&p(b"implicit"));
+        assert!(s.check(&p(b"implicit"), Act::Times).is_err());
+        // Named, and there before the session: times, and a mode that can only narrow.
         assert!(s.made_dir(&p(b"private/")));
         assert!(!s.made_dir(&p(b"private")), "the same directory twice");
-        assert!(s.check(&p(b"private"), Act::Times).is_ok());
-        assert!(s.check(&p(b"./private/"), Act::Times).is_ok());
+        assert_eq!(s.check(&p(b"private"), Act::Times), Ok(Times::Existing));
+        assert_eq!(s.check(&p(b"./private/"), Act::Times), Ok(Times::Existing));
         assert!(s.check(&p(b"private/sub"), Act::Times).is_err());
+        // Named and created by the session: the peer's mode.
+        s.created_dir(&p(b"new"));
+        assert!(s.made_dir(&p(b"new")));
+        assert_eq!(s.check(&p(b"new"), Act::Times), Ok(Times::Created));
     }
 
     #[test]
@@ -176,7 +239,11 @@ mod tests {
         });
         assert!(one.is_pull());
         assert!(one.check(&p(b"want.txt"), Act::File).is_ok());
-        assert!(one.check(&p(b"want.txt"), Act::Link).is_ok());
+        // Without -r the requested name is a file, never a link, a directory or its times.
+        for act in [Act::Link, Act::Dir, Act::Times] {
+            let e = one.check(&p(b"want.txt"), act).unwrap_err();
+            assert!(e.1.contains("as a file"), "{}", e.1);
+        }
         for bad in [
             &b".ssh/authorized_keys"[..],
             b"other.txt",
@@ -191,13 +258,16 @@ mod tests {
             recursive: true,
         });
         assert!(tree.check(&p(b"run42"), Act::Dir).is_ok());
+        assert!(tree.check(&p(b"run42"), Act::File).is_ok());
         assert!(tree.check(&p(b"run42/a/b/c"), Act::File).is_ok());
         assert!(tree.check(&p(b"b/x"), Act::Link).is_ok());
+        // A requested name itself is never a link: a user's file cannot become one.
+        assert!(tree.check(&p(b"run42"), Act::Link).is_err());
         assert!(tree.check(&p(b"run4"), Act::Dir).is_err());
         assert!(tree.check(&p(b"run42x/y"), Act::File).is_err());
         // Times need the MakeDir as well as the name.
         assert!(tree.check(&p(b"run42"), Act::Times).is_err());
         tree.made_dir(&p(b"run42"));
-        assert!(tree.check(&p(b"run42"), Act::Times).is_ok());
+        assert_eq!(tree.check(&p(b"run42"), Act::Times), Ok(Times::Existing));
     }
 }

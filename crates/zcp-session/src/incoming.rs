@@ -23,6 +23,12 @@ use zcp_wire::{ChunkPlan, ErrorCode, SessionKeys};
 /// a chunk). With the largest chunk size (1 GiB) that is a 256 TiB file.
 pub(crate) const MAX_CHUNKS: u64 = 1 << 18;
 
+/// Most chunks the open files of one session may have together (files announced and not yet
+/// committed or failed): bounds the bookkeeping of both roles per session (about 35 MiB on a
+/// receiver, 17 MiB on a sender) whatever the files and chunk sizes. A sender announces a
+/// file only while the open ones leave room for it; a receiver refuses a file past it.
+pub(crate) const MAX_SESSION_CHUNKS: u64 = 1 << 19;
+
 const CLAIMED: u8 = 1;
 const WRITTEN: u8 = 2;
 const HASHED: u8 = 4;

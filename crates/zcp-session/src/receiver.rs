@@ -10,7 +10,7 @@
 //! lone one, then the renames, then one `fsync` per directory. A file is renamed into place
 //! only after every chunk is verified and durable and the whole-file digests agree.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,11 +31,11 @@ mod handler;
 
 use handler::{Flow, Handler};
 
-use crate::confine::{Act, Scope};
+use crate::confine::{Act, Scope, Times};
 use crate::control::{Batched, ControlWriter};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{Failure, FileOutcome, Observer};
-use crate::incoming::{Incoming, MAX_CHUNKS, Outcome, Settle, Store};
+use crate::incoming::{Incoming, MAX_CHUNKS, MAX_SESSION_CHUNKS, Outcome, Settle, Store};
 
 /// Largest block size a sender may ask the receiver for; the `direct` ring holds six.
 pub const MAX_RECV_BLOCK: u64 = 64 << 20;
@@ -102,6 +102,13 @@ struct Prepared {
     file: Arc<Incoming>,
 }
 
+/// What a file id names in this session ([`RxShared::lookup`]).
+enum Lookup {
+    Open(Arc<Incoming>),
+    Gone,
+    Unknown,
+}
+
 /// A directory beneath the root, open, with the filesystem it is on.
 #[derive(Debug, Clone)]
 struct Dir {
@@ -126,8 +133,10 @@ pub(crate) struct RxShared {
     pub(crate) cfg: ReceiverConfig,
     /// What this session may touch beneath the root.
     scope: Scope,
-    files: Mutex<HashMap<u32, Arc<Incoming>>>,
-    tombstones: Mutex<HashSet<u32>>,
+    /// Open files, and (`.1`) one above the highest file id announced so far: ids only
+    /// increase, so an id below it that is not open is a file given up or committed, with no
+    /// set of them to grow.
+    files: Mutex<(HashMap<u32, Arc<Incoming>>, u64)>,
     journal: Mutex<Option<JournalTx>>,
     commit: Mutex<Option<mpsc::Sender<CommitJob>>>,
     engines: Mutex<HashMap<u64, Choice>>,
@@ -162,8 +171,7 @@ impl RxShared {
             events,
             cfg,
             scope,
-            files: Mutex::new(HashMap::new()),
-            tombstones: Mutex::new(HashSet::new()),
+            files: Mutex::new((HashMap::new(), 0)),
             journal: Mutex::new(None),
             commit: Mutex::new(None),
             engines: Mutex::new(HashMap::new()),
@@ -185,34 +193,25 @@ impl RxShared {
             .sum()
     }
 
-    fn file(&self, id: u32) -> Option<Arc<Incoming>> {
-        self.files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+    fn open_files(&self) -> std::sync::MutexGuard<'_, (HashMap<u32, Arc<Incoming>>, u64)> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn tombstoned(&self, id: u32) -> bool {
-        self.tombstones
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&id)
+    /// File `id`: open, gone (given up or committed: its late frames and chunks are drained
+    /// and ignored), or never announced (a protocol error where it is named).
+    fn lookup(&self, id: u32) -> Lookup {
+        let files = self.open_files();
+        match files.0.get(&id) {
+            Some(f) => Lookup::Open(f.clone()),
+            None if u64::from(id) < files.1 => Lookup::Gone,
+            None => Lookup::Unknown,
+        }
     }
 
     /// Drops a file from the session: later chunks for it are drained and ignored. Its part
     /// file stays for a resume if it holds durable chunks. Returns whether it was still open.
     fn abandon(&self, f: &Incoming) -> bool {
-        let open = self
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&f.id)
-            .is_some();
-        self.tombstones
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(f.id);
+        let open = self.open_files().0.remove(&f.id).is_some();
         let keep = f.holds_resumable();
         if let Some(store) = f.store.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             store.part.set_keep(keep && store.journaled);
@@ -316,13 +315,7 @@ impl RxShared {
 
     /// Fails every open file (a data stream broke: their chunks are incomplete).
     fn fail_open_files(&self, code: ErrorCode, why: &str) {
-        let open: Vec<Arc<Incoming>> = self
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let open: Vec<Arc<Incoming>> = self.open_files().0.values().cloned().collect();
         for f in open {
             f.fail(code, why.to_string());
         }
@@ -341,13 +334,7 @@ impl RxShared {
     /// Tells the sender this role is alive while files are open (a long commit says nothing
     /// else): `Progress` with the bytes written of one open file.
     fn tell_alive(&self) {
-        let any = self
-            .files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .next()
-            .cloned();
+        let any = self.open_files().0.values().next().cloned();
         if let Some(f) = any {
             let _ = self.ctl.send(&Message::Progress {
                 file_id: f.id,
@@ -381,7 +368,13 @@ impl RxShared {
         {
             return Ok(d.clone());
         }
-        let fd = self.root.open_dir(components, create)?;
+        let (fd, existed) = self.root.open_dir_made(components, create)?;
+        for made in existed..components.len() {
+            // This session made these directories: their modes are the sender's to set.
+            if let Ok(p) = RelPath::parse(&components[..=made].join(&b'/')) {
+                self.scope.created_dir(&p);
+            }
+        }
         let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
         let d = Dir {
             fd: Arc::new(fd),
@@ -498,17 +491,21 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
         ));
     }
     {
-        let files = shared.files.lock().unwrap_or_else(|p| p.into_inner());
-        if files.contains_key(&p.file_id) || shared.tombstoned(p.file_id) {
-            return Err((
-                ErrorCode::Protocol,
-                format!("file id {} is already in use", p.file_id),
-            ));
-        }
-        if files.len() >= MAX_OPEN_FILES {
+        let files = shared.open_files();
+        if files.0.len() >= MAX_OPEN_FILES {
             return Err((
                 ErrorCode::Limit,
                 format!("more than {MAX_OPEN_FILES} files open in one session"),
+            ));
+        }
+        let open: u64 = files.0.values().map(|f| f.plan.count()).sum();
+        if open + plan.count() > MAX_SESSION_CHUNKS {
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "{} chunks with the {open} of the files open is over the session's limit of {MAX_SESSION_CHUNKS}",
+                    plan.count()
+                ),
             ));
         }
     }
@@ -984,11 +981,7 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
                 );
                 continue;
             }
-            shared
-                .files
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&f.id);
+            shared.open_files().0.remove(&f.id);
             let _ = shared.ctl.send(&Message::FileCommitted {
                 file_id: f.id,
                 bytes: f.plan.size(),
@@ -1081,13 +1074,7 @@ pub(crate) fn run(
     let _ = committer.join();
     // What was not committed is dropped here: partial files without durable chunks are
     // removed, the others kept for a resume.
-    let open: Vec<Arc<Incoming>> = shared
-        .files
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(_, f)| f)
-        .collect();
+    let open: Vec<Arc<Incoming>> = shared.open_files().0.drain().map(|(_, f)| f).collect();
     for f in open {
         shared.abandon(&f);
     }
@@ -1322,7 +1309,14 @@ fn receive_chunks(
         if h.kind == ChunkKind::End {
             return Ok(());
         }
-        let r = if shared.tombstoned(h.file_id) {
+        let f = match shared.lookup(h.file_id) {
+            Lookup::Open(f) => Some(f),
+            Lookup::Gone => None,
+            Lookup::Unknown => return Err(proto(format!("chunk for unknown file {}", h.file_id))),
+        };
+        let r = if let Some(f) = f {
+            receive_chunk(shared, rx, sock, &h, f, counter)
+        } else {
             // The file was given up; its chunks still in flight are read and dropped.
             rx.receive(
                 RecvEngine::Mem,
@@ -1335,67 +1329,76 @@ fn receive_chunks(
                 Box::new(|_| {}),
             )
             .map_err(|e| (ErrorCode::Io, e.to_string()))
-        } else {
-            let f = shared
-                .file(h.file_id)
-                .ok_or_else(|| proto(format!("chunk for unknown file {}", h.file_id)))?;
-            f.wait_open(shared.cfg.idle).map_err(proto)?;
-            let index = f
-                .plan
-                .locate(h.offset, h.len)
-                .map_err(|e| proto(e.to_string()))?;
-            f.claim(index).map_err(proto)?;
-            let done: Completion = {
-                let (f, s) = (f.clone(), shared.clone());
-                Box::new(move |r| {
-                    let failure = r.as_ref().err().map(|w| {
-                        let code = if w.no_space {
-                            ErrorCode::NoSpace
-                        } else {
-                            ErrorCode::Io
-                        };
-                        (code, w.message.clone())
-                    });
-                    let o = f.written(index, r);
-                    s.outcome(&f, o);
-                    if let Some((code, message)) = failure {
-                        // Tell the sender now: the chunk will never be verified.
-                        s.fail_file(&f, code, message);
-                    }
-                })
-            };
-            let sink: Option<Sink> = if f.verify {
-                Some(Box::new(MacSink {
-                    hasher: shared.keys.chunk_hasher(f.id, h.offset, h.len),
-                    file: f.clone(),
-                    shared: shared.clone(),
-                    index,
-                }))
-            } else {
-                // The null engine never sees the bytes: nothing to hash.
-                let o = f.hashed(index, [0; 32]);
-                shared.outcome(&f, o);
-                None
-            };
-            rx.receive(
-                f.engine,
-                f.target_fds.as_ref(),
-                sock.as_fd(),
-                h.offset,
-                h.len,
-                sink,
-                counter,
-                done,
-            )
-            .map_err(|e| {
-                let code = if e.is_no_space() {
+        };
+        r?;
+    }
+}
+
+/// Moves one chunk of open file `f` from the stream into its file, with its MAC sink and its
+/// completion (which verifies, journals or fails the file).
+fn receive_chunk(
+    shared: &Arc<RxShared>,
+    rx: &mut StreamReceiver,
+    sock: &TcpStream,
+    h: &ChunkHeader,
+    f: Arc<Incoming>,
+    counter: &AtomicU64,
+) -> Result<(), (ErrorCode, String)> {
+    let proto = |m: String| (ErrorCode::Protocol, m);
+    f.wait_open(shared.cfg.idle).map_err(proto)?;
+    let index = f
+        .plan
+        .locate(h.offset, h.len)
+        .map_err(|e| proto(e.to_string()))?;
+    f.claim(index).map_err(proto)?;
+    let done: Completion = {
+        let (f, s) = (f.clone(), shared.clone());
+        Box::new(move |r| {
+            let failure = r.as_ref().err().map(|w| {
+                let code = if w.no_space {
                     ErrorCode::NoSpace
                 } else {
                     ErrorCode::Io
                 };
-                (code, e.to_string())
-            })
+                (code, w.message.clone())
+            });
+            let o = f.written(index, r);
+            s.outcome(&f, o);
+            if let Some((code, message)) = failure {
+                // Tell the sender now: the chunk will never be verified.
+                s.fail_file(&f, code, message);
+            }
+        })
+    };
+    let sink: Option<Sink> = if f.verify {
+        Some(Box::new(MacSink {
+            hasher: shared.keys.chunk_hasher(f.id, h.offset, h.len),
+            file: f.clone(),
+            shared: shared.clone(),
+            index,
+        }))
+    } else {
+        // The null engine never sees the bytes: nothing to hash.
+        let o = f.hashed(index, [0; 32]);
+        shared.outcome(&f, o);
+        None
+    };
+    rx.receive(
+        f.engine,
+        f.target_fds.as_ref(),
+        sock.as_fd(),
+        h.offset,
+        h.len,
+        sink,
+        counter,
+        done,
+    )
+    .map_err(|e| {
+        let code = if e.is_no_space() {
+            ErrorCode::NoSpace
+        } else {
+            ErrorCode::Io
         };
-        r?;
-    }
+        (code, e.to_string())
+    })
 }

@@ -35,7 +35,7 @@ use zcp_wire::{
 use crate::control::{Batched, ControlWriter};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{Failure, FileOutcome, Observer};
-use crate::incoming::MAX_CHUNKS;
+use crate::incoming::{MAX_CHUNKS, MAX_SESSION_CHUNKS};
 use crate::manifest::{Entry, Walker};
 
 /// Times one chunk may fail verification before its file is given up.
@@ -44,12 +44,20 @@ pub(crate) const MAX_RETRIES: u32 = 3;
 pub(crate) const MAX_OPEN_FILES: usize = 768;
 /// How often the loop wakes without events (intervals, liveness).
 const TICK: Duration = Duration::from_millis(100);
-/// `Have` entries the sender holds at once over every file of a session (about 40 bytes
-/// each): a receiver cannot grow the sender's memory past this by offering chunks.
-pub(crate) const MAX_HELD_HAVES: usize = 1 << 20;
+/// Memory the `Have`s a sender holds at once may take, over every file of a session: each
+/// costs its message and 40 bytes an entry ([`have_cost`]), so a receiver cannot grow the
+/// sender past this by offering chunks, however it splits its offers. One `Have` per chunk of
+/// the open files ([`MAX_SESSION_CHUNKS`]) at 1500 entries a message is about 21 MiB.
+pub(crate) const MAX_HELD_HAVE_BYTES: usize = 32 << 20;
 /// How long a receiver's keep-alive `Progress` counts as progress for a file whose `FileEnd`
 /// was sent: a large commit (`fsync`) may take minutes, but not forever.
 const MAX_COMMIT_WAIT: Duration = Duration::from_secs(30 * 60);
+
+/// What holding `h` costs: the message, and its entries on the heap (with an allocator's
+/// overhead for each of the two allocations).
+fn have_cost(h: &Have) -> usize {
+    std::mem::size_of::<Have>() + h.entries.capacity() * std::mem::size_of::<(u64, [u8; 32])>() + 32
+}
 
 /// How the sender runs.
 #[derive(Debug, Clone)]
@@ -187,7 +195,7 @@ struct OutFile {
     haves: Vec<Have>,
     /// Chunks offered in `Have`s so far (one bit each): each chunk at most once.
     offered: Vec<u64>,
-    /// Entries held in `haves` and in the resume check: counted in [`Run::held_haves`].
+    /// Bytes of `haves` and of the resume check: counted in [`Run::held_haves`].
     held: usize,
     /// The highest `Progress` the receiver reported for this file.
     progress: u64,
@@ -472,8 +480,10 @@ struct Run<'a> {
     engine_note: Option<String>,
     totals: SenderTotals,
     notes_seen: std::collections::HashSet<String>,
-    /// `Have` entries held over every file (at most [`MAX_HELD_HAVES`]).
+    /// Bytes of `Have`s held over every file (at most [`MAX_HELD_HAVE_BYTES`]).
     held_haves: usize,
+    /// Chunks of the open files together (at most [`MAX_SESSION_CHUNKS`]).
+    open_chunks: u64,
 }
 
 impl Run<'_> {
@@ -488,6 +498,7 @@ impl Run<'_> {
             return Ok(());
         };
         self.held_haves -= f.held;
+        self.open_chunks -= f.plan.count();
         f.cancelled.store(true, Ordering::Relaxed);
         if tell_receiver {
             self.ctl
@@ -614,6 +625,7 @@ impl Run<'_> {
                 }
                 let id = self.next_id;
                 self.next_id += 1;
+                self.open_chunks += plan.count();
                 let count = plan.count() as usize;
                 self.send(&Message::PutFile(PutFile {
                     file_id: id,
@@ -794,6 +806,9 @@ impl Run<'_> {
                 code,
                 message,
             } => {
+                // A directory or link counted when it was sent did not arrive after all (or
+                // its times failed): never claim more arrived than did.
+                self.totals.entries = self.totals.entries.saturating_sub(1);
                 self.totals.failed += 1;
                 self.observer.notice(
                     Some(Failure {
@@ -808,10 +823,17 @@ impl Run<'_> {
             }
             Message::Progress { file_id, bytes } => {
                 // Alive and moving: hashing an existing target advances the count; during a
-                // commit (after FileEnd) the count stands still, for a bounded time.
+                // commit (after FileEnd) the count stands still, for a bounded time. A count
+                // is of the file's bytes: past its size it is a lie, not progress.
                 let Some(f) = self.open.get_mut(&file_id) else {
                     return Ok(Heard::Chatter);
                 };
+                if bytes > f.plan.size() {
+                    return Err(proto(format!(
+                        "Progress of {bytes} bytes for file {file_id}, a file of {}",
+                        f.plan.size()
+                    )));
+                }
                 let grew = bytes > f.progress;
                 f.progress = f.progress.max(bytes);
                 let committing = f
@@ -844,7 +866,7 @@ impl Run<'_> {
     }
 
     /// Holds an offer of chunks for a file not yet ready: each chunk of the file at most once,
-    /// and no more than [`MAX_HELD_HAVES`] entries over the session.
+    /// and no more than [`MAX_HELD_HAVE_BYTES`] over the session.
     fn on_have(&mut self, h: Have) -> Result<(), SessionError> {
         let Some(f) = self.open.get_mut(&h.file_id) else {
             return Err(proto(format!("Have for unknown file {}", h.file_id)));
@@ -874,11 +896,13 @@ impl Run<'_> {
             }
             f.offered[word] |= bit;
         }
-        self.held_haves += h.entries.len();
-        f.held += h.entries.len();
-        if self.held_haves > MAX_HELD_HAVES {
+        let cost = have_cost(&h);
+        self.held_haves += cost;
+        f.held += cost;
+        if self.held_haves > MAX_HELD_HAVE_BYTES {
             return Err(proto(format!(
-                "more than {MAX_HELD_HAVES} offered chunks held at once"
+                "more than {} MiB of offered chunks held at once",
+                MAX_HELD_HAVE_BYTES >> 20
             )));
         }
         f.haves.push(h);
@@ -997,6 +1021,7 @@ impl Run<'_> {
             return Err(proto(format!("FileCommitted for unknown file {file_id}")));
         };
         self.held_haves -= f.held;
+        self.open_chunks -= f.plan.count();
         self.totals.files += 1;
         self.totals.bytes += bytes;
         let first = self.totals.files == 1;
@@ -1077,6 +1102,7 @@ pub(crate) fn run(
         totals: SenderTotals::default(),
         notes_seen: Default::default(),
         held_haves: 0,
+        open_chunks: 0,
     };
     let mut walker_done = false;
     let mut pending: Vec<Entry> = Vec::new();
@@ -1148,7 +1174,12 @@ pub(crate) fn run(
         let mut last_bytes = 0u64;
         let mut queue = Batched::new(&events, &ctl);
         loop {
-            while !walker_done && run.open.len() < MAX_OPEN_FILES {
+            // Room for one more file of the largest plan: the open files' chunks together stay
+            // within the session's limit, which the receiver enforces.
+            while !walker_done
+                && run.open.len() < MAX_OPEN_FILES
+                && run.open_chunks + MAX_CHUNKS <= MAX_SESSION_CHUNKS
+            {
                 match walker.next() {
                     None => walker_done = true,
                     Some(e) => run.take_entry(e)?,

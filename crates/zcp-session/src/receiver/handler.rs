@@ -44,7 +44,7 @@ impl Handler<'_> {
         match m {
             Message::PutFile(p) => self.put_file(p),
             Message::MakeDir { path } => {
-                let r = self.checked(&path, Act::Dir).and_then(|p| {
+                let r = self.checked(&path, Act::Dir).and_then(|(p, _)| {
                     self.shared.dir(p.components(), true).map_err(engine_err)?;
                     Ok(self.shared.scope.made_dir(&p))
                 });
@@ -53,15 +53,16 @@ impl Handler<'_> {
                 Ok(Flow::Go { progress: new })
             }
             Message::MakeLink { path, target } => {
-                let r = self.checked(&path, Act::Link).and_then(|p| {
+                let r = self.checked(&path, Act::Link).and_then(|(p, _)| {
                     let (last, parent) = p.components().split_last().expect("not the root");
                     let dir = self.shared.dir(parent, true).map_err(engine_err)?;
                     zcp_engine::fs::make_symlink(&*dir, last, &target).map_err(engine_err)
                 });
-                // A link made is progress; a refused one is not.
-                let made = r.is_ok();
-                self.entry_result(&path, r)?;
-                Ok(Flow::Go { progress: made })
+                // A link made or changed is progress; the same link again, or a refused one,
+                // is not.
+                let changed = matches!(r, Ok(true));
+                self.entry_result(&path, r.map(|_| ()))?;
+                Ok(Flow::Go { progress: changed })
             }
             Message::DirTimes {
                 path,
@@ -69,11 +70,13 @@ impl Handler<'_> {
                 mtime_sec,
                 mtime_nsec,
             } => {
-                let r = self.checked(&path, Act::Times).and_then(|p| {
+                let r = self.checked(&path, Act::Times).and_then(|(p, how)| {
                     let dir = self.shared.dir(p.components(), false).map_err(engine_err)?;
-                    // Permission bits only: the engine drops setuid, setgid and sticky.
-                    zcp_engine::fs::set_mode_and_mtime(&*dir, mode, (mtime_sec, mtime_nsec))
-                        .map_err(engine_err)
+                    // Permission bits only: the engine drops setuid, setgid and sticky; a
+                    // directory that was there before the session can only lose bits.
+                    let narrow = how == Times::Existing;
+                    let mtime = (mtime_sec, mtime_nsec);
+                    zcp_engine::fs::set_mode_within(&*dir, mode, narrow, mtime).map_err(engine_err)
                 });
                 // A directory's times are not an entry of their own: only a failure counts.
                 if r.is_err() {
@@ -87,25 +90,17 @@ impl Handler<'_> {
                 index,
                 mac,
             } => {
-                if self.shared.tombstoned(file_id) {
+                let Some(f) = self.open(file_id, "ChunkMac")? else {
                     return CHATTER;
-                }
-                let f = self
-                    .shared
-                    .file(file_id)
-                    .ok_or_else(|| self.proto(format!("MAC for unknown file {file_id}")))?;
+                };
                 let o = f.expect(index, mac).map_err(|r| self.proto(r))?;
                 self.shared.outcome(&f, o);
                 PROGRESS
             }
             Message::FileEnd { file_id, digest } => {
-                if self.shared.tombstoned(file_id) {
+                let Some(f) = self.open(file_id, "FileEnd")? else {
                     return CHATTER;
-                }
-                let f = self
-                    .shared
-                    .file(file_id)
-                    .ok_or_else(|| self.proto(format!("FileEnd for unknown file {file_id}")))?;
+                };
                 f.end(digest).map_err(|r| self.proto(r))?;
                 self.shared.settle(&f);
                 PROGRESS
@@ -115,7 +110,7 @@ impl Handler<'_> {
                 code,
                 message,
             } => {
-                let Some(f) = self.shared.file(file_id) else {
+                let Some(f) = self.open(file_id, "FileAbort")? else {
                     return CHATTER;
                 };
                 let message = escape_text(&message);
@@ -179,15 +174,38 @@ impl Handler<'_> {
         }
     }
 
+    /// File `id` if it is open; `None` if it was given up or committed (frames about it are
+    /// late, and ignored); a protocol error if no `PutFile` named it.
+    fn open(&self, id: u32, what: &str) -> Result<Option<Arc<Incoming>>, SessionError> {
+        match self.shared.lookup(id) {
+            Lookup::Open(f) => Ok(Some(f)),
+            Lookup::Gone => Ok(None),
+            Lookup::Unknown => Err(self.proto(format!("{what} for unknown file {id}"))),
+        }
+    }
+
     fn put_file(&mut self, p: PutFile) -> Result<Flow, SessionError> {
         let id = p.file_id;
         let shown = escape(&p.dest);
-        match prepare(self.shared, p) {
-            Ok(Prepared {
-                haves,
-                ready,
-                file: inc,
-            }) => {
+        // File ids only increase: a repeated or lower id is a protocol error, so refusals
+        // cannot repeat without new work, and no set of past ids grows.
+        let next = self.shared.open_files().1;
+        if u64::from(id) < next {
+            return Err(self.proto(format!(
+                "PutFile with file id {id}, not above the last one ({}); file ids only increase",
+                next - 1
+            )));
+        }
+        let prepared = prepare(self.shared, p);
+        // Only this thread announces files: nothing moved the mark since the check above.
+        let mut files = self.shared.open_files();
+        files.1 = u64::from(id) + 1;
+        if let Ok(Prepared { file, .. }) = &prepared {
+            files.0.insert(id, file.clone());
+        }
+        drop(files);
+        match prepared {
+            Ok(Prepared { haves, ready, .. }) => {
                 if !self.engines_told {
                     self.engines_told = true;
                     if let Message::FileReady { engine, note, .. } = &ready {
@@ -196,11 +214,6 @@ impl Handler<'_> {
                             .engines(&self.shared.cfg.sender_engine, None, engine, note);
                     }
                 }
-                self.shared
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, inc);
                 for h in haves {
                     self.send(&Message::Have(h))?;
                 }
@@ -208,11 +221,6 @@ impl Handler<'_> {
             }
             Err((code, message)) => {
                 self.totals.failed += 1;
-                self.shared
-                    .tombstones
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id);
                 self.observer.notice(
                     Some(Failure {
                         path: shown,
@@ -226,8 +234,7 @@ impl Handler<'_> {
                     code,
                     message,
                 })?;
-                // Still a step: every PutFile names a new file id (a repeated one is a
-                // protocol error), so refusals cannot repeat without new work (a repeated id is refused too).
+                // Still a step: a new file id, a new entry handled.
             }
         }
         PROGRESS
@@ -236,13 +243,9 @@ impl Handler<'_> {
     /// The sender's answer to an offer: only for a file offered (`FileReady{resumed}`), once.
     /// A restart empties the part file and its journal *before* any chunk may land.
     fn go(&mut self, file_id: u32, restart: bool) -> Result<Flow, SessionError> {
-        if self.shared.tombstoned(file_id) {
+        let Some(f) = self.open(file_id, "Go")? else {
             return CHATTER;
-        }
-        let f = self
-            .shared
-            .file(file_id)
-            .ok_or_else(|| self.proto(format!("Go for unknown file {file_id}")))?;
+        };
         f.may_go().map_err(|r| self.proto(r))?;
         if restart {
             let reset = f
@@ -271,10 +274,10 @@ impl Handler<'_> {
 
     /// `path` validated, and allowed for `act` by the session's scope (never the root; in a
     /// pull only what was asked for; times only for directories this session made).
-    fn checked(&self, path: &[u8], act: Act) -> Result<RelPath, Refusal> {
+    fn checked(&self, path: &[u8], act: Act) -> Result<(RelPath, Times), Refusal> {
         let p = RelPath::parse(path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
-        self.shared.scope.check(&p, act)?;
-        Ok(p)
+        let how = self.shared.scope.check(&p, act)?;
+        Ok((p, how))
     }
 
     fn entry_result(&mut self, path: &[u8], r: Result<(), Refusal>) -> Result<(), SessionError> {

@@ -1,0 +1,13 @@
+//! The hostile-peer harness: a malicious *server* that holds the key and answers `zcp get`
+//! ([`Evil`]), and a malicious *client* ([`Raw`], extended here) against a real `zcp serve`.
+//! Both are built on zcp-wire and send any frame in any order. Every test asserts what is on
+//! disk afterwards, not only the exit code.
+//!
+//! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
+//! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `bounds`: what neither
+//! can make a peer hold or keep open.
+
+mod bounds;
+mod harness;
+mod pull;
+mod push;

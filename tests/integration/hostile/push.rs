@@ -1,0 +1,371 @@
+//! A malicious client that holds the key, against `zcp serve`.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use zcp_wire::{ChunkHeader, ErrorCode, Have, Message, PutFile};
+
+use super::harness::*;
+use crate::util::*;
+
+#[test]
+fn go_restart_for_a_file_never_offered_commits_nothing() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (mut raw, mut data) = raw_open(&srv, &env, false);
+    let body = vec![0xabu8; 131072];
+    raw.send(&Message::PutFile(PutFile {
+        file_id: 0,
+        dest: b"t.bin".to_vec(),
+        name: Vec::new(),
+        size: body.len() as u64,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 65536,
+    }));
+    assert!(matches!(
+        raw.recv().unwrap(),
+        Message::FileReady { resumed: false, .. }
+    ));
+    let macs = [
+        push_chunk(&mut raw, &mut data, 0, &body, 0),
+        push_chunk(&mut raw, &mut data, 0, &body, 1),
+    ];
+    let mut acks = 0;
+    while acks < 2 {
+        if let Message::ChunkAck { ok: true, .. } = raw.recv_any().unwrap() {
+            acks += 1;
+        }
+    }
+    raw.send(&Message::Go {
+        file_id: 0,
+        restart: true,
+    });
+    let mut d = raw.est.keys.file_digest(0, body.len() as u64, 65536);
+    macs.iter().for_each(|m| d.push(m));
+    raw.send(&Message::FileEnd {
+        file_id: 0,
+        digest: d.finish(),
+    });
+    let (code, why) = error_from(&mut raw).expect("an Error frame before the close");
+    assert_eq!(code, ErrorCode::Protocol);
+    assert!(why.contains("not offered"), "{why}");
+    assert!(srv.wait_log("not offered", 5), "{}", srv.log());
+    // Never an all-zero (or any) file under the final name; the verified chunks stay.
+    assert!(!root.join("t.bin").exists(), "{:?}", tree(&root));
+}
+
+#[test]
+fn a_resume_cut_before_go_keeps_the_part_file_and_journal() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let body: Vec<u8> = (0..196_608u32).map(|i| (i % 241) as u8).collect();
+    let put = |raw: &mut Raw| {
+        raw.send(&Message::PutFile(PutFile {
+            file_id: 0,
+            dest: b"r.bin".to_vec(),
+            name: Vec::new(),
+            size: body.len() as u64,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: 65536,
+        }))
+    };
+    {
+        let (mut raw, mut data) = raw_open(&srv, &env, false);
+        put(&mut raw);
+        assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+        push_chunk(&mut raw, &mut data, 0, &body, 0);
+        loop {
+            if let Message::ChunkAck { ok: true, .. } = raw.recv_any().unwrap() {
+                break;
+            }
+        }
+    }
+    let parts = |root: &Path| {
+        let mut v: Vec<String> = tree(root)
+            .into_iter()
+            .filter(|n| n.starts_with(".zcp-"))
+            .map(|n| n.rsplit('.').next().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while parts(&root) != ["journal", "part"] && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(parts(&root), ["journal", "part"], "{:?}", tree(&root));
+    {
+        // Offered for resume, then cut off before Go.
+        let (mut raw, _data) = raw_open(&srv, &env, false);
+        put(&mut raw);
+        let mut haves = 0;
+        loop {
+            match raw.recv().unwrap() {
+                Message::Have(_) => haves += 1,
+                Message::FileReady { resumed, .. } => {
+                    assert!(resumed);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(haves > 0);
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while srv.log().matches(" failed: ").count() < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(srv.log().matches(" failed: ").count(), 2, "{}", srv.log());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(parts(&root), ["journal", "part"], "{:?}", tree(&root));
+    // And a real sender resumes from it.
+    let src = env.path("src");
+    std::fs::write(&src, &body).unwrap();
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src,
+        "r.bin",
+        &["--chunk-size", "64K"],
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["resume"]["bytes_skipped"], 65536, "{v}");
+    assert!(same_file(&src, &root.join("r.bin")));
+}
+
+#[test]
+fn have_floods_end_a_pull_session_and_the_server_serves_on() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("want.bin"), vec![1u8; 200_000]).unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    type Entries = Vec<(u64, [u8; 32])>;
+    let cases: [(&str, Entries); 3] = [
+        ("duplicate", vec![(0, [0; 32]), (0, [0; 32])]),
+        ("out of range", vec![(4, [0; 32])]),
+        (
+            "more than the chunks",
+            (0..1500).map(|i| (i, [0; 32])).collect(),
+        ),
+    ];
+    for (what, entries) in cases {
+        let (mut raw, _data) = raw_open(&srv, &env, true);
+        let id = next_put(&mut raw);
+        for _ in 0..50 {
+            raw.send(&Message::Have(Have {
+                file_id: id,
+                client_nonce: [1; 32],
+                server_nonce: [2; 32],
+                old_file_id: 0,
+                entries: entries.clone(),
+            }));
+        }
+        let (code, why) = error_from(&mut raw).expect(what);
+        assert_eq!(code, ErrorCode::Protocol, "{what}: {why}");
+        assert!(
+            why.contains("Have") || why.contains("chunk"),
+            "{what}: {why}"
+        );
+    }
+    // A Have for a file never announced, and after its FileReady: refused as well.
+    let (mut raw, _data) = raw_open(&srv, &env, true);
+    raw.send(&Message::Have(Have {
+        file_id: 77,
+        client_nonce: [1; 32],
+        server_nonce: [2; 32],
+        old_file_id: 0,
+        entries: vec![(0, [0; 32])],
+    }));
+    let (_, why) = error_from(&mut raw).expect("unknown file");
+    assert!(why.contains("unknown file"), "{why}");
+    assert_eq!(tree(&root), vec!["want.bin"]);
+    let src = env.path("alive");
+    make_dense(&src, 100_000, 3);
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "alive", &["-i", "0"]),
+        20,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+}
+
+#[test]
+fn a_hostile_client_can_neither_chmod_the_root_nor_forge_log_lines_nor_idle_forever() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::create_dir(root.join("private")).unwrap();
+    std::fs::create_dir(root.join("area")).unwrap();
+    std::fs::set_permissions(root.join("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root_mtime = mtime(&root);
+    let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "2"]);
+    let (mut raw, _data) = raw_open(&srv, &env, false);
+    let nasty = "\x1b[31mred\x07\r\nzcp: session 0000000000000000 finished: 9 files";
+    for m in [
+        Message::DirTimes {
+            path: b".".to_vec(),
+            mode: 0o777,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        },
+        Message::DirTimes {
+            path: b"private".to_vec(),
+            mode: 0o7777,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        },
+        Message::MakeDir {
+            path: b"./".to_vec(),
+        },
+        Message::MakeLink {
+            path: b".".to_vec(),
+            target: b"/".to_vec(),
+        },
+        Message::Notice {
+            message: nasty.into(),
+        },
+        Message::EntryFailed {
+            path: nasty.as_bytes().to_vec(),
+            code: ErrorCode::Io,
+            message: nasty.into(),
+        },
+        // Naming an existing directory first gives its times, never a wider mode.
+        Message::MakeDir {
+            path: b"private".to_vec(),
+        },
+        Message::DirTimes {
+            path: b"private".to_vec(),
+            mode: 0o777,
+            mtime_sec: 1_000_000,
+            mtime_nsec: 0,
+        },
+        // A directory the session made gets the sender's permission bits, no special bits.
+        Message::MakeDir {
+            path: b"area/fresh".to_vec(),
+        },
+        Message::DirTimes {
+            path: b"area/fresh".to_vec(),
+            mode: 0o4777,
+            mtime_sec: 1_000_000,
+            mtime_nsec: 0,
+        },
+        Message::MakeLink {
+            path: b"area/l".to_vec(),
+            target: b"t".to_vec(),
+        },
+    ] {
+        raw.send(&m);
+    }
+    // Only chatter from here on: the session ends at the idle timeout all the same. The
+    // same link again changes nothing, so it is chatter too.
+    let t = Instant::now();
+    let mut closed = false;
+    let chatter = [
+        Message::Notice {
+            message: "chatter".into(),
+        },
+        Message::Finish,
+        Message::EntryFailed {
+            path: b"x".to_vec(),
+            code: ErrorCode::Io,
+            message: "again".into(),
+        },
+        Message::MakeLink {
+            path: b"area/l".to_vec(),
+            target: b"t".to_vec(),
+        },
+        Message::MakeDir {
+            path: b"area/fresh".to_vec(),
+        },
+    ];
+    let mut turn = 0;
+    while t.elapsed() < Duration::from_secs(10) {
+        raw.send(&chatter[turn % chatter.len()]);
+        turn += 1;
+        raw.s
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        match raw.recv_any() {
+            Ok(Message::Error { .. }) => {}
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
+    assert!(closed, "chatter kept the session open");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert!(srv.wait_log("no progress", 5), "{}", srv.log());
+    assert_eq!(mode(&root), 0o755);
+    assert_eq!(mtime(&root), root_mtime);
+    assert_eq!(mode(&root.join("private")), 0o700);
+    let secs = |p: &Path| {
+        mtime(p)
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert_eq!(secs(&root.join("private")), 1_000_000);
+    assert_eq!(mode(&root.join("area/fresh")), 0o777);
+    assert_eq!(secs(&root.join("area/fresh")), 1_000_000);
+    assert_eq!(
+        std::fs::read_link(root.join("area/l")).unwrap(),
+        Path::new("t")
+    );
+    let log = srv.log();
+    for b in ['\x1b', '\x07', '\r'] {
+        assert!(!log.contains(b), "raw {b:?} in the log: {log:?}");
+    }
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("zcp: session 0000000000000000")),
+        "{log}"
+    );
+    assert!(log.contains("\\u{1b}[31mred"), "{log}");
+    assert_eq!(tree(&root), vec!["area", "area/fresh", "area/l", "private"]);
+}
+
+#[test]
+fn protocol_errors_are_said_and_logged() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (mut raw, _data) = raw_open(&srv, &env, false);
+    raw.send(&Message::ChunkMac {
+        file_id: 99,
+        index: 0,
+        mac: [0; 32],
+    });
+    let (code, why) = error_from(&mut raw).expect("an Error frame");
+    assert_eq!(code, ErrorCode::Protocol);
+    assert!(why.contains("unknown file 99"), "{why}");
+    assert!(srv.wait_log("unknown file 99", 5), "{}", srv.log());
+    // A chunk header that does not fit its file: the stream closes, the log says why.
+    let (mut raw, mut data) = raw_open(&srv, &env, false);
+    raw.send(&Message::PutFile(PutFile {
+        file_id: 0,
+        dest: b"x.bin".to_vec(),
+        name: Vec::new(),
+        size: 100_000,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 65536,
+    }));
+    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+    data.write_all(&ChunkHeader::data(0, 4096, 65536).encode())
+        .unwrap();
+    assert!(closes(&mut data, 10));
+    assert!(srv.wait_log("data stream", 5), "{}", srv.log());
+    assert!(!root.join("x.bin").exists());
+}
