@@ -12,9 +12,10 @@
 //! - in a pull, the client accepts only the names it asked for — each requested name itself,
 //!   and with `-r` the paths beneath it — so a malicious server cannot plant files elsewhere
 //!   in the destination (the class of scp's CVE-2019-6111 and rsync's CVE-2024-12087).
-//!   Without `-r` a requested name can only be a file; with `-r` it can be a file or a
-//!   directory, never a link (a server sends a top-level link's target, never the link), so
-//!   no server can swap the user's file for a link or a directory.
+//!   Without `-r` a requested name is a file or a link (a requested path that is a link on
+//!   the server comes as a link); with `-r` also a directory. A link at a requested name is
+//!   made only where no file or directory is: no server can swap the user's file for a link
+//!   ([`Scope::guards_existing`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -135,20 +136,13 @@ impl Scope {
                     ),
                 ));
             }
-            if comps.len() == 1 && !matches!((act, req.recursive), (Act::File, _) | (_, true)) {
+            let plain = matches!(act, Act::File | Act::Link);
+            if comps.len() == 1 && !plain && !req.recursive {
                 return Err((
                     ErrorCode::BadPath,
                     format!(
-                        "the server sent a {} for '{path}', which was asked for as a file (no -r); refused, nothing written",
+                        "the server sent a {} for '{path}', which was asked for without -r; refused, nothing written",
                         act.noun()
-                    ),
-                ));
-            }
-            if comps.len() == 1 && act == Act::Link {
-                return Err((
-                    ErrorCode::BadPath,
-                    format!(
-                        "the server sent a link for '{path}', a name that was asked for; refused, nothing written"
                     ),
                 ));
             }
@@ -167,6 +161,13 @@ impl Scope {
                 ),
             )),
         }
+    }
+
+    /// Whether a link at `path` must not replace what is there: in a pull, a requested name
+    /// itself (the user's own file). Links beneath a requested directory mirror the server's
+    /// tree, as `rsync -l` does.
+    pub(crate) fn guards_existing(&self, path: &RelPath) -> bool {
+        self.requested.is_some() && path.components().len() == 1
     }
 
     /// Records a directory this session's `MakeDir` named. Returns whether it is new to the
@@ -239,10 +240,13 @@ mod tests {
         });
         assert!(one.is_pull());
         assert!(one.check(&p(b"want.txt"), Act::File).is_ok());
-        // Without -r the requested name is a file, never a link, a directory or its times.
-        for act in [Act::Link, Act::Dir, Act::Times] {
+        // Without -r the requested name is a file or a link (the remote path may be one),
+        // never a directory or its times; a link there never replaces the user's file.
+        assert!(one.check(&p(b"want.txt"), Act::Link).is_ok());
+        assert!(one.guards_existing(&p(b"want.txt")));
+        for act in [Act::Dir, Act::Times] {
             let e = one.check(&p(b"want.txt"), act).unwrap_err();
-            assert!(e.1.contains("as a file"), "{}", e.1);
+            assert!(e.1.contains("without -r"), "{}", e.1);
         }
         for bad in [
             &b".ssh/authorized_keys"[..],
@@ -261,8 +265,12 @@ mod tests {
         assert!(tree.check(&p(b"run42"), Act::File).is_ok());
         assert!(tree.check(&p(b"run42/a/b/c"), Act::File).is_ok());
         assert!(tree.check(&p(b"b/x"), Act::Link).is_ok());
-        // A requested name itself is never a link: a user's file cannot become one.
-        assert!(tree.check(&p(b"run42"), Act::Link).is_err());
+        assert!(
+            !tree.guards_existing(&p(b"b/x")),
+            "inside the tree: a mirror"
+        );
+        assert!(tree.guards_existing(&p(b"run42")));
+        assert!(!Scope::push().guards_existing(&p(b"run42")));
         assert!(tree.check(&p(b"run4"), Act::Dir).is_err());
         assert!(tree.check(&p(b"run42x/y"), Act::File).is_err());
         // Times need the MakeDir as well as the name.

@@ -203,7 +203,7 @@ fn get_r_accepts_only_entries_beneath_the_requested_directory() {
 #[test]
 fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing() {
     // Without -r: the user's existing file is neither swapped for a link nor for a directory,
-    // nor given directory times; then the file itself arrives.
+    // nor given directory times. A link where nothing is (the remote path is a link) comes.
     let env = Env::new();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = victim_dest(&env);
@@ -214,38 +214,55 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
     )
     .unwrap();
     let port = l.local_addr().unwrap().port();
-    let child = get(port, &env.key, &["notes.txt"], &dest, &[]);
+    let child = get(port, &env.key, &["notes.txt", "fresh"], &dest, &[]);
     let mut evil = Evil::accept(&l, &env.psk(), None);
-    for m in [
-        Message::MakeLink {
-            path: b"notes.txt".to_vec(),
-            target: b"/etc/passwd".to_vec(),
-        },
-        Message::MakeDir {
-            path: b"notes.txt".to_vec(),
-        },
-        Message::DirTimes {
-            path: b"notes.txt".to_vec(),
-            mode: 0o777,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-        },
+    for (m, why) in [
+        (
+            Message::MakeLink {
+                path: b"notes.txt".to_vec(),
+                target: b"/etc/passwd".to_vec(),
+            },
+            "never replaced by a link",
+        ),
+        (
+            Message::MakeDir {
+                path: b"notes.txt".to_vec(),
+            },
+            "without -r",
+        ),
+        (
+            Message::DirTimes {
+                path: b"notes.txt".to_vec(),
+                mode: 0o777,
+                mtime_sec: 0,
+                mtime_nsec: 0,
+            },
+            "without -r",
+        ),
     ] {
         evil.send(&m);
         match evil.next() {
             Message::EntryFailed { message, .. } => {
-                assert!(message.contains("as a file"), "{m:?}: {message}")
+                assert!(message.contains(why), "{m:?}: {message}")
             }
             other => panic!("{m:?}: expected EntryFailed, got {other:?}"),
         }
     }
+    evil.send(&Message::MakeLink {
+        path: b"fresh".to_vec(),
+        target: b"elsewhere".to_vec(),
+    });
     evil.finish();
     let o = wait_output(child, 30);
-    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
     let meta = std::fs::symlink_metadata(dest.join("notes.txt")).unwrap();
     assert!(meta.file_type().is_file());
     assert_eq!(std::fs::read(dest.join("notes.txt")).unwrap(), b"mine");
     assert_eq!(mode(&dest.join("notes.txt")), 0o600);
+    assert_eq!(
+        std::fs::read_link(dest.join("fresh")).unwrap(),
+        Path::new("elsewhere")
+    );
 
     // With -r: the requested directory is not replaced by a link either.
     let dest = env.mkdir("dest-r");
@@ -257,7 +274,9 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
         target: b"/".to_vec(),
     });
     match evil.next() {
-        Message::EntryFailed { message, .. } => assert!(message.contains("link"), "{message}"),
+        Message::EntryFailed { message, .. } => {
+            assert!(message.contains("directory"), "{message}")
+        }
         other => panic!("expected EntryFailed, got {other:?}"),
     }
     evil.finish();

@@ -56,6 +56,17 @@ impl Handler<'_> {
                 let r = self.checked(&path, Act::Link).and_then(|(p, _)| {
                     let (last, parent) = p.components().split_last().expect("not the root");
                     let dir = self.shared.dir(parent, true).map_err(engine_err)?;
+                    if self.shared.scope.guards_existing(&p)
+                        && zcp_engine::fs::entry_kind(&*dir, last).map_err(engine_err)?
+                            == EntryKind::File
+                    {
+                        return Err((
+                            ErrorCode::BadPath,
+                            format!(
+                                "the server sent a link for '{p}', where your file '{p}' is; a file is never replaced by a link of the server's choosing; refused, nothing written"
+                            ),
+                        ));
+                    }
                     zcp_engine::fs::make_symlink(&*dir, last, &target).map_err(engine_err)
                 });
                 // A link made or changed is progress; the same link again, or a refused one,
