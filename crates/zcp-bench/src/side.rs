@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use zcp_engine::sync::Locked;
 
 use serde::{Deserialize, Serialize};
 use zcp_engine::fs::{PartFile, Root};
@@ -236,8 +237,7 @@ fn receive(spec: &SideSpec, out: &mut dyn Write) -> Result<SideReport, BenchErro
                         let failure = failure.clone();
                         let done = Box::new(move |res: Result<(), WriteFailure>| {
                             if let Err(e) = res {
-                                *failure.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some(e.message);
+                                *failure.locked() = Some(e.message);
                             }
                         });
                         r.receive(
@@ -262,7 +262,7 @@ fn receive(spec: &SideSpec, out: &mut dyn Write) -> Result<SideReport, BenchErro
             .map(|w| w.join().expect("a receiver thread panicked"))
             .collect()
     })?;
-    if let Some(message) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+    if let Some(message) = failure.locked().take() {
         return Err(BenchError::Config(format!("writing failed: {message}")));
     }
     if cell.sink == SinkKind::Durable {

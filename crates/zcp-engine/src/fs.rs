@@ -683,7 +683,7 @@ pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<bool, 
     }
     let tag: [u8; 8] =
         crate::sys::random().map_err(|e| EngineError::Path(format!("getrandom: {e}")))?;
-    let tmp = format!(".zcp-{}.link", hex(&tag));
+    let tmp = format!(".zcp-{}.link", hex::encode(tag));
     retry("symlinkat", "destination", None, || {
         rustix::fs::symlinkat(target, &dir, tmp.as_str())
     })?;
@@ -839,9 +839,6 @@ impl Iterator for DirEntries {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 /// Write-behind for buffered receivers: once a range is written, start its writeback at once
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) so the disk works while the network delivers

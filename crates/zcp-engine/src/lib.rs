@@ -20,6 +20,7 @@ pub mod map;
 pub mod probe;
 pub mod recv;
 pub mod send;
+pub mod sync;
 pub mod sys;
 
 pub use buf::AlignedBuf;

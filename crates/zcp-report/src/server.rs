@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::sync::Mutex;
+use zcp_engine::sync::Locked;
 
 use zcp_session::{ServerEvent, ServerReporter};
 
@@ -119,14 +120,8 @@ impl<O: Write + Send, L: Write + Send> ServerReporter for ServerLog<O, L> {
             let _ = w.flush();
         }
         match event {
-            ServerEvent::Listening { .. } => put(
-                &mut *self.out.lock().unwrap_or_else(|p| p.into_inner()),
-                &line,
-            ),
-            _ => put(
-                &mut *self.log.lock().unwrap_or_else(|p| p.into_inner()),
-                &line,
-            ),
+            ServerEvent::Listening { .. } => put(&mut *self.out.locked(), &line),
+            _ => put(&mut *self.log.locked(), &line),
         }
     }
 }

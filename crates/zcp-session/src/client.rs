@@ -414,9 +414,6 @@ fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionErro
     })
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 fn start_event(
     cs: &ClientSession,
@@ -430,7 +427,7 @@ fn start_event(
     Start {
         local: cs.local,
         remote: cs.peer,
-        session: hex(&cs.session_id),
+        session: hex::encode(cs.session_id),
         direction,
         source,
         target,
@@ -633,7 +630,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         retransmits: obs.retransmits(),
         verified: obs.files > 0 && obs.verified,
         stored: obs.files > 0 && obs.stored,
-        digest: obs.digest.map(|d| hex(&d)),
+        digest: obs.digest.map(hex::encode),
         target: escape(&opts.dest),
         failed: obs.failed,
         failures: obs.failures.clone(),
@@ -843,7 +840,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         retransmits: obs.retransmits(),
         verified: obs.files > 0 && obs.verified,
         stored: obs.files > 0 && obs.stored,
-        digest: obs.digest.map(|d| hex(&d)),
+        digest: obs.digest.map(hex::encode),
         target: escape(opts.dest.as_os_str().as_bytes()),
         failed: obs.failed,
         failures: obs.failures.clone(),

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use zcp_engine::sync::Locked;
 
 use zcp_wire::{ErrorCode, RelPath};
 
@@ -150,7 +151,7 @@ impl Scope {
         if act != Act::Times {
             return Ok(Times::Created);
         }
-        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let dirs = self.dirs.locked();
         match dirs.get(&key(path)) {
             Some(f) if f.named && f.created => Ok(Times::Created),
             Some(f) if f.named => Ok(Times::Existing),
@@ -183,7 +184,7 @@ impl Scope {
     }
 
     fn remember<T>(&self, path: &RelPath, f: impl FnOnce(&mut DirFacts) -> T) -> Option<T> {
-        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dirs = self.dirs.locked();
         let k = key(path);
         if dirs.len() >= MAX_MADE_DIRS && !dirs.contains_key(&k) {
             return None;

@@ -7,6 +7,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use zcp_engine::sync::Locked;
 
 use zcp_engine::Usage;
 use zcp_engine::sys::thread_usage;
@@ -135,7 +136,7 @@ impl ControlWriter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// Seals and sends one message (or queues it, while corked).

@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+use zcp_engine::sync::Locked;
 
 use zcp_engine::RecvEngine;
 use zcp_engine::fs::PartFile;
@@ -179,7 +180,7 @@ impl Incoming {
     }
 
     fn update<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.locked();
         let out = f(&mut st);
         self.changed.notify_all();
         out
@@ -195,7 +196,7 @@ impl Incoming {
     /// Whether the sender may answer `Go` now: only a file that was offered for resume
     /// (`FileReady{resumed}`), and only once.
     pub(crate) fn may_go(&self) -> Result<(), String> {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.locked();
         if st.phase == Phase::AwaitGo {
             Ok(())
         } else {
@@ -238,7 +239,7 @@ impl Incoming {
 
     /// Waits until the file may receive data (after `Go`), up to `timeout`.
     pub(crate) fn wait_open(&self, timeout: Duration) -> Result<(), String> {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.locked();
         let (st, _) = self
             .changed
             .wait_timeout_while(st, timeout, |st| {
@@ -292,7 +293,7 @@ impl Incoming {
 
     /// Records the receiver's MAC of chunk `index` (zeros when not verifying).
     pub(crate) fn hashed(&self, index: u64, mac: [u8; 32]) -> Outcome {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.locked();
         st.chunks[index as usize].local = mac;
         st.chunks[index as usize].flags |= HASHED;
         if !self.verify {
@@ -309,7 +310,7 @@ impl Incoming {
             Ok(()) => {
                 self.written
                     .fetch_add(self.plan.chunk(index).1, Ordering::Relaxed);
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = self.state.locked();
                 st.chunks[index as usize].flags |= WRITTEN;
                 let out = self.check(&mut st, index);
                 self.changed.notify_all();
@@ -336,7 +337,7 @@ impl Incoming {
                 self.plan.count()
             ));
         }
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.locked();
         let c = &mut st.chunks[index as usize];
         if c.expected.is_some() {
             return Err(format!(
@@ -352,7 +353,7 @@ impl Incoming {
 
     /// The MAC a verified chunk was verified against (for its journal record).
     pub(crate) fn mac(&self, index: u64) -> [u8; 32] {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).chunks[index as usize].local
+        self.state.locked().chunks[index as usize].local
     }
 
     /// Records that verified chunk `index` is durable (synced and journaled).
@@ -371,7 +372,7 @@ impl Incoming {
     /// between `FileReady{resumed}` and `Go`). An existing target's chunks are not: the target
     /// itself holds them.
     pub(crate) fn holds_resumable(&self) -> bool {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.locked();
         st.durable > 0 || (!st.offered.is_empty() && !self.in_place.load(Ordering::Relaxed))
     }
 
@@ -393,7 +394,7 @@ impl Incoming {
     /// one-chunk file's `FileEnd` waits for its chunk). Says so only once; every later call
     /// waits.
     pub(crate) fn settle(&self, keys: &SessionKeys) -> Settle {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.locked();
         if st.settled {
             return Settle::Wait;
         }

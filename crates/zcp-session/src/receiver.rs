@@ -16,6 +16,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+use zcp_engine::sync::Locked;
 
 use zcp_engine::fs::{EntryKind, PartFile, Root};
 use zcp_engine::recv::{Choice, ChunkSink, Completion, Sink, Target, choose};
@@ -186,15 +187,14 @@ impl RxShared {
     /// Payload bytes received so far, over every stream.
     pub(crate) fn bytes(&self) -> u64 {
         self.counters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
     }
 
     fn open_files(&self) -> std::sync::MutexGuard<'_, (HashMap<u32, Arc<Incoming>>, u64)> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner())
+        self.files.locked()
     }
 
     /// File `id`: open, gone (given up or committed: its late frames and chunks are drained
@@ -213,7 +213,7 @@ impl RxShared {
     fn abandon(&self, f: &Incoming) -> bool {
         let open = self.open_files().0.remove(&f.id).is_some();
         let keep = f.holds_resumable();
-        if let Some(store) = f.store.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some(store) = f.store.locked().as_mut() {
             store.part.set_keep(keep && store.journaled);
         }
         open
@@ -253,19 +253,9 @@ impl RxShared {
         match o {
             Outcome::Pending => {}
             Outcome::Verified(i) => {
-                let journaled = f
-                    .store
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .as_ref()
-                    .is_some_and(|s| s.journaled);
+                let journaled = f.store.locked().as_ref().is_some_and(|s| s.journaled);
                 if journaled {
-                    if let Some(tx) = self
-                        .journal
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .as_ref()
-                    {
+                    if let Some(tx) = self.journal.locked().as_ref() {
                         let _ = tx.send((f.clone(), i));
                         return;
                     }
@@ -297,12 +287,7 @@ impl RxShared {
         match f.settle(&self.keys) {
             Settle::Wait => {}
             Settle::Commit(digest) => {
-                if let Some(tx) = self
-                    .commit
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .as_ref()
-                {
+                if let Some(tx) = self.commit.locked().as_ref() {
                     let _ = tx.send(CommitJob {
                         file: f.clone(),
                         digest,
@@ -346,12 +331,7 @@ impl RxShared {
     /// Ends the session: unblocks every data stream.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        for s in self
-            .socks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
+        for s in self.socks.locked().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
@@ -360,12 +340,7 @@ impl RxShared {
     /// when `create`), never through a symlink.
     fn dir(&self, components: &[Vec<u8>], create: bool) -> Result<Dir, EngineError> {
         let key = components.join(&b'/');
-        if let Some(d) = self
-            .dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
+        if let Some(d) = self.dirs.locked().get(&key) {
             return Ok(d.clone());
         }
         let (fd, existed) = self.root.open_dir_made(components, create)?;
@@ -380,7 +355,7 @@ impl RxShared {
             fd: Arc::new(fd),
             dev,
         };
-        let mut cache = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.dirs.locked();
         if cache.len() >= DIR_CACHE {
             cache.clear();
         }
@@ -397,20 +372,12 @@ impl RxShared {
             });
         }
         let dev = dir.dev;
-        if let Some(c) = self
-            .engines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&dev)
-        {
+        if let Some(c) = self.engines.locked().get(&dev) {
             return Ok(c.clone());
         }
         let fs = zcp_engine::fs::fs_info(&**dir)?;
         let c = choose(self.cfg.requested, dir.as_fd(), &fs);
-        self.engines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(dev, c.clone());
+        self.engines.locked().insert(dev, c.clone());
         Ok(c)
     }
 }
@@ -597,10 +564,7 @@ fn prepare(shared: &RxShared, p: PutFile) -> Result<Prepared, Refusal> {
         };
     }
     // The same target always gets the same part file, so a later session finds it.
-    let key: String = blake3::hash(&name).as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let key = hex::encode(&blake3::hash(&name).as_bytes()[..8]);
     let (mut part, existed) = PartFile::open(dir.fd.clone(), &key).map_err(engine_err)?;
     let journaled = plan.count() >= 2;
     let mut offered: Vec<(u64, [u8; 32])> = Vec::new();
@@ -797,7 +761,7 @@ fn journal_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<(Arc<Incoming>, u64)
         let mut acks = Vec::new();
         for (f, idxs) in groups {
             let res = (|| -> Result<(), EngineError> {
-                let mut g = f.store.lock().unwrap_or_else(|p| p.into_inner());
+                let mut g = f.store.locked();
                 let Some(store) = g.as_mut() else {
                     return Ok(());
                 };
@@ -861,11 +825,7 @@ fn journal_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<(Arc<Incoming>, u64)
             let _ = shared.ctl.send(a);
         }
         drop(cork);
-        shared
-            .usage
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(&thread_usage().since(&u0));
+        shared.usage.locked().add(&thread_usage().since(&u0));
     }
 }
 
@@ -885,12 +845,7 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
         let mut stores: Vec<(CommitJob, Option<PartFile>)> = Vec::new();
         let mut failed: Vec<(CommitJob, ErrorCode, String)> = Vec::new();
         for job in batch {
-            let store = job
-                .file
-                .store
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let store = job.file.store.locked().take();
             match store {
                 Some(mut s) if job.file.in_place.load(Ordering::Relaxed) => {
                     // The target holds exactly these bytes already: keep it, give it the
@@ -1005,11 +960,7 @@ fn commit_thread(shared: Arc<RxShared>, rx: mpsc::Receiver<CommitJob>) {
             shared.fail_file(&job.file, code, msg);
         }
         drop(cork);
-        shared
-            .usage
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .add(&thread_usage().since(&u0));
+        shared.usage.locked().add(&thread_usage().since(&u0));
     }
 }
 
@@ -1035,9 +986,9 @@ pub(crate) fn run(
 ) -> Result<ReceiverTotals, SessionError> {
     let start = thread_usage();
     let (journal_tx, journal_rx) = mpsc::channel();
-    *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = Some(journal_tx);
+    *shared.journal.locked() = Some(journal_tx);
     let (commit_tx, commit_rx) = mpsc::channel::<CommitJob>();
-    *shared.commit.lock().unwrap_or_else(|p| p.into_inner()) = Some(commit_tx);
+    *shared.commit.locked() = Some(commit_tx);
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()
             .name(name.into())
@@ -1065,8 +1016,8 @@ pub(crate) fn run(
         shared.ctl.send_error(ErrorCode::Protocol, reason);
     }
     // Stop the helpers: no more journal or commit work once the loop ends.
-    *shared.journal.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    *shared.commit.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    *shared.journal.locked() = None;
+    *shared.commit.locked() = None;
     if result.is_err() {
         shared.close();
     }
@@ -1078,11 +1029,7 @@ pub(crate) fn run(
     for f in open {
         shared.abandon(&f);
     }
-    shared
-        .dirs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clear();
+    shared.dirs.locked().clear();
     result.map(|()| totals)
 }
 
@@ -1141,11 +1088,7 @@ fn receive_loop(
             }
             Some(REvent::StreamEnded { usage }) => {
                 ended += 1;
-                shared
-                    .usage
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .add(&usage);
+                shared.usage.locked().add(&usage);
             }
             Some(REvent::StreamFailed { why }) => {
                 h.observer.notice(None, Some(format!("data stream: {why}")));
@@ -1184,7 +1127,7 @@ fn send_stats(
     totals: &mut ReceiverTotals,
     start: Usage,
 ) -> Result<(), SessionError> {
-    let mut usage = *shared.usage.lock().unwrap_or_else(|p| p.into_inner());
+    let mut usage = *shared.usage.locked();
     usage.add(&thread_usage().since(&start));
     totals.usage = usage;
     let stats = SideStats {
@@ -1254,17 +1197,9 @@ pub(crate) fn data_loop(shared: Arc<RxShared>, mut sock: TcpStream, counter: Arc
     let _ = sock.set_read_timeout(Some(shared.cfg.idle));
     let _ = sock.set_write_timeout(Some(shared.cfg.idle));
     if let Ok(c) = sock.try_clone() {
-        shared
-            .socks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(c);
+        shared.socks.locked().push(c);
     }
-    shared
-        .counters
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(counter.clone());
+    shared.counters.locked().push(counter.clone());
     if shared.closed.load(Ordering::Relaxed) {
         let _ = sock.shutdown(Shutdown::Both);
     }

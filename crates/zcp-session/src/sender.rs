@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::fs::Meta;
 use zcp_engine::send::{STAGED_MAX, send_all};
@@ -119,22 +120,18 @@ impl<T> Queue<T> {
     }
 
     fn push(&self, item: T) {
-        self.items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .push_back(item);
+        self.items.locked().0.push_back(item);
         self.cv.notify_one();
     }
 
     fn close(&self) {
-        self.items.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.items.locked().1 = true;
         self.cv.notify_all();
     }
 
     /// The next item; `None` once closed and empty.
     fn pop(&self) -> Option<T> {
-        let mut g = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.items.locked();
         loop {
             if let Some(item) = g.0.pop_front() {
                 return Some(item);
@@ -142,7 +139,7 @@ impl<T> Queue<T> {
             if g.1 {
                 return None;
             }
-            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            g = self.cv.wait_on(g);
         }
     }
 }

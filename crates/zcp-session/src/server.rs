@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
+use zcp_engine::sync::Locked;
 
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{random, wait_readable};
@@ -198,9 +199,6 @@ fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, code: ErrorCode, 
     ctx.reporter.event(&ServerEvent::Rejected { peer, reason });
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<i32>) {
     let mut slot = PendingSlot(&ctx.pending, true);
@@ -309,7 +307,7 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
                 .on_proof(msg, session_id, ctx.cfg.max_streams)
                 .map_err(|e| (e.code(), e.to_string()))?;
             let session = {
-                let mut sessions = ctx.sessions.lock().unwrap_or_else(|p| p.into_inner());
+                let mut sessions = ctx.sessions.locked();
                 if sessions.len() >= ctx.cfg.max_sessions {
                     return Err((ErrorCode::Busy, "too many sessions; try again later".into()));
                 }
@@ -318,10 +316,7 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
                 session
             };
             if let Err(e) = write(stream, &welcome) {
-                ctx.sessions
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&session_id);
+                ctx.sessions.locked().remove(&session_id);
                 return Err(e);
             }
             Ok(Joined::Control(
@@ -335,12 +330,7 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
             let req = await_join
                 .on_join(msg)
                 .map_err(|e| (e.code(), e.to_string()))?;
-            let session = ctx
-                .sessions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&req.session_id)
-                .cloned();
+            let session = ctx.sessions.locked().get(&req.session_id).cloned();
             // An unknown session and a bad proof get the same answer: the peer learns nothing
             // about which sessions exist.
             let refused = || {
@@ -386,7 +376,7 @@ struct Session {
 impl Session {
     fn new(id: SessionId, keys: SessionKeys) -> Session {
         Session {
-            hex: hex(&id),
+            hex: hex::encode(id),
             keys,
             granted: Mutex::new(0),
             joined: Mutex::new(Vec::new()),
@@ -397,14 +387,11 @@ impl Session {
     }
 
     fn join(&self, stream: u16) -> Result<(), String> {
-        let granted = *self.granted.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(
-            *self.role.lock().unwrap_or_else(|p| p.into_inner()),
-            SessionRole::Closed
-        ) {
+        let granted = *self.granted.locked();
+        if matches!(*self.role.locked(), SessionRole::Closed) {
             return Err("the session has ended".into());
         }
-        let mut joined = self.joined.lock().unwrap_or_else(|p| p.into_inner());
+        let mut joined = self.joined.locked();
         if stream >= granted {
             return Err(format!(
                 "stream index {stream} is over the {granted} streams this session was granted"
@@ -418,12 +405,12 @@ impl Session {
     }
 
     fn counter(&self, i: u16) -> Arc<AtomicU64> {
-        self.counters.lock().unwrap_or_else(|p| p.into_inner())[usize::from(i)].clone()
+        self.counters.locked()[usize::from(i)].clone()
     }
 
     /// Hands a joined data connection to the session's role.
     fn attach(&self, index: u16, stream: TcpStream) {
-        let mut role = self.role.lock().unwrap_or_else(|p| p.into_inner());
+        let mut role = self.role.locked();
         loop {
             match &mut *role {
                 SessionRole::Opening => {
@@ -454,7 +441,7 @@ impl Session {
 
     /// For a pull: waits until every granted stream joined; the sockets in index order.
     fn take_send_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, String> {
-        let role = self.role.lock().unwrap_or_else(|p| p.into_inner());
+        let role = self.role.locked();
         let (mut role, _) = self
             .changed
             .wait_timeout_while(
@@ -476,7 +463,7 @@ impl Session {
     }
 
     fn set_role(&self, r: SessionRole) {
-        *self.role.lock().unwrap_or_else(|p| p.into_inner()) = r;
+        *self.role.locked() = r;
         self.changed.notify_all();
     }
 }
@@ -655,11 +642,9 @@ fn run_session(
             0 => ctx.cfg.idle_timeout,
             ms => Duration::from_millis(u64::from(ms)).min(ctx.cfg.idle_timeout),
         };
-        *session.granted.lock().unwrap_or_else(|p| p.into_inner()) = streams;
-        *session.joined.lock().unwrap_or_else(|p| p.into_inner()) =
-            vec![false; usize::from(streams)];
-        *session.counters.lock().unwrap_or_else(|p| p.into_inner()) =
-            (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+        *session.granted.locked() = streams;
+        *session.joined.locked() = vec![false; usize::from(streams)];
+        *session.counters.locked() = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
         ctx.reporter.event(&ServerEvent::SessionStart {
             peer,
             session: session.hex.clone(),
@@ -733,11 +718,7 @@ fn run_session(
             let (ev_tx, events) = mpsc::channel::<SEvent>();
             let reader = spawn_reader(rx, ev_tx.clone(), SEvent::ctl, stop.clone())
                 .map_err(|e| e.to_string())?;
-            let counters = session
-                .counters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
+            let counters = session.counters.locked().clone();
             let cfg = SenderConfig {
                 engine: send,
                 block: u64::from(open.block_size),
@@ -774,8 +755,7 @@ fn run_session(
     })();
     session.set_role(SessionRole::Closed);
     ctx.sessions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .locked()
         .retain(|_, s| !Arc::ptr_eq(s, session));
     let reason = result.as_ref().err().map(|r| escape_text(r));
     let code = match &result {

@@ -11,6 +11,7 @@
 //! requests). The bytes are hashed in the very buffer the socket filled and the disk reads
 //! from: no extra copy, and the page cache is never touched.
 
+use crate::sync::Locked;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -44,18 +45,11 @@ impl ChunkWrites {
     /// One buffer landed (or failed with `err`).
     fn landed(&self, err: Option<&EngineError>) {
         if let Some(e) = err {
-            self.failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(WriteFailure::from(e));
+            self.failure.locked().get_or_insert(WriteFailure::from(e));
         }
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let done = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
-            let failure = self
-                .failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let done = self.done.locked().take();
+            let failure = self.failure.locked().take();
             if let Some(done) = done {
                 done(failure.map_or(Ok(()), Err));
             }
@@ -92,7 +86,7 @@ struct Shared {
 impl Shared {
     fn fail(&self, e: EngineError) {
         if !self.failed.swap(true, Ordering::AcqRel) {
-            *self.first_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            *self.first_error.locked() = Some(e);
         }
     }
 }
@@ -165,7 +159,7 @@ impl DirectRing {
                 let start = thread_usage();
                 loop {
                     // Hold the lock only to take a job, never while writing.
-                    let next = write_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let next = write_rx.locked().recv();
                     let Ok(mut job) = next else { break };
                     // After a failure keep draining, so every queued chunk hears of it and
                     // the receiving thread is never left waiting for a buffer.
@@ -227,7 +221,7 @@ impl DirectRing {
         if r.is_err() {
             // Not every buffer was queued, so the count never reaches zero; drop the
             // completion uncalled now, as `receive` promises.
-            chunk.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+            chunk.done.locked().take();
         }
         r
     }
@@ -305,13 +299,7 @@ impl DirectRing {
                 }),
             }
         }
-        match self
-            .shared
-            .first_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        match self.shared.first_error.locked().take() {
             Some(e) => Err(e),
             None => Ok(usage),
         }

@@ -247,7 +247,7 @@ impl<'a> Scratch<'a> {
         let tag: [u8; 8] = crate::sys::random().map_err(|e| format!("getrandom: {e}"))?;
         let name = format!(
             ".zcp-probe-{}",
-            tag.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            hex::encode(tag)
         );
         let fd = rustix::fs::openat(
             dir,

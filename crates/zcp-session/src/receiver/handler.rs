@@ -259,19 +259,14 @@ impl Handler<'_> {
         };
         f.may_go().map_err(|r| self.proto(r))?;
         if restart {
-            let reset = f
-                .store
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_mut()
-                .map(|s| {
-                    s.journal_open = false;
-                    s.session_recorded = false;
-                    s.tag = 0;
-                    s.part
-                        .reset()
-                        .and_then(|_| s.part.preallocate(f.plan.size()))
-                });
+            let reset = f.store.locked().as_mut().map(|s| {
+                s.journal_open = false;
+                s.session_recorded = false;
+                s.tag = 0;
+                s.part
+                    .reset()
+                    .and_then(|_| s.part.preallocate(f.plan.size()))
+            });
             if let Some(Err(e)) = reset {
                 let (c, m) = engine_err(e);
                 self.shared.fail_file(&f, c, m);
