@@ -839,7 +839,6 @@ impl Iterator for DirEntries {
     }
 }
 
-
 /// Write-behind for buffered receivers: once a range is written, start its writeback at once
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) so the disk works while the network delivers
 /// the next range; [`settle`] later waits for it and drops the clean pages, so a file larger

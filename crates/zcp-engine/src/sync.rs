@@ -21,6 +21,8 @@ impl<T> Locked<T> for Mutex<T> {
 pub trait Waits {
     /// [`Condvar::wait`].
     fn wait_on<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T>;
+    /// [`Condvar::wait_timeout`]; the guard.
+    fn wait_for<'a, T>(&self, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T>;
     /// [`Condvar::wait_timeout_while`]; the guard.
     fn wait_while_for<'a, T>(
         &self,
@@ -33,6 +35,12 @@ pub trait Waits {
 impl Waits for Condvar {
     fn wait_on<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         self.wait(guard).unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait_for<'a, T>(&self, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+        self.wait_timeout(guard, timeout)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
     }
 
     fn wait_while_for<'a, T>(

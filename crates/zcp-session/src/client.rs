@@ -9,25 +9,27 @@
 use std::net::TcpStream;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, random, tcp_info, thread_usage};
-use zcp_engine::{RecvEngine, SendEngine, Usage};
+use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{ErrorCode, Message, Open, Psk, escape, escape_text};
 
 use crate::confine::{Requested, Scope};
 use crate::conn::{ClientSession, authenticate, connect, open_data};
-use crate::control::{ControlWriter, spawn_reader};
+use crate::control::ControlWriter;
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{
     Cpu, Event, Failure, FileOutcome, Interval, Observer, Reporter, Start, StreamInterval, Summary,
 };
 use crate::manifest::{Top, Walker, join};
-use crate::receiver::{REvent, ReceiverConfig, RxShared};
-use crate::sender::{SEvent, SenderConfig, SenderSetup};
+use crate::recv::state::RxConfig;
+use crate::recv::{RxCore, RxEvent, RxSetup};
+use crate::send::{SendSetup, SenderConfig};
+use crate::transport::tcp::TcpStreams;
 
 /// Failures kept in a summary (all are counted).
 const MAX_FAILURES_KEPT: usize = 100;
@@ -414,7 +416,6 @@ fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionErro
     })
 }
 
-
 fn start_event(
     cs: &ClientSession,
     direction: &'static str,
@@ -562,39 +563,23 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         nonces,
         ..
     } = cs;
-    let ctl = Arc::new(ControlWriter::new(tx));
-    let (ev_tx, events) = mpsc::channel::<SEvent>();
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = spawn_reader(rx, ev_tx.clone(), SEvent::ctl, stop.clone()).map_err(|source| {
-        SessionError::Io {
-            what: "spawning a thread".into(),
-            source,
-        }
-    })?;
-    let cfg = SenderConfig {
-        engine: t.engine,
-        block: t.block_size,
-        chunk_size: t.chunk_size,
-        idle,
-    };
-    let setup = SenderSetup {
-        ctl: ctl.clone(),
-        events,
-        events_tx: ev_tx,
+    let setup = SendSetup {
+        cfg: SenderConfig {
+            engine: t.engine,
+            block: t.block_size,
+            chunk_size: t.chunk_size,
+            idle,
+        },
+        ctl: Arc::new(ControlWriter::new(tx)),
+        rx,
         keys,
         nonces,
         psk: opts.conn.psk.clone(),
-        streams: data,
-        counters: counters.clone(),
+        transport: Box::new(TcpStreams::new(data, counters.clone())),
         peer,
     };
-    let result = crate::sender::run(&cfg, setup, Walker::new(tops, t.recursive), &mut obs);
-    stop.store(true, Ordering::Relaxed);
-    if result.is_err() {
-        ctl.shutdown();
-    }
-    let reader_usage = reader.join().unwrap_or_default();
-    let totals = result?;
+    let walker = Walker::new(tops, t.recursive);
+    let (totals, reader_usage) = crate::send::run(setup, walker, &mut obs)?;
     obs.flush_start();
     obs.last_interval(totals.send_end.unwrap_or_else(Instant::now));
     let mut usage = thread_usage().since(&usage0);
@@ -755,57 +740,25 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
             reason,
         })?;
     drop(cork);
-    let (ev_tx, events) = mpsc::channel::<REvent>();
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = spawn_reader(rx, ev_tx.clone(), REvent::ctl, stop.clone()).map_err(|source| {
-        SessionError::Io {
-            what: "spawning a thread".into(),
-            source,
-        }
-    })?;
-    let cfg = ReceiverConfig {
-        requested: t.recv_engine,
-        block: t.block_size,
-        idle,
-        sender_engine: t.engine.name().into(),
-    };
-    let shared = Arc::new(RxShared::new(
+    let (wake, events) = mpsc::channel::<RxEvent>();
+    let core = RxCore::new(RxSetup {
+        cfg: RxConfig {
+            requested: t.recv_engine,
+            block: t.block_size,
+            idle,
+            sender_engine: t.engine.name().into(),
+        },
         keys,
         nonces,
         root,
-        ctl.clone(),
-        ev_tx,
-        cfg,
         scope,
-    ));
-    let mut loops = Vec::new();
-    for (i, s) in data.iter().enumerate() {
-        let sock = s.try_clone().map_err(|source| SessionError::Io {
-            what: "data connection".into(),
-            source,
-        })?;
-        let (sh, ctr) = (shared.clone(), counters[i].clone());
-        loops.push(
-            std::thread::Builder::new()
-                .name(format!("zcp-recv-{i}"))
-                .spawn(move || crate::receiver::data_loop(sh, sock, ctr))
-                .map_err(|source| SessionError::Io {
-                    what: "spawning a thread".into(),
-                    source,
-                })?,
-        );
-    }
-    let result = crate::receiver::run(shared.clone(), events, streams, &mut obs);
-    stop.store(true, Ordering::Relaxed);
-    if result.is_err() {
-        shared.close();
-        ctl.shutdown();
-    }
-    for l in loops {
-        let _ = l.join();
-    }
-    let mut reader_usage: Usage = reader.join().unwrap_or_default();
-    let totals = result?;
+        streams,
+        ctl,
+        wake: wake.clone(),
+    });
+    let transport = Box::new(TcpStreams::new(data, counters.clone()));
+    let (totals, mut reader_usage) =
+        crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)?;
     obs.flush_start();
     obs.last_interval(Instant::now());
     reader_usage.add(&thread_usage().since(&usage0));

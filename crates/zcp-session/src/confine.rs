@@ -183,6 +183,15 @@ impl Scope {
         self.remember(path, |f| f.created = true);
     }
 
+    /// Records directories this session created, as component lists.
+    pub(crate) fn created_dirs(&self, made: &[Vec<Vec<u8>>]) {
+        for comps in made {
+            if let Ok(p) = RelPath::parse(&comps.join(&b'/')) {
+                self.created_dir(&p);
+            }
+        }
+    }
+
     fn remember<T>(&self, path: &RelPath, f: impl FnOnce(&mut DirFacts) -> T) -> Option<T> {
         let mut dirs = self.dirs.locked();
         let k = key(path);

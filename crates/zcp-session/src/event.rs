@@ -324,3 +324,41 @@ pub(crate) struct FileOutcome {
     pub(crate) digest: [u8; 32],
     pub(crate) failure: Option<Failure>,
 }
+
+/// An [`Observer`] call, held until the thread that owns the observer can make it (a role's
+/// inputs come from many threads; its observer lives on the control loop's).
+#[derive(Debug, Clone)]
+pub(crate) enum Report {
+    /// [`Observer::engines`].
+    Engines {
+        sender: String,
+        sender_note: Option<String>,
+        receiver: String,
+        receiver_note: Option<String>,
+    },
+    /// [`Observer::file_done`].
+    FileDone(FileOutcome),
+    /// [`Observer::notice`].
+    Notice(Option<Failure>, Option<String>),
+}
+
+impl Report {
+    /// Makes the call.
+    pub(crate) fn deliver(self, o: &mut dyn Observer) {
+        match self {
+            Report::Engines {
+                sender,
+                sender_note,
+                receiver,
+                receiver_note,
+            } => o.engines(
+                &sender,
+                sender_note.as_deref(),
+                &receiver,
+                receiver_note.as_deref(),
+            ),
+            Report::FileDone(d) => o.file_done(d),
+            Report::Notice(f, n) => o.notice(f, n),
+        }
+    }
+}

@@ -16,12 +16,12 @@ mod conn;
 mod control;
 mod error;
 mod event;
-mod incoming;
 pub mod keyfile;
 mod manifest;
-mod receiver;
-mod sender;
+mod recv;
+mod send;
 mod server;
+mod transport;
 
 pub use client::{Connection, GetOptions, SendOptions, Transfer, get, send};
 pub use error::{SessionError, exit};
@@ -29,7 +29,7 @@ pub use event::{
     Collect, Cpu, Event, Failure, Interval, Quiet, Reporter, ServerEvent, ServerReporter, Start,
     StreamInterval, Summary, TcpStats,
 };
-pub use receiver::MAX_RECV_BLOCK;
+pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};
 
 /// The TCP port zcp uses when none is given.

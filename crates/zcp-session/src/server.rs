@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
-use zcp_engine::sync::Locked;
+use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{random, wait_readable};
@@ -29,12 +29,15 @@ use zcp_wire::{
 
 use crate::confine::Scope;
 use crate::conn::{ControlRx, ControlTx, FrameReader, read_plain};
-use crate::control::{ControlWriter, spawn_reader};
+use crate::control::ControlWriter;
 use crate::error::FrameIoError;
 use crate::event::{Failure, FileOutcome, Observer, ServerEvent, ServerReporter};
 use crate::manifest::{Top, Walker};
-use crate::receiver::{MAX_RECV_BLOCK, REvent, ReceiverConfig, RxShared};
-use crate::sender::{SEvent, SenderConfig, SenderSetup};
+use crate::recv::state::RxConfig;
+use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
+use crate::send::{SendSetup, SenderConfig};
+use crate::transport::Landing;
+use crate::transport::tcp::TcpStreams;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -199,7 +202,6 @@ fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, code: ErrorCode, 
     ctx.reporter.event(&ServerEvent::Rejected { peer, reason });
 }
 
-
 fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<i32>) {
     let mut slot = PendingSlot(&ctx.pending, true);
     if ctx.pending.fetch_add(1, Ordering::Relaxed) >= ctx.cfg.max_pending {
@@ -354,8 +356,8 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
 enum SessionRole {
     /// Not yet known.
     Opening,
-    /// Receiving (push): each stream's thread runs the receive loop.
-    Receive(Arc<RxShared>),
+    /// Receiving (push): each stream's thread lands its chunks through the role.
+    Receive(Arc<RxCore>),
     /// Sending (pull): the sockets wait here for the sending role.
     Send(Vec<Option<TcpStream>>),
     /// Over.
@@ -414,16 +416,12 @@ impl Session {
         loop {
             match &mut *role {
                 SessionRole::Opening => {
-                    role = self
-                        .changed
-                        .wait_timeout(role, Duration::from_secs(1))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    role = self.changed.wait_for(role, Duration::from_secs(1));
                 }
-                SessionRole::Receive(shared) => {
-                    let shared = shared.clone();
+                SessionRole::Receive(core) => {
+                    let core: Arc<dyn Landing> = core.clone();
                     drop(role);
-                    crate::receiver::data_loop(shared, stream, self.counter(index));
+                    crate::transport::tcp::land(core, stream, self.counter(index));
                     return;
                 }
                 SessionRole::Send(slots) => {
@@ -441,15 +439,11 @@ impl Session {
 
     /// For a pull: waits until every granted stream joined; the sockets in index order.
     fn take_send_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, String> {
-        let role = self.role.locked();
-        let (mut role, _) = self
-            .changed
-            .wait_timeout_while(
-                role,
-                timeout,
-                |r| matches!(r, SessionRole::Send(s) if s.iter().any(Option::is_none)),
-            )
-            .unwrap_or_else(|p| p.into_inner());
+        let mut role = self.changed.wait_while_for(
+            self.role.locked(),
+            timeout,
+            |r| matches!(r, SessionRole::Send(s) if s.iter().any(Option::is_none)),
+        );
         match &mut *role {
             SessionRole::Send(slots) if slots.iter().all(Option::is_some) => Ok(slots
                 .iter_mut()
@@ -651,40 +645,33 @@ fn run_session(
             direction: if open.pull { "pull" } else { "push" },
             streams,
         });
-        let stop = Arc::new(AtomicBool::new(false));
         if !open.pull {
-            let (ev_tx, events) = mpsc::channel::<REvent>();
-            let cfg = ReceiverConfig {
-                requested: recv,
-                block: u64::from(open.block_size),
-                idle,
-                sender_engine: send.name().into(),
-            };
-            let shared = Arc::new(RxShared::new(
-                session.keys.clone(),
+            let (wake, events) = mpsc::channel::<RxEvent>();
+            let core = RxCore::new(RxSetup {
+                cfg: RxConfig {
+                    requested: recv,
+                    block: u64::from(open.block_size),
+                    idle,
+                    sender_engine: send.name().into(),
+                },
+                keys: session.keys.clone(),
                 nonces,
-                ctx.root.clone(),
-                ctl.clone(),
-                ev_tx.clone(),
-                cfg,
-                Scope::push(),
-            ));
-            session.set_role(SessionRole::Receive(shared.clone()));
+                root: ctx.root.clone(),
+                scope: Scope::push(),
+                streams,
+                ctl: ctl.clone(),
+                wake: wake.clone(),
+            });
+            session.set_role(SessionRole::Receive(core.clone()));
             ctl.send(&Message::Opened {
                 streams,
                 idle_ms: idle.as_millis() as u32,
             })?;
-            let reader =
-                spawn_reader(rx, ev_tx, REvent::ctl, stop.clone()).map_err(|e| e.to_string())?;
-            let r = crate::receiver::run(shared.clone(), events, streams, &mut observer);
-            stop.store(true, Ordering::Relaxed);
-            if r.is_err() {
-                shared.close();
-            }
-            let _ = reader.join();
-            let totals = r.map_err(|e| e.to_string())?;
+            // The data streams join on their own connections' threads (`attach`).
+            let r = crate::recv::run(core.clone(), (wake, events), rx, None, &mut observer);
+            let (totals, _) = r.map_err(|e| e.to_string())?;
             files = totals.files;
-            bytes = totals.peer.bytes.max(shared.bytes());
+            bytes = totals.peer.bytes.max(core.bytes());
             Ok(totals.entries)
         } else {
             session.set_role(SessionRole::Send((0..streams).map(|_| None).collect()));
@@ -715,38 +702,24 @@ fn run_session(
                 }
             }
             let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(idle))?;
-            let (ev_tx, events) = mpsc::channel::<SEvent>();
-            let reader = spawn_reader(rx, ev_tx.clone(), SEvent::ctl, stop.clone())
-                .map_err(|e| e.to_string())?;
             let counters = session.counters.locked().clone();
-            let cfg = SenderConfig {
-                engine: send,
-                block: u64::from(open.block_size),
-                chunk_size: (open.chunk_size != 0).then_some(open.chunk_size),
-                idle,
-            };
-            let setup = SenderSetup {
+            let setup = SendSetup {
+                cfg: SenderConfig {
+                    engine: send,
+                    block: u64::from(open.block_size),
+                    chunk_size: (open.chunk_size != 0).then_some(open.chunk_size),
+                    idle,
+                },
                 ctl: ctl.clone(),
-                events,
-                events_tx: ev_tx,
+                rx,
                 keys: session.keys.clone(),
                 nonces,
                 psk: ctx.cfg.psk.clone(),
-                streams: data,
-                counters: counters.clone(),
+                transport: Box::new(TcpStreams::new(data, counters.clone())),
                 peer: peer.to_string(),
             };
-            let r = crate::sender::run(
-                &cfg,
-                setup,
-                Walker::new(tops, open.recursive),
-                &mut observer,
-            );
-            stop.store(true, Ordering::Relaxed);
-            if r.is_err() {
-                ctl.shutdown();
-            }
-            let _ = reader.join();
+            let walker = Walker::new(tops, open.recursive);
+            let r = crate::send::run(setup, walker, &mut observer).map(|(t, _)| t);
             let totals = r.map_err(|e| e.to_string())?;
             files = totals.files;
             bytes = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();

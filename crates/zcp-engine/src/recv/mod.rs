@@ -245,10 +245,7 @@ struct Scratch<'a> {
 impl<'a> Scratch<'a> {
     fn create(dir: BorrowedFd<'a>) -> Result<Scratch<'a>, String> {
         let tag: [u8; 8] = crate::sys::random().map_err(|e| format!("getrandom: {e}"))?;
-        let name = format!(
-            ".zcp-probe-{}",
-            hex::encode(tag)
-        );
+        let name = format!(".zcp-probe-{}", hex::encode(tag));
         let fd = rustix::fs::openat(
             dir,
             name.as_str(),

@@ -1,0 +1,198 @@
+//! Making durable and committing: the journal thread and the committer.
+//!
+//! The **journal thread** makes verified chunks durable in batches — one `fdatasync` of a
+//! file and one append (and `fsync`) of its journal for many chunks — and only then do they
+//! count as durable and get acknowledged. The **committer** commits finished files in
+//! batches: one `syncfs` for many small files or an `fsync` for a lone one, then the renames,
+//! then one `fsync` per directory. A file is renamed into place only after the role decided
+//! it ([`super::state::Receiving::settle`]): every chunk verified and durable, digests equal.
+
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::PartFile;
+use zcp_engine::sync::Locked;
+use zcp_engine::sys::thread_usage;
+use zcp_engine::{EngineError, RecvEngine};
+use zcp_wire::ErrorCode;
+
+use super::RxCore;
+use super::prepare::engine_err;
+use super::state::{CommitJob, JournalJob, Refusal};
+
+/// Files committed together at most.
+const COMMIT_BATCH: usize = 256;
+/// Verified chunks made durable together at most.
+const JOURNAL_BATCH: usize = 1024;
+
+/// Makes verified chunks durable in batches, then tells the role.
+pub(crate) fn journal_thread(core: Arc<RxCore>, rx: mpsc::Receiver<JournalJob>) {
+    while let Ok(first) = rx.recv() {
+        let u0 = thread_usage();
+        let mut batch = vec![first];
+        while batch.len() < JOURNAL_BATCH {
+            match rx.try_recv() {
+                Ok(x) => batch.push(x),
+                Err(_) => break,
+            }
+        }
+        // One sync and one append per file, its jobs in the order they came.
+        let mut groups: Vec<Vec<JournalJob>> = Vec::new();
+        for job in batch {
+            match groups.iter_mut().find(|g| g[0].file == job.file) {
+                Some(g) => g.push(job),
+                None => groups.push(vec![job]),
+            }
+        }
+        let _cork = core.ctl.cork();
+        for group in groups {
+            let file = group[0].file;
+            let indexes: Vec<u64> = group.iter().map(|j| j.index).collect();
+            // A file given up meanwhile has nothing to make durable.
+            let Some(r) = core.disk.parts.with(file, |p| append(p, &group)) else {
+                continue;
+            };
+            let r = r.map_err(engine_err);
+            core.apply(|st, now| st.journaled(file, &indexes, r, now));
+        }
+        core.usage.locked().add(&thread_usage().since(&u0));
+    }
+}
+
+fn append(part: &mut PartFile, jobs: &[JournalJob]) -> Result<(), EngineError> {
+    part.sync_data()?;
+    let mut records = Vec::new();
+    for j in jobs {
+        if let Some(h) = &j.start {
+            part.start_journal(&h.encode())?;
+            records.clear();
+        }
+        records.extend_from_slice(&j.records);
+    }
+    part.append_journal(&records)
+}
+
+/// A file on its way through one commit batch.
+struct Step {
+    job: CommitJob,
+    /// Its part file, to sync and rename; `None` when nothing is renamed (kept in place, or
+    /// an engine that stores nothing).
+    part: Option<PartFile>,
+}
+
+/// Commits finished files in batches.
+pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
+    while let Ok(first) = rx.recv() {
+        let u0 = thread_usage();
+        let mut batch = vec![first];
+        // A moment for more small files to finish, so one sync covers them all.
+        let until = Instant::now() + Duration::from_millis(2);
+        while batch.len() < COMMIT_BATCH {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let (done, failed) = commit(&core, batch);
+        let _cork = core.ctl.cork();
+        for (job, r) in done.into_iter().chain(failed) {
+            let (id, digest) = (job.spec.id, job.digest);
+            core.apply(|st, now| st.committed(id, digest, r, now));
+        }
+        core.usage.locked().add(&thread_usage().since(&u0));
+    }
+}
+
+type Decided = Vec<(CommitJob, Result<(), Refusal>)>;
+
+/// One batch: final metadata, one sync for all, the renames, each directory synced once.
+/// Returns what committed and what failed, each with its result.
+fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
+    let mut steps: Vec<Step> = Vec::new();
+    let mut failed: Decided = Vec::new();
+    for job in batch {
+        let part = core.disk.parts.take(job.spec.id);
+        match finalize(&job, part) {
+            Ok(part) => steps.push(Step { job, part }),
+            Err(r) => failed.push((job, Err(r))),
+        }
+    }
+    let storing = steps.iter().filter(|s| s.part.is_some()).count();
+    let synced = match storing {
+        0 => Ok(()),
+        1 => steps
+            .iter()
+            .find_map(|s| s.part.as_ref())
+            .expect("one")
+            .sync(),
+        _ => zcp_engine::fs::syncfs(core.disk.root.fd()),
+    };
+    if let Err(e) = synced {
+        let (c, m) = engine_err(e);
+        for s in steps.drain(..) {
+            failed.push((s.job, Err((c, format!("commit failed: {m}")))));
+        }
+    }
+    // Each directory once (files of one directory share its descriptor).
+    let mut dirs: Vec<Arc<OwnedFd>> = Vec::new();
+    let mut renamed: Vec<CommitJob> = Vec::new();
+    for s in steps {
+        let Some(part) = s.part else {
+            renamed.push(s.job);
+            continue;
+        };
+        let dir = part.dir().clone();
+        match part.rename_to(&s.job.spec.name) {
+            Ok(()) => {
+                if !dirs.iter().any(|d| Arc::ptr_eq(d, &dir)) {
+                    dirs.push(dir);
+                }
+                renamed.push(s.job);
+            }
+            Err(e) => {
+                let (c, m) = engine_err(e);
+                failed.push((s.job, Err((c, format!("rename failed: {m}")))));
+            }
+        }
+    }
+    let dir_sync = dirs
+        .iter()
+        .try_for_each(|d| zcp_engine::fs::fsync_dir(&**d));
+    let done = renamed
+        .into_iter()
+        .map(|job| {
+            // Renamed but not durably: say so rather than claim success.
+            let r = dir_sync.as_ref().map_err(|e| {
+                (
+                    ErrorCode::Io,
+                    format!("syncing the directory after the rename failed: {e}"),
+                )
+            });
+            (job, r.copied())
+        })
+        .collect();
+    (done, failed)
+}
+
+/// The file's final metadata, before the batch's sync: the part file gets size, mode and
+/// mtime; a target kept in place gets the mode and mtime and the part file is dropped.
+fn finalize(job: &CommitJob, part: Option<PartFile>) -> Result<Option<PartFile>, Refusal> {
+    let Some(mut part) = part else {
+        return Ok(None);
+    };
+    let spec = &job.spec;
+    if job.in_place {
+        // The target holds exactly these bytes already: keep it, give it the source's mode
+        // and mtime, and drop the part file.
+        part.set_keep(false);
+        let r = zcp_engine::fs::open_at(&**part.dir(), &spec.name)
+            .and_then(|fd| zcp_engine::fs::set_mode_and_mtime(&fd, spec.mode & 0o777, spec.mtime));
+        drop(part);
+        return r.map(|()| None).map_err(engine_err);
+    }
+    let direct = spec.engine == RecvEngine::Direct;
+    part.set_final_metadata(spec.plan.size(), spec.mode, spec.mtime, direct)
+        .map(|()| Some(part))
+        .map_err(engine_err)
+}

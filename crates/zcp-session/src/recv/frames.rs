@@ -1,0 +1,462 @@
+//! The receiving role's answer to each control message from the sender, and to the
+//! file-system work those messages need. Every name is checked against the session's
+//! [`crate::confine::Scope`] before any work is asked for, and every text from the peer is
+//! escaped before it is reported.
+
+use std::time::Instant;
+
+use zcp_wire::{
+    ChunkPlan, ErrorCode, Have, MAX_HAVE_ENTRIES, Message, Nonce, PutFile, RelPath, escape,
+    escape_text,
+};
+
+use super::chunks::{FileSpec, JournalState, MAX_CHUNKS, MAX_SESSION_CHUNKS, RxFile};
+use super::state::{Receiving, Refusal};
+use crate::confine::{Act, Times};
+use crate::error::SessionError;
+use crate::event::{Failure, Report};
+
+/// Most files a session may have open at once on the receiver.
+pub(crate) const MAX_OPEN_FILES: usize = 1024;
+
+/// What the loop does after a frame.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Nothing more than carrying out the outputs.
+    Next,
+    /// File-system work; its result goes to [`Receiving::fs_done`].
+    Fs(FsJob),
+    /// The session is over (the sender's `Stats` after ours).
+    Done,
+}
+
+/// File-system work a frame needs, done by the loop without the role's lock.
+#[derive(Debug)]
+pub(crate) enum FsJob {
+    /// Resolve, open (or resume) and prepare a file announced with `PutFile`.
+    Prepare { put: PutFile, plan: ChunkPlan },
+    /// Make a directory (and missing parents).
+    MakeDir { raw: Vec<u8>, path: RelPath },
+    /// Make a link; with `guard`, never over a file that is there.
+    MakeLink {
+        raw: Vec<u8>,
+        path: RelPath,
+        target: Vec<u8>,
+        guard: bool,
+    },
+    /// Set a directory's mode (only narrowing it, with `narrow`) and mtime.
+    Times {
+        raw: Vec<u8>,
+        path: RelPath,
+        mode: u32,
+        narrow: bool,
+        mtime: (i64, u32),
+    },
+    /// `Go{restart}`: empty the part file and preallocate it again.
+    Reset { file: u32, size: u64 },
+}
+
+/// The result of an [`FsJob`].
+#[derive(Debug)]
+pub(crate) enum FsDone {
+    Prepared {
+        id: u32,
+        shown: String,
+        result: Result<Prepared, Refusal>,
+    },
+    /// A `MakeDir`, `MakeLink` or `DirTimes`: `Ok(changed)` (a directory or link made or
+    /// changed), or the refusal.
+    Entry {
+        raw: Vec<u8>,
+        act: Act,
+        path: Option<RelPath>,
+        result: Result<bool, Refusal>,
+    },
+    Reset {
+        file: u32,
+        result: Result<(), Refusal>,
+    },
+}
+
+/// Chunks held from an earlier session (or the existing target's), as one `Have` group.
+#[derive(Debug, Clone)]
+pub(crate) struct Offer {
+    pub(crate) nonces: (Nonce, Nonce),
+    pub(crate) old_file_id: u32,
+    pub(crate) entries: Vec<(u64, [u8; 32])>,
+}
+
+/// A file ready to receive.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub(crate) spec: FileSpec,
+    pub(crate) journal: JournalState,
+    pub(crate) offers: Vec<Offer>,
+    /// The offers are the existing target's chunks.
+    pub(crate) in_place: bool,
+    /// Why the engine differs from the one asked for.
+    pub(crate) note: Option<String>,
+}
+
+impl Receiving {
+    /// Handles one message from the sender.
+    pub(crate) fn handle_frame(&mut self, m: Message, now: Instant) -> Result<Step, SessionError> {
+        let chatter = Ok(Step::Next);
+        match m {
+            Message::PutFile(p) => return self.put_file(p, now),
+            Message::MakeDir { path } => {
+                return Ok(self
+                    .entry(path, Act::Dir)
+                    .map_or(Step::Next, |(raw, path, _)| {
+                        Step::Fs(FsJob::MakeDir { raw, path })
+                    }));
+            }
+            Message::MakeLink { path, target } => {
+                return Ok(self
+                    .entry(path, Act::Link)
+                    .map_or(Step::Next, |(raw, path, _)| {
+                        let guard = self.scope.guards_existing(&path);
+                        Step::Fs(FsJob::MakeLink {
+                            raw,
+                            path,
+                            target,
+                            guard,
+                        })
+                    }));
+            }
+            Message::DirTimes {
+                path,
+                mode,
+                mtime_sec,
+                mtime_nsec,
+            } => {
+                return Ok(self
+                    .entry(path, Act::Times)
+                    .map_or(Step::Next, |(raw, path, how)| {
+                        // A directory that was there before the session can only lose bits.
+                        Step::Fs(FsJob::Times {
+                            raw,
+                            path,
+                            mode,
+                            narrow: how == Times::Existing,
+                            mtime: (mtime_sec, mtime_nsec),
+                        })
+                    }));
+            }
+            Message::Go { file_id, restart } => return self.go(file_id, restart, now),
+            Message::ChunkMac {
+                file_id,
+                index,
+                mac,
+            } => {
+                let Some(f) = self.open_file(file_id, "ChunkMac")? else {
+                    return chatter;
+                };
+                let o = f.expect(index, mac);
+                let o = o.map_err(|r| self.proto(r))?;
+                self.outcome(file_id, o, now);
+            }
+            Message::FileEnd { file_id, digest } => {
+                let Some(f) = self.open_file(file_id, "FileEnd")? else {
+                    return chatter;
+                };
+                let r = f.end(digest);
+                r.map_err(|r| self.proto(r))?;
+                self.settle(file_id, now);
+            }
+            Message::FileAbort {
+                file_id,
+                code,
+                message,
+            } => {
+                if self.open_file(file_id, "FileAbort")?.is_none() {
+                    return chatter;
+                }
+                let message = escape_text(&message);
+                let target = self.abandon(file_id).map(|f| f.spec.target);
+                self.report(Report::Notice(
+                    Some(Failure {
+                        path: target.unwrap_or_default(),
+                        code: code.name(),
+                        message,
+                    }),
+                    None,
+                ));
+            }
+            Message::Notice { message } => {
+                let who = if self.scope.is_pull() {
+                    "server"
+                } else {
+                    "sender"
+                };
+                let note = format!("{who}: {}", escape_text(&message));
+                self.report(Report::Notice(None, Some(note)));
+                return chatter;
+            }
+            Message::EntryFailed { path, message, .. } => {
+                // A source entry the sender could not send; its path arrives as the sender
+                // displays it, which a hostile sender may fill with anything: escaped again.
+                let failure = Failure {
+                    path: escape_text(&String::from_utf8_lossy(&path)),
+                    code: "source",
+                    message: escape_text(&message),
+                };
+                self.report(Report::Notice(Some(failure), None));
+                // Reported, but no step forward: a stream of these cannot hold the session.
+                return chatter;
+            }
+            Message::Finish => {
+                // Once: a repeated Finish is chatter.
+                if self.finishing {
+                    return chatter;
+                }
+                self.finishing = true;
+            }
+            Message::Stats(s) if self.stats_sent => {
+                self.totals.peer = s;
+                return Ok(Step::Done);
+            }
+            Message::Error { code, message } => {
+                return Err(SessionError::Refused {
+                    code,
+                    message: format!("{} aborted: {}", self.peer(), escape_text(&message)),
+                });
+            }
+            other => {
+                return Err(self.proto(format!(
+                    "unexpected {} from {}",
+                    other.name(),
+                    self.peer()
+                )));
+            }
+        }
+        self.progress(now);
+        Ok(Step::Next)
+    }
+
+    /// `raw` validated and allowed for `act` by the session's scope; a refusal is answered
+    /// and reported here (`None`).
+    fn entry(&mut self, raw: Vec<u8>, act: Act) -> Option<(Vec<u8>, RelPath, Times)> {
+        let checked = RelPath::parse(&raw)
+            .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+            .and_then(|p| self.scope.check(&p, act).map(|how| (p, how)));
+        match checked {
+            Ok((p, how)) => Some((raw, p, how)),
+            Err(refusal) => {
+                self.entry_failed(&raw, refusal);
+                None
+            }
+        }
+    }
+
+    fn entry_failed(&mut self, raw: &[u8], (code, message): Refusal) {
+        self.report(Report::Notice(
+            Some(Failure {
+                path: escape(raw),
+                code: code.name(),
+                message: message.clone(),
+            }),
+            None,
+        ));
+        self.send(Message::EntryFailed {
+            path: raw.to_vec(),
+            code,
+            message,
+        });
+    }
+
+    /// A `PutFile`: checks what needs no file system (the id, the plan, the limits, a pulled
+    /// name), then asks for the file to be prepared.
+    fn put_file(&mut self, p: PutFile, now: Instant) -> Result<Step, SessionError> {
+        let id = p.file_id;
+        // File ids only increase: a repeated or lower id is a protocol error, so refusals
+        // cannot repeat without new work, and no set of past ids grows.
+        if u64::from(id) < self.next_id {
+            return Err(self.proto(format!(
+                "PutFile with file id {id}, not above the last one ({}); file ids only increase",
+                self.next_id - 1
+            )));
+        }
+        self.next_id = u64::from(id) + 1;
+        // A new file id, a new entry handled: a step, even when refused.
+        self.progress(now);
+        let shown = escape(&p.dest);
+        match self.admit(&p) {
+            Ok(plan) => {
+                self.preparing = Some(id);
+                Ok(Step::Fs(FsJob::Prepare { put: p, plan }))
+            }
+            Err(refusal) => {
+                self.refuse_file(id, shown, refusal);
+                Ok(Step::Next)
+            }
+        }
+    }
+
+    fn admit(&self, p: &PutFile) -> Result<ChunkPlan, Refusal> {
+        let plan =
+            ChunkPlan::new(p.size, p.chunk_size).map_err(|e| (ErrorCode::Limit, e.to_string()))?;
+        if plan.count() > MAX_CHUNKS {
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "{} chunks is over the limit of {MAX_CHUNKS}; use a larger chunk size",
+                    plan.count()
+                ),
+            ));
+        }
+        if self.files.len() >= MAX_OPEN_FILES {
+            return Err((
+                ErrorCode::Limit,
+                format!("more than {MAX_OPEN_FILES} files open in one session"),
+            ));
+        }
+        let open: u64 = self.files.values().map(|f| f.plan().count()).sum();
+        if open + plan.count() > MAX_SESSION_CHUNKS {
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "{} chunks with the {open} of the files open is over the session's limit of {MAX_SESSION_CHUNKS}",
+                    plan.count()
+                ),
+            ));
+        }
+        if self.scope.is_pull() {
+            // The client chose every name itself: a name of the server's choosing is refused.
+            if !p.name.is_empty() {
+                return Err((
+                    ErrorCode::BadPath,
+                    format!(
+                        "the server sent file '{}' under a name of its own ('{}'); refused, nothing written",
+                        escape(&p.dest),
+                        escape(&p.name)
+                    ),
+                ));
+            }
+            let dest = RelPath::parse(&p.dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+            self.scope.check(&dest, Act::File)?;
+        }
+        Ok(plan)
+    }
+
+    fn refuse_file(&mut self, id: u32, shown: String, (code, message): Refusal) {
+        self.report(Report::Notice(
+            Some(Failure {
+                path: shown,
+                code: code.name(),
+                message: message.clone(),
+            }),
+            None,
+        ));
+        self.send(Message::FileFailed {
+            file_id: id,
+            code,
+            message,
+        });
+    }
+
+    /// The sender's answer to an offer: only for a file offered (`FileReady{resumed}`), once.
+    /// A restart empties the part file and its journal *before* any chunk may land.
+    fn go(&mut self, file_id: u32, restart: bool, now: Instant) -> Result<Step, SessionError> {
+        let Some(f) = self.open_file(file_id, "Go")? else {
+            return Ok(Step::Next);
+        };
+        let (may, stores, size) = (f.may_go(), f.spec.io.is_some(), f.plan().size());
+        may.map_err(|r| self.proto(r))?;
+        self.progress(now);
+        if restart && stores {
+            return Ok(Step::Fs(FsJob::Reset {
+                file: file_id,
+                size,
+            }));
+        }
+        self.go_now(file_id, restart)
+    }
+
+    fn go_now(&mut self, file_id: u32, restart: bool) -> Result<Step, SessionError> {
+        if let Some(f) = self.files.get_mut(&file_id) {
+            f.go(restart).map_err(|r| self.proto(r))?;
+        }
+        Ok(Step::Next)
+    }
+
+    /// The result of file-system work a frame asked for.
+    pub(crate) fn fs_done(&mut self, done: FsDone, now: Instant) -> Result<(), SessionError> {
+        match done {
+            FsDone::Prepared { id, shown, result } => {
+                self.preparing = None;
+                match result {
+                    Ok(p) => self.open(id, p, now),
+                    Err(refusal) => self.refuse_file(id, shown, refusal),
+                }
+            }
+            FsDone::Entry {
+                raw,
+                act,
+                path,
+                result,
+            } => match result {
+                Ok(changed) => {
+                    let new = match (act, path) {
+                        // A repeated MakeDir of the same directory is no progress.
+                        (Act::Dir, Some(p)) => self.scope.made_dir(&p),
+                        (Act::Link, _) => changed,
+                        // A directory's times are not an entry of their own.
+                        _ => return Ok(()),
+                    };
+                    self.totals.entries += 1;
+                    if new {
+                        self.progress(now);
+                    }
+                }
+                Err(refusal) => self.entry_failed(&raw, refusal),
+            },
+            FsDone::Reset { file, result } => match result {
+                Ok(()) => {
+                    self.go_now(file, true)?;
+                }
+                Err((c, m)) => self.fail_file(file, c, m, now),
+            },
+        }
+        Ok(())
+    }
+
+    /// A prepared file opens: its offers go out as `Have`s, then its `FileReady`.
+    fn open(&mut self, id: u32, p: Prepared, now: Instant) {
+        if !self.engines_told {
+            self.engines_told = true;
+            self.report(Report::Engines {
+                sender: self.cfg.sender_engine.clone(),
+                sender_note: None,
+                receiver: p.spec.engine.name().into(),
+                receiver_note: p.note.clone(),
+            });
+        }
+        let offered: Vec<(u64, [u8; 32])> = p
+            .offers
+            .iter()
+            .flat_map(|o| o.entries.iter().copied())
+            .collect();
+        for o in &p.offers {
+            for entries in o.entries.chunks(MAX_HAVE_ENTRIES) {
+                self.send(Message::Have(Have {
+                    file_id: id,
+                    client_nonce: o.nonces.0,
+                    server_nonce: o.nonces.1,
+                    old_file_id: o.old_file_id,
+                    entries: entries.to_vec(),
+                }));
+            }
+        }
+        let ready = Message::FileReady {
+            file_id: id,
+            engine: p.spec.engine.name().into(),
+            note: p.note.unwrap_or_default(),
+            target: p.spec.target.clone().into_bytes(),
+            resumed: !offered.is_empty(),
+        };
+        let f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
+        self.files.insert(id, f);
+        self.send(ready);
+    }
+}

@@ -1,0 +1,528 @@
+//! Preparing and resuming a file, and the other entries: the file-system work the receiving
+//! role asks for ([`super::frames::FsJob`]). Resolves names beneath the root one component at
+//! a time (cached directory descriptors), opens the file's deterministic part file, reads its
+//! journal, hashes an existing target of the same size, preallocates, and picks the engine
+//! for the filesystem. Never follows a symlink; remembers which directories it created.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::{EntryKind, PartFile, Root};
+use zcp_engine::recv::{Choice, Target, choose};
+use zcp_engine::sync::Locked;
+use zcp_engine::{EngineError, RecvEngine};
+use zcp_wire::journal::{JournalHeader, MAX_JOURNAL_SESSIONS, decode_journal};
+use zcp_wire::{ChunkPlan, ErrorCode, Message, Nonce, PutFile, RelPath, SessionKeys, escape};
+
+use super::chunks::{FileSpec, JournalState};
+use super::frames::{FsDone, FsJob, Offer, Prepared};
+use super::state::Refusal;
+use crate::confine::Act;
+use crate::control::ControlWriter;
+
+/// Directory descriptors kept open for the next entries.
+const DIR_CACHE: usize = 256;
+/// Below this size `auto` receives with `rw`: see [`Disk::prepare`].
+const SMALL_FILE: u64 = 1 << 20;
+
+/// The part files of the open files. Each sits in a slot of its own: the journal thread works
+/// on it in place ([`Parts::with`]); the committer and a release take it out
+/// ([`Parts::take`]), waiting for whoever is working on it.
+#[derive(Debug, Default)]
+pub(crate) struct Parts(Mutex<HashMap<u32, Arc<Mutex<Option<PartFile>>>>>);
+
+impl Parts {
+    fn insert(&self, id: u32, part: PartFile) {
+        self.0.locked().insert(id, Arc::new(Mutex::new(Some(part))));
+    }
+
+    /// Runs `f` on the part file of `id`, if it is still there.
+    pub(crate) fn with<T>(&self, id: u32, f: impl FnOnce(&mut PartFile) -> T) -> Option<T> {
+        let slot = self.0.locked().get(&id).cloned()?;
+        let mut g = slot.locked();
+        g.as_mut().map(f)
+    }
+
+    /// Takes the part file of `id` out.
+    pub(crate) fn take(&self, id: u32) -> Option<PartFile> {
+        let slot = self.0.locked().remove(&id)?;
+        slot.locked().take()
+    }
+}
+
+/// A directory beneath the root, open, with the filesystem it is on.
+#[derive(Debug, Clone)]
+pub(crate) struct Dir {
+    pub(crate) fd: Arc<OwnedFd>,
+    dev: u64,
+}
+
+/// The receiving role's file system: the root, directory and engine caches, the part files
+/// of the open files.
+pub(crate) struct Disk {
+    pub(crate) root: Arc<Root>,
+    keys: SessionKeys,
+    nonces: (Nonce, Nonce),
+    requested: RecvEngine,
+    dirs: Mutex<HashMap<Vec<u8>, Dir>>,
+    engines: Mutex<HashMap<u64, Choice>>,
+    /// The part file of each open file that stores.
+    pub(crate) parts: Parts,
+    /// Directories made since the role last asked (component lists).
+    made: Mutex<Vec<Vec<Vec<u8>>>>,
+}
+
+pub(crate) fn engine_err(e: EngineError) -> Refusal {
+    match e {
+        EngineError::NoSpace(m) => (
+            ErrorCode::NoSpace,
+            format!("no space for the destination: {m}"),
+        ),
+        EngineError::Path(m) => (ErrorCode::BadPath, format!("destination {m}")),
+        EngineError::Busy(m) => (ErrorCode::Busy, m),
+        other => (ErrorCode::Io, other.to_string()),
+    }
+}
+
+/// Where an entry goes: its directory's components and its final name.
+struct Placed {
+    dir: Vec<Vec<u8>>,
+    name: Vec<u8>,
+}
+
+fn display(dir: &[Vec<u8>], name: &[u8]) -> String {
+    let mut p = dir.join(&b'/');
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    escape(&p)
+}
+
+impl Disk {
+    pub(crate) fn new(
+        root: Arc<Root>,
+        keys: SessionKeys,
+        nonces: (Nonce, Nonce),
+        requested: RecvEngine,
+    ) -> Disk {
+        Disk {
+            root,
+            keys,
+            nonces,
+            requested,
+            dirs: Mutex::new(HashMap::new()),
+            engines: Mutex::new(HashMap::new()),
+            parts: Parts::default(),
+            made: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Directories made since the last call, for the role's scope.
+    pub(crate) fn take_made(&self) -> Vec<Vec<Vec<u8>>> {
+        std::mem::take(&mut *self.made.locked())
+    }
+
+    /// Lets the part file of `file` go; it removes itself unless `keep`.
+    pub(crate) fn release(&self, file: u32, keep: bool) {
+        if let Some(mut part) = self.parts.take(file) {
+            part.set_keep(keep);
+        }
+    }
+
+    /// Lets every part file go (the role ended), after [`Disk::release`] decided each.
+    pub(crate) fn clear(&self) {
+        self.parts.0.locked().clear();
+        self.dirs.locked().clear();
+    }
+
+    /// Does `job`. `ctl` carries keep-alives while an existing target is hashed.
+    pub(crate) fn run(&self, job: FsJob, ctl: &ControlWriter) -> FsDone {
+        match job {
+            FsJob::Prepare { put, plan } => {
+                let id = put.file_id;
+                let shown = escape(&put.dest);
+                FsDone::Prepared {
+                    id,
+                    shown,
+                    result: self.prepare(put, plan, ctl),
+                }
+            }
+            FsJob::MakeDir { raw, path } => {
+                let result = self.dir(path.components(), true).map(|_| true);
+                entry(raw, Act::Dir, path, result.map_err(engine_err))
+            }
+            FsJob::MakeLink {
+                raw,
+                path,
+                target,
+                guard,
+            } => {
+                let result = self.link(&path, &target, guard);
+                entry(raw, Act::Link, path, result)
+            }
+            FsJob::Times {
+                raw,
+                path,
+                mode,
+                narrow,
+                mtime,
+            } => {
+                // Permission bits only: the engine drops setuid, setgid and sticky.
+                let result = self
+                    .dir(path.components(), false)
+                    .and_then(|d| zcp_engine::fs::set_mode_within(&*d.fd, mode, narrow, mtime))
+                    .map(|()| true);
+                entry(raw, Act::Times, path, result.map_err(engine_err))
+            }
+            FsJob::Reset { file, size } => FsDone::Reset {
+                file,
+                result: self.reset(file, size),
+            },
+        }
+    }
+
+    fn link(&self, p: &RelPath, target: &[u8], guard: bool) -> Result<bool, Refusal> {
+        let (last, parent) = p.components().split_last().expect("not the root");
+        let dir = self.dir(parent, true).map_err(engine_err)?;
+        if guard
+            && zcp_engine::fs::entry_kind(&*dir.fd, last).map_err(engine_err)? == EntryKind::File
+        {
+            return Err((
+                ErrorCode::BadPath,
+                format!(
+                    "the server sent a link for '{p}', where your file '{p}' is; a file is never replaced by a link of the server's choosing; refused, nothing written"
+                ),
+            ));
+        }
+        zcp_engine::fs::make_symlink(&*dir.fd, last, target).map_err(engine_err)
+    }
+
+    fn reset(&self, file: u32, size: u64) -> Result<(), Refusal> {
+        self.parts
+            .with(file, |p| p.reset().and_then(|_| p.preallocate(size)))
+            .unwrap_or(Ok(()))
+            .map_err(engine_err)
+    }
+
+    /// The directory `components` beneath the root, from the cache or resolved (and created
+    /// when `create`), never through a symlink.
+    pub(crate) fn dir(&self, components: &[Vec<u8>], create: bool) -> Result<Dir, EngineError> {
+        let key = components.join(&b'/');
+        if let Some(d) = self.dirs.locked().get(&key) {
+            return Ok(d.clone());
+        }
+        let (fd, existed) = self.root.open_dir_made(components, create)?;
+        {
+            let mut made = self.made.locked();
+            for n in existed..components.len() {
+                made.push(components[..=n].to_vec());
+            }
+        }
+        let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
+        let d = Dir {
+            fd: Arc::new(fd),
+            dev,
+        };
+        let mut cache = self.dirs.locked();
+        if cache.len() >= DIR_CACHE {
+            cache.clear();
+        }
+        cache.insert(key, d.clone());
+        Ok(d)
+    }
+
+    /// The engine for files in `dir`, probed once per filesystem.
+    fn engine_for(&self, dir: &Dir) -> Result<Choice, EngineError> {
+        if let Some(c) = self.engines.locked().get(&dir.dev) {
+            return Ok(c.clone());
+        }
+        let fs = zcp_engine::fs::fs_info(&*dir.fd)?;
+        let c = choose(self.requested, dir.fd.as_fd(), &fs);
+        self.engines.locked().insert(dir.dev, c.clone());
+        Ok(c)
+    }
+
+    /// Where an entry goes: its directory (resolved beneath the root) and its final name.
+    fn place(&self, dest: &[u8], name: &[u8]) -> Result<Placed, Refusal> {
+        let bad_path = |e: zcp_wire::PathError| (ErrorCode::BadPath, e.to_string());
+        let dest = RelPath::parse(dest).map_err(bad_path)?;
+        if !name.is_empty() {
+            RelPath::check_name(name).map_err(bad_path)?;
+        }
+        // scp's rule for a lone file: a destination that is (or is spelled as) a directory
+        // receives the file under the source's name; otherwise the destination is the file.
+        if dest.names_directory() {
+            if name.is_empty() {
+                return Err((
+                    ErrorCode::BadPath,
+                    format!("destination '{dest}' names a directory"),
+                ));
+            }
+            return Ok(Placed {
+                dir: dest.components().to_vec(),
+                name: name.to_vec(),
+            });
+        }
+        let comps = dest.components();
+        let (last, parent) = comps
+            .split_last()
+            .expect("a non-directory path has a component");
+        if !name.is_empty() {
+            let parent_dir = self.dir(parent, true).map_err(engine_err)?;
+            if zcp_engine::fs::entry_kind(&*parent_dir.fd, last).map_err(engine_err)?
+                == EntryKind::Dir
+            {
+                return Ok(Placed {
+                    dir: comps.to_vec(),
+                    name: name.to_vec(),
+                });
+            }
+        }
+        Ok(Placed {
+            dir: parent.to_vec(),
+            name: last.clone(),
+        })
+    }
+
+    /// Resolves a `PutFile`'s place, opens (or resumes) its part file, hashes an existing
+    /// target of its size, preallocates, and picks the engine.
+    fn prepare(
+        &self,
+        p: PutFile,
+        plan: ChunkPlan,
+        ctl: &ControlWriter,
+    ) -> Result<Prepared, Refusal> {
+        let Placed { dir: comps, name } = self.place(&p.dest, &p.name)?;
+        let target = display(&comps, &name);
+        let mut spec = FileSpec {
+            id: p.file_id,
+            plan,
+            engine: self.requested,
+            mode: p.mode,
+            mtime: (p.mtime_sec, p.mtime_nsec),
+            name,
+            target,
+            io: None,
+        };
+        if !self.requested.stores() {
+            return Ok(Prepared {
+                spec,
+                journal: JournalState::default(),
+                offers: Vec::new(),
+                in_place: false,
+                note: None,
+            });
+        }
+        let dir = self.dir(&comps, true).map_err(engine_err)?;
+        let kind = zcp_engine::fs::entry_kind(&*dir.fd, &spec.name).map_err(engine_err)?;
+        let t = &spec.target;
+        match kind {
+            EntryKind::Missing | EntryKind::File => {}
+            EntryKind::Dir => {
+                return Err((
+                    ErrorCode::BadPath,
+                    format!("destination '{t}' is a directory"),
+                ));
+            }
+            EntryKind::Symlink => {
+                return Err((
+                    ErrorCode::BadPath,
+                    format!(
+                        "destination '{t}' is a symlink on the receiver; zcp never follows or replaces symlinks there"
+                    ),
+                ));
+            }
+            EntryKind::Other => {
+                return Err((
+                    ErrorCode::BadPath,
+                    format!("destination '{t}' is a device, FIFO or socket"),
+                ));
+            }
+        }
+        let mut choice = self.engine_for(&dir).map_err(engine_err)?;
+        if choice.engine != RecvEngine::ReadWrite
+            && p.size < SMALL_FILE
+            && self.requested == RecvEngine::Auto
+        {
+            // A small file is one short write: O_DIRECT's ring and splice's read-back cost
+            // more in thread handoffs than they save, and the batched commit syncs it with its
+            // neighbours.
+            choice = Choice {
+                engine: RecvEngine::ReadWrite,
+                note: Some(format!(
+                    "files under {} KiB are written with rw: one short write, synced with its neighbours",
+                    SMALL_FILE >> 10
+                )),
+            };
+        }
+        let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
+        let (mut part, existed) = PartFile::open(dir.fd.clone(), &key).map_err(engine_err)?;
+        let mut journal = JournalState {
+            kept: plan.count() >= 2,
+            ..JournalState::default()
+        };
+        let mut offers = Vec::new();
+        if existed {
+            offers = resume(&mut part, &plan, &mut journal, p.size)?;
+        }
+        // A target already there with the file's size: offer its chunks, hashed under this
+        // session's key, as held. If the sender's source proves every one, no byte is sent and
+        // the target is kept (mode and mtime set in place); any difference sends it whole.
+        let mut in_place = false;
+        if offers.is_empty() && kind == EntryKind::File && p.size > 0 {
+            if let Some(macs) = self.hash_target(&dir, &spec.name, p.file_id, &plan, ctl) {
+                offers.push(Offer {
+                    nonces: self.nonces,
+                    old_file_id: p.file_id,
+                    entries: macs,
+                });
+                in_place = true;
+            }
+        }
+        if p.size >= SMALL_FILE && !in_place {
+            // Claims the space now, so a full filesystem fails the file before any byte
+            // moves. A small file skips it: on ext4 it costs more than the write (unwritten
+            // extents to convert, a partial block zeroed), and a full disk still fails its
+            // write at once.
+            part.preallocate(p.size).map_err(engine_err)?;
+        }
+        let direct = if choice.engine == RecvEngine::Direct {
+            match part.open_direct() {
+                Ok(fd) => Some(Arc::new(fd)),
+                Err(e) => {
+                    choice = Choice {
+                        engine: RecvEngine::Splice,
+                        note: Some(format!(
+                            "O_DIRECT open failed for this file ({}); using splice",
+                            std::io::Error::from(e)
+                        )),
+                    };
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        spec.engine = choice.engine;
+        spec.io = Some(Target {
+            file: part.shared_fd(),
+            direct,
+        });
+        self.parts.insert(p.file_id, part);
+        Ok(Prepared {
+            spec,
+            journal,
+            offers,
+            in_place,
+            note: choice.note,
+        })
+    }
+
+    /// The chunk MACs of an existing target of exactly the plan's size, under this session's
+    /// key and `file_id`; `None` when it is not such a file or cannot be read (then the file
+    /// is simply sent). Tells the sender about once a second that the receiver is alive, as
+    /// hashing a large target takes a while.
+    fn hash_target(
+        &self,
+        dir: &Dir,
+        name: &[u8],
+        file_id: u32,
+        plan: &ChunkPlan,
+        ctl: &ControlWriter,
+    ) -> Option<Vec<(u64, [u8; 32])>> {
+        let fd = zcp_engine::fs::open_at(&*dir.fd, name).ok()?;
+        let meta = zcp_engine::fs::stat_fd(&fd).ok()?;
+        if !matches!(meta.kind, EntryKind::File) || meta.size != plan.size() {
+            return None;
+        }
+        let mut macs = Vec::with_capacity(plan.count() as usize);
+        let mut told = Instant::now();
+        for index in 0..plan.count() {
+            let (offset, len) = plan.chunk(index);
+            let mut hasher = self.keys.chunk_hasher(file_id, offset, len);
+            zcp_engine::map::visit_mapped(&fd, offset, len, |b| {
+                hasher.update(b);
+            })
+            .ok()?;
+            macs.push((index, *hasher.finalize().as_bytes()));
+            if told.elapsed() >= Duration::from_secs(1) {
+                told = Instant::now();
+                let _ = ctl.send(&Message::Progress {
+                    file_id,
+                    bytes: offset + len,
+                });
+            }
+        }
+        Some(macs)
+    }
+}
+
+fn entry(raw: Vec<u8>, act: Act, path: RelPath, result: Result<bool, Refusal>) -> FsDone {
+    FsDone::Entry {
+        raw,
+        act,
+        path: Some(path),
+        result,
+    }
+}
+
+/// The chunks an intact journal of an earlier attempt holds for this size and chunk size,
+/// grouped by the session that verified them; the journal continues after them. Anything
+/// else empties the part file.
+fn resume(
+    part: &mut PartFile,
+    plan: &ChunkPlan,
+    journal: &mut JournalState,
+    size: u64,
+) -> Result<Vec<Offer>, Refusal> {
+    let state = if journal.kept {
+        part.read_journal()
+            .ok()
+            .flatten()
+            .and_then(|b| decode_journal(&b).ok())
+    } else {
+        None
+    };
+    let header = JournalHeader {
+        size,
+        chunk_size: plan.chunk_size(),
+    };
+    let Some(s) = state.filter(|s| {
+        s.header == header
+            && s.sessions.len() < MAX_JOURNAL_SESSIONS
+            && s.chunks.iter().all(|(_, i, _)| *i < plan.count())
+    }) else {
+        part.reset().map_err(engine_err)?;
+        return Ok(Vec::new());
+    };
+    // Latest record per chunk wins.
+    let mut latest: HashMap<u64, (u16, [u8; 32])> = HashMap::new();
+    for (t, i, mac) in &s.chunks {
+        latest.insert(*i, (*t, *mac));
+    }
+    let mut by_session: HashMap<u16, Vec<(u64, [u8; 32])>> = HashMap::new();
+    for (i, (t, mac)) in latest {
+        by_session.entry(t).or_default().push((i, mac));
+    }
+    let mut offers: Vec<Offer> = by_session
+        .into_iter()
+        .map(|(t, mut entries)| {
+            entries.sort_unstable_by_key(|e| e.0);
+            let sess = s.sessions[usize::from(t)];
+            Offer {
+                nonces: (sess.client_nonce, sess.server_nonce),
+                old_file_id: sess.file_id,
+                entries,
+            }
+        })
+        .collect();
+    offers.sort_unstable_by_key(|o| o.entries[0].0);
+    part.continue_journal(s.valid_len as u64)
+        .map_err(engine_err)?;
+    journal.tag = s.sessions.len() as u16;
+    journal.open = true;
+    Ok(offers)
+}

@@ -1,0 +1,548 @@
+//! The receiving role as a state machine, without I/O (quinn-proto's `Connection` is the
+//! model). Inputs: the sender's frames ([`Receiving::handle_frame`], in `frames.rs`), what
+//! the data path and the helper threads report ([`Receiving::place`], [`Receiving::written`],
+//! [`Receiving::hashed`], [`Receiving::journaled`], [`Receiving::committed`]), the results of
+//! file-system work it asked for ([`Receiving::fs_done`]) and the clock
+//! ([`Receiving::tick`]). Outputs, taken with [`Receiving::take_out`]: frames to send, jobs for
+//! the journal thread and the committer, part files to let go of, and reports for the person.
+//!
+//! Whoever runs it ([`super::RxCore`]) holds it behind one lock: the control loop, every data
+//! stream's thread, the engines' helpers, the journal thread and the committer each apply
+//! their input and carry out the outputs after the lock is released.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use zcp_engine::recv::Target;
+use zcp_engine::{RecvEngine, Usage};
+use zcp_wire::journal::{JournalHeader, JournalRecord};
+use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats};
+
+use super::chunks::{FileSpec, Outcome, Phase, RxFile, Settle};
+use crate::confine::Scope;
+use crate::error::SessionError;
+use crate::event::{Failure, FileOutcome, Report};
+
+/// How the receiving role runs.
+#[derive(Debug, Clone)]
+pub(crate) struct RxConfig {
+    /// The engine the sender asked for (`auto` resolved per filesystem).
+    pub(crate) requested: RecvEngine,
+    /// Bytes per engine call (0: each engine's default).
+    pub(crate) block: u64,
+    /// A session without progress for this long ends.
+    pub(crate) idle: Duration,
+    /// The sender's engine as asked for, for the report.
+    pub(crate) sender_engine: String,
+}
+
+/// A refusal to send back: its class and what to fix.
+pub(crate) type Refusal = (ErrorCode, String);
+
+/// What a finished receiving role reports.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ReceiverTotals {
+    /// Files committed.
+    pub(crate) files: u64,
+    /// Directories and links made.
+    pub(crate) entries: u64,
+    /// The sender's closing numbers.
+    pub(crate) peer: SideStats,
+    /// CPU time of the whole role, as sent in our `Stats`.
+    pub(crate) usage: Usage,
+}
+
+/// Verified chunks of one file to make durable, in order: the journal thread syncs the data,
+/// then appends `records` (after creating the journal with `start`, when given).
+#[derive(Debug)]
+pub(crate) struct JournalJob {
+    pub(crate) file: u32,
+    pub(crate) start: Option<JournalHeader>,
+    pub(crate) records: Vec<u8>,
+    pub(crate) index: u64,
+}
+
+/// A file whose every chunk is durable and whose digests agree: the committer makes it final.
+#[derive(Debug)]
+pub(crate) struct CommitJob {
+    pub(crate) spec: FileSpec,
+    pub(crate) digest: [u8; 32],
+    /// The target already holds these bytes: keep it (set its mode and mtime).
+    pub(crate) in_place: bool,
+}
+
+/// Work for the threads around the role.
+#[derive(Debug)]
+pub(crate) enum RxJob {
+    Journal(JournalJob),
+    Commit(CommitJob),
+    /// The file is given up: let its part file go, keeping it for a resume when `keep`.
+    Release {
+        file: u32,
+        keep: bool,
+    },
+}
+
+/// What one input produced.
+#[derive(Debug, Default)]
+pub(crate) struct Out {
+    pub(crate) frames: Vec<Message>,
+    pub(crate) jobs: Vec<RxJob>,
+    /// Reports are waiting for the control loop ([`Receiving::take_reports`]).
+    pub(crate) reported: bool,
+}
+
+/// Where a chunk that arrived on a data stream goes ([`Receiving::place`]).
+#[derive(Debug)]
+pub(crate) enum Placement {
+    /// Into this file; the chunk is claimed.
+    Land {
+        file: u32,
+        index: u64,
+        engine: RecvEngine,
+        target: Option<Target>,
+        verify: bool,
+    },
+    /// The file was given up or committed: read the bytes and drop them.
+    Drop,
+    /// Not yet: the file waits for the sender's `Go`. Ask again when the role changes.
+    Wait,
+}
+
+/// What a file id names in this session.
+enum Lookup<'a> {
+    Open(&'a mut RxFile),
+    Gone,
+    Unknown,
+}
+
+/// The receiving role's state.
+pub(crate) struct Receiving {
+    pub(crate) cfg: RxConfig,
+    pub(crate) keys: SessionKeys,
+    pub(crate) nonces: (Nonce, Nonce),
+    pub(crate) scope: Scope,
+    /// Open files.
+    pub(crate) files: HashMap<u32, RxFile>,
+    /// One above the highest file id announced: ids only increase, so an id below it that is
+    /// not open was given up or committed.
+    pub(crate) next_id: u64,
+    /// The file being prepared (announced, not yet open).
+    pub(crate) preparing: Option<u32>,
+    pub(crate) streams: u16,
+    pub(crate) streams_ended: u16,
+    pub(crate) engines_told: bool,
+    pub(crate) finishing: bool,
+    pub(crate) stats_sent: bool,
+    pub(crate) totals: ReceiverTotals,
+    last_progress: Instant,
+    last_bytes: u64,
+    last_tell: Instant,
+    pub(crate) out: Out,
+    reports: Vec<Report>,
+}
+
+impl Receiving {
+    pub(crate) fn new(
+        cfg: RxConfig,
+        keys: SessionKeys,
+        nonces: (Nonce, Nonce),
+        scope: Scope,
+        streams: u16,
+        now: Instant,
+    ) -> Receiving {
+        Receiving {
+            cfg,
+            keys,
+            nonces,
+            scope,
+            files: HashMap::new(),
+            next_id: 0,
+            preparing: None,
+            streams,
+            streams_ended: 0,
+            engines_told: false,
+            finishing: false,
+            stats_sent: false,
+            totals: ReceiverTotals::default(),
+            last_progress: now,
+            last_bytes: 0,
+            last_tell: now,
+            out: Out::default(),
+            reports: Vec::new(),
+        }
+    }
+
+    /// Who sends to this role, as messages name it: the server in a pull, the client in a
+    /// push.
+    pub(crate) fn peer(&self) -> &'static str {
+        if self.scope.is_pull() {
+            "the server"
+        } else {
+            "the client"
+        }
+    }
+
+    pub(crate) fn proto(&self, reason: String) -> SessionError {
+        SessionError::Protocol {
+            peer: self.peer().into(),
+            reason,
+        }
+    }
+
+    /// The outputs since the last call.
+    pub(crate) fn take_out(&mut self) -> Out {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The reports since the last call, for the observer (on the control loop's thread).
+    pub(crate) fn take_reports(&mut self) -> Vec<Report> {
+        std::mem::take(&mut self.reports)
+    }
+
+    pub(crate) fn send(&mut self, m: Message) {
+        self.out.frames.push(m);
+    }
+
+    pub(crate) fn report(&mut self, r: Report) {
+        self.reports.push(r);
+        self.out.reported = true;
+    }
+
+    /// The session moved forward: the idle clock restarts.
+    pub(crate) fn progress(&mut self, now: Instant) {
+        self.last_progress = now;
+    }
+
+    fn lookup(&mut self, id: u32) -> Lookup<'_> {
+        let gone = u64::from(id) < self.next_id && self.preparing != Some(id);
+        match self.files.get_mut(&id) {
+            Some(f) => Lookup::Open(f),
+            None if gone => Lookup::Gone,
+            None => Lookup::Unknown,
+        }
+    }
+
+    /// File `id` if it is open; `None` if it was given up or committed (frames about it are
+    /// late, and ignored); a protocol error if no `PutFile` named it.
+    pub(crate) fn open_file(
+        &mut self,
+        id: u32,
+        what: &str,
+    ) -> Result<Option<&mut RxFile>, SessionError> {
+        let peer = self.peer();
+        match self.lookup(id) {
+            Lookup::Open(f) => Ok(Some(f)),
+            Lookup::Gone => Ok(None),
+            Lookup::Unknown => Err(SessionError::Protocol {
+                peer: peer.into(),
+                reason: format!("{what} for unknown file {id}"),
+            }),
+        }
+    }
+
+    // ---- the data path ----
+
+    /// A chunk header arrived on a data stream: where its bytes go. Claims the chunk. An error
+    /// is a protocol error that closes the stream.
+    pub(crate) fn place(&mut self, h: &ChunkHeader) -> Result<Placement, String> {
+        let f = match self.lookup(h.file_id) {
+            Lookup::Open(f) => f,
+            Lookup::Gone => return Ok(Placement::Drop),
+            Lookup::Unknown => return Err(format!("chunk for unknown file {}", h.file_id)),
+        };
+        if let Some((_, m)) = f.failure() {
+            return Err(m.clone());
+        }
+        if f.phase == Phase::AwaitGo {
+            return Ok(Placement::Wait);
+        }
+        let index = f
+            .plan()
+            .locate(h.offset, h.len)
+            .map_err(|e| e.to_string())?;
+        f.claim(index)?;
+        Ok(Placement::Land {
+            file: h.file_id,
+            index,
+            engine: f.spec.engine,
+            target: f.spec.io.clone(),
+            verify: f.verify,
+        })
+    }
+
+    /// Chunk `index` of `file` is written (or its write failed).
+    pub(crate) fn written(&mut self, file: u32, index: u64, r: Result<(), Refusal>, now: Instant) {
+        let Some(f) = self.files.get_mut(&file) else {
+            return;
+        };
+        match r {
+            Ok(()) => {
+                let o = f.written(index);
+                self.outcome(file, o, now);
+            }
+            // Tell the sender now: the chunk will never be verified.
+            Err((code, message)) => self.fail_file(file, code, message, now),
+        }
+    }
+
+    /// The receiver's MAC of chunk `index` of `file` (zeros when not verifying).
+    pub(crate) fn hashed(&mut self, file: u32, index: u64, mac: [u8; 32], now: Instant) {
+        if let Some(f) = self.files.get_mut(&file) {
+            let o = f.hashed(index, mac);
+            self.outcome(file, o, now);
+        }
+    }
+
+    /// Acts on a chunk's new state.
+    pub(crate) fn outcome(&mut self, file: u32, o: Outcome, now: Instant) {
+        let Some(f) = self.files.get_mut(&file) else {
+            return;
+        };
+        match o {
+            Outcome::Pending => {}
+            Outcome::Verified(i) if f.journal.kept => {
+                let mut records = Vec::new();
+                let start = (!f.journal.open).then(|| {
+                    f.journal.open = true;
+                    f.journal.session_recorded = false;
+                    f.journal.tag = 0;
+                    JournalHeader {
+                        size: f.plan().size(),
+                        chunk_size: f.plan().chunk_size(),
+                    }
+                });
+                if !f.journal.session_recorded {
+                    f.journal.session_recorded = true;
+                    let (c, s) = self.nonces;
+                    records.extend(
+                        JournalRecord::Session {
+                            client_nonce: c,
+                            server_nonce: s,
+                            file_id: file,
+                        }
+                        .encode(),
+                    );
+                }
+                records.extend(
+                    JournalRecord::Chunk {
+                        session: f.journal.tag,
+                        index: i,
+                        mac: f.mac(i),
+                    }
+                    .encode(),
+                );
+                self.out.jobs.push(RxJob::Journal(JournalJob {
+                    file,
+                    start,
+                    records,
+                    index: i,
+                }));
+            }
+            Outcome::Verified(i) => {
+                // Nothing to resume for a file without a journal: it is durable at commit.
+                f.durable(i);
+                if f.plan().count() > 1 {
+                    self.send(Message::ChunkAck {
+                        file_id: file,
+                        index: i,
+                        ok: true,
+                    });
+                }
+                // A one-chunk file is not acknowledged: its `FileEnd` may already be here.
+                self.settle(file, now);
+            }
+            Outcome::Mismatch(i) => self.send(Message::ChunkAck {
+                file_id: file,
+                index: i,
+                ok: false,
+            }),
+        }
+    }
+
+    /// Chunks of `file` are durable (synced and journaled), or could not be made so.
+    pub(crate) fn journaled(
+        &mut self,
+        file: u32,
+        indexes: &[u64],
+        r: Result<(), Refusal>,
+        now: Instant,
+    ) {
+        if let Err((code, m)) = r {
+            return self.fail_file(file, code, format!("making chunks durable: {m}"), now);
+        }
+        let Some(f) = self.files.get_mut(&file) else {
+            return;
+        };
+        for &i in indexes {
+            f.durable(i);
+        }
+        for &i in indexes {
+            self.send(Message::ChunkAck {
+                file_id: file,
+                index: i,
+                ok: true,
+            });
+        }
+        self.settle(file, now);
+    }
+
+    /// Commits or fails `file` once that can be decided.
+    pub(crate) fn settle(&mut self, file: u32, now: Instant) {
+        let Some(f) = self.files.get_mut(&file) else {
+            return;
+        };
+        match f.settle(&self.keys) {
+            Settle::Wait => {}
+            Settle::Commit(digest) => {
+                let job = CommitJob {
+                    spec: f.spec.clone(),
+                    digest,
+                    in_place: f.in_place,
+                };
+                self.out.jobs.push(RxJob::Commit(job));
+            }
+            Settle::Fail(code, message) => self.fail_file(file, code, message, now),
+        }
+    }
+
+    /// The committer finished `file`: committed, or failed with the reason.
+    pub(crate) fn committed(
+        &mut self,
+        file: u32,
+        digest: [u8; 32],
+        r: Result<(), Refusal>,
+        now: Instant,
+    ) {
+        if let Err((code, m)) = r {
+            return self.fail_file(file, code, m, now);
+        }
+        let Some(f) = self.files.remove(&file) else {
+            return;
+        };
+        self.progress(now);
+        let stored = f.spec.engine.stores();
+        self.send(Message::FileCommitted {
+            file_id: file,
+            bytes: f.plan().size(),
+            digest,
+            verified: f.verify,
+            stored,
+        });
+        self.totals.files += 1;
+        self.report(Report::FileDone(FileOutcome {
+            path: f.spec.target.clone(),
+            bytes: f.plan().size(),
+            skipped: f.skipped,
+            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            engine: f.spec.engine.name().into(),
+            verified: f.verify,
+            stored,
+            digest,
+            failure: None,
+        }));
+    }
+
+    /// Drops `file` from the session: later chunks for it are drained and ignored. Its part
+    /// file stays for a resume if it holds durable chunks.
+    pub(crate) fn abandon(&mut self, file: u32) -> Option<RxFile> {
+        let f = self.files.remove(&file)?;
+        let keep = f.holds_resumable() && f.journal.kept;
+        self.out.jobs.push(RxJob::Release { file, keep });
+        Some(f)
+    }
+
+    /// Fails a file on the receiver's side: the sender is told, the file abandoned. A file
+    /// already given up is not failed twice.
+    pub(crate) fn fail_file(&mut self, file: u32, code: ErrorCode, message: String, now: Instant) {
+        let Some(mut f) = self.abandon(file) else {
+            return;
+        };
+        f.fail(code, message.clone());
+        self.progress(now);
+        self.send(Message::FileFailed {
+            file_id: file,
+            code,
+            message: message.clone(),
+        });
+        self.report(Report::FileDone(FileOutcome {
+            path: f.spec.target.clone(),
+            bytes: f.plan().size(),
+            skipped: f.skipped,
+            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            engine: f.spec.engine.name().into(),
+            verified: false,
+            stored: false,
+            digest: [0; 32],
+            failure: Some(Failure {
+                path: f.spec.target.clone(),
+                code: code.name(),
+                message,
+            }),
+        }));
+    }
+
+    /// Marks every open file failed (a data stream broke: their chunks are incomplete).
+    pub(crate) fn fail_open_files(&mut self, code: ErrorCode, why: &str) {
+        for f in self.files.values_mut() {
+            f.fail(code, why.to_string());
+        }
+    }
+
+    /// A data stream ended; `failed`: why it broke (reported), when it did.
+    pub(crate) fn stream_ended(&mut self, failed: Option<String>) {
+        self.streams_ended += 1;
+        if let Some(why) = failed {
+            self.report(Report::Notice(None, Some(format!("data stream: {why}"))));
+        }
+    }
+
+    /// Whether our `Stats` are due: the sender finished and every stream ended.
+    pub(crate) fn wants_stats(&self) -> bool {
+        self.finishing && !self.stats_sent && self.streams_ended >= self.streams
+    }
+
+    /// Our closing numbers.
+    pub(crate) fn send_stats(&mut self, stats: SideStats, usage: Usage) {
+        self.stats_sent = true;
+        self.totals.usage = usage;
+        self.send(Message::Stats(stats));
+    }
+
+    /// The clock: payload bytes seen so far over every stream (moving bytes is progress), a
+    /// keep-alive about once a second while files are open (a long commit says nothing else),
+    /// and the idle timeout, which only progress restarts — never chatter such as `Notice`.
+    pub(crate) fn tick(&mut self, now: Instant, bytes: u64) -> Result<(), SessionError> {
+        if bytes != self.last_bytes {
+            self.last_bytes = bytes;
+            self.progress(now);
+        }
+        if now.saturating_duration_since(self.last_tell) >= Duration::from_secs(1) {
+            self.last_tell = now;
+            if let Some(f) = self.files.values().next() {
+                let m = Message::Progress {
+                    file_id: f.id(),
+                    bytes: f.written,
+                };
+                self.send(m);
+            }
+        }
+        if now.saturating_duration_since(self.last_progress) > self.cfg.idle {
+            let peer = self.peer();
+            return Err(SessionError::Connection {
+                peer: peer.into(),
+                reason: format!("no progress from {peer} for {} s", self.cfg.idle.as_secs()),
+            });
+        }
+        Ok(())
+    }
+
+    /// The session ends: every file still open is dropped (a part file without durable chunks
+    /// is removed, the others kept for a resume).
+    pub(crate) fn close(&mut self) {
+        let open: Vec<u32> = self.files.keys().copied().collect();
+        for id in open {
+            self.abandon(id);
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The sending role's answer to each message from the receiver: offers (`Have`), a file ready
+//! (`FileReady`), acknowledgements, commits and failures, keep-alives and notices. Every text
+//! from the peer is escaped before it is reported; what is only chatter never restarts the
+//! idle clock.
+
+use std::time::Instant;
+
+use zcp_wire::{ErrorCode, Have, Message, escape, escape_text};
+
+use super::hash::HashJob;
+use super::state::{MAX_COMMIT_WAIT, MAX_RETRIES, Sending, State, proto};
+use crate::error::SessionError;
+use crate::event::{Failure, FileOutcome, Report};
+
+/// Memory the `Have`s a sender holds at once may take, over every file of a session: each
+/// costs its message and 40 bytes an entry ([`have_cost`]), so a receiver cannot grow the
+/// sender past this by offering chunks, however it splits its offers. One `Have` per chunk of
+/// the open files (2^19) at 1500 entries a message is about 21 MiB.
+pub(crate) const MAX_HELD_HAVE_BYTES: usize = 32 << 20;
+
+/// What holding `h` costs: the message, and its entries on the heap (with an allocator's
+/// overhead for each of the two allocations).
+fn have_cost(h: &Have) -> usize {
+    std::mem::size_of::<Have>() + h.entries.capacity() * std::mem::size_of::<(u64, [u8; 32])>() + 32
+}
+
+impl Sending {
+    /// Handles one message from the receiver.
+    pub(crate) fn handle_frame(&mut self, m: Message, now: Instant) -> Result<(), SessionError> {
+        let progress = match m {
+            Message::Have(h) => self.on_have(h).map(|()| false)?,
+            Message::FileReady {
+                file_id,
+                engine,
+                note,
+                resumed,
+                ..
+            } => {
+                let (engine, note) = (escape_text(&engine), escape_text(&note));
+                self.on_ready(file_id, &engine, &note, resumed)?;
+                true
+            }
+            Message::FileFailed {
+                file_id,
+                code,
+                message,
+            } => {
+                if !self.open.contains_key(&file_id) {
+                    return Ok(());
+                }
+                self.fail_file(file_id, code, escape_text(&message), false, now);
+                true
+            }
+            Message::ChunkAck { file_id, index, ok } => self.on_ack(file_id, index, ok, now)?,
+            Message::FileCommitted {
+                file_id,
+                bytes,
+                digest,
+                verified,
+                stored,
+            } => {
+                self.on_committed(file_id, bytes, digest, verified, stored, now)?;
+                true
+            }
+            Message::EntryFailed {
+                path,
+                code,
+                message,
+            } => {
+                // A directory or link counted when it was sent did not arrive after all (or
+                // its times failed): never claim more arrived than did.
+                self.totals.entries = self.totals.entries.saturating_sub(1);
+                let f = Failure {
+                    path: escape(&path),
+                    code: code.name(),
+                    message: escape_text(&message),
+                };
+                self.report(Report::Notice(Some(f), None));
+                // Reported, but no step forward: a stream of these cannot hold the session.
+                false
+            }
+            Message::Progress { file_id, bytes } => self.on_keepalive(file_id, bytes, now)?,
+            Message::Notice { message } => {
+                let note = format!("receiver: {}", escape_text(&message));
+                self.report(Report::Notice(None, Some(note)));
+                false
+            }
+            Message::Stats(s) if self.finishing => {
+                self.stats(s);
+                false
+            }
+            Message::Error { code, message } => {
+                let message = escape_text(&message);
+                return Err(match code {
+                    ErrorCode::Verify => SessionError::Verify(message),
+                    _ => SessionError::Refused { code, message },
+                });
+            }
+            other => {
+                return Err(proto(format!(
+                    "unexpected {} from the receiver",
+                    other.name()
+                )));
+            }
+        };
+        if progress {
+            self.progress(now);
+        }
+        Ok(())
+    }
+
+    /// Alive and moving: hashing an existing target advances the count; during a commit
+    /// (after `FileEnd`) the count stands still, for a bounded time. A count is of the file's
+    /// bytes: past its size it is a lie, not progress.
+    fn on_keepalive(
+        &mut self,
+        file_id: u32,
+        bytes: u64,
+        now: Instant,
+    ) -> Result<bool, SessionError> {
+        let Some(f) = self.open.get_mut(&file_id) else {
+            return Ok(false);
+        };
+        if bytes > f.plan.size() {
+            return Err(proto(format!(
+                "Progress of {bytes} bytes for file {file_id}, a file of {}",
+                f.plan.size()
+            )));
+        }
+        let grew = bytes > f.progress;
+        f.progress = f.progress.max(bytes);
+        let committing = f
+            .ending_since
+            .is_some_and(|t| now.saturating_duration_since(t) < MAX_COMMIT_WAIT);
+        Ok(grew || committing)
+    }
+
+    /// Holds an offer of chunks for a file not yet ready: each chunk of the file at most once,
+    /// and no more than [`MAX_HELD_HAVE_BYTES`] over the session.
+    fn on_have(&mut self, h: Have) -> Result<(), SessionError> {
+        let Some(f) = self.open.get_mut(&h.file_id) else {
+            return Err(proto(format!("Have for unknown file {}", h.file_id)));
+        };
+        if f.state != State::Announced {
+            return Err(proto(format!(
+                "Have for file {} after its FileReady",
+                h.file_id
+            )));
+        }
+        let count = f.plan.count();
+        if f.offered.is_empty() {
+            f.offered = vec![0; count.div_ceil(64) as usize];
+        }
+        for (index, _) in &h.entries {
+            if *index >= count {
+                return Err(proto(format!(
+                    "Have offers chunk {index} of a {count}-chunk file"
+                )));
+            }
+            let (word, bit) = ((*index / 64) as usize, 1u64 << (*index % 64));
+            if f.offered[word] & bit != 0 {
+                return Err(proto(format!(
+                    "Have offers chunk {index} of file {} twice",
+                    h.file_id
+                )));
+            }
+            f.offered[word] |= bit;
+        }
+        let cost = have_cost(&h);
+        f.held += cost;
+        f.haves.push(h);
+        self.held_haves += cost;
+        if self.held_haves > MAX_HELD_HAVE_BYTES {
+            return Err(proto(format!(
+                "more than {} MiB of offered chunks held at once",
+                MAX_HELD_HAVE_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    fn on_ready(
+        &mut self,
+        file_id: u32,
+        engine: &str,
+        note: &str,
+        resumed: bool,
+    ) -> Result<(), SessionError> {
+        if self.totals.receiver_engine.is_none() {
+            self.totals.receiver_engine = Some(engine.to_string());
+            self.report(Report::Engines {
+                sender: self.engine.name().into(),
+                sender_note: self.engine_note.clone(),
+                receiver: engine.into(),
+                receiver_note: (!note.is_empty()).then(|| note.to_string()),
+            });
+            self.notes_seen.insert(note.to_string());
+        } else if !note.is_empty()
+            && self.notes_seen.len() < 64
+            && self.notes_seen.insert(note.to_string())
+        {
+            self.report(Report::Notice(None, Some(format!("receiver: {note}"))));
+        }
+        let nonces = self.nonces;
+        let Some(f) = self.open.get_mut(&file_id) else {
+            return Err(proto(format!("FileReady for unknown file {file_id}")));
+        };
+        if f.state != State::Announced {
+            return Err(proto(format!("a second FileReady for file {file_id}")));
+        }
+        f.verify = engine != zcp_engine::RecvEngine::Null.name();
+        f.engine = engine.to_string();
+        if !resumed {
+            // Offers without `resumed` are dropped unanswered.
+            f.haves.clear();
+            self.held_haves -= std::mem::take(&mut f.held);
+            self.start_sending(file_id, Vec::new());
+            return Ok(());
+        }
+        if f.haves.is_empty() {
+            return Err(proto(format!(
+                "FileReady{{resumed}} for file {file_id} without any Have"
+            )));
+        }
+        f.state = State::Checking;
+        let haves = std::mem::take(&mut f.haves);
+        f.held_target = haves
+            .iter()
+            .all(|h| (h.client_nonce, h.server_nonce) == nonces);
+        let job = HashJob::Resume {
+            file_id,
+            file: f.file.clone(),
+            plan: f.plan,
+            haves,
+        };
+        self.out.hashes.push(job);
+        Ok(())
+    }
+
+    /// Returns whether it was progress.
+    fn on_ack(
+        &mut self,
+        file_id: u32,
+        index: u64,
+        ok: bool,
+        now: Instant,
+    ) -> Result<bool, SessionError> {
+        let Some(f) = self.open.get_mut(&file_id) else {
+            return Ok(false);
+        };
+        if index >= f.plan.count() {
+            return Err(proto(format!(
+                "ChunkAck for chunk {index} of a {}-chunk file",
+                f.plan.count()
+            )));
+        }
+        let i = index as usize;
+        if ok {
+            if f.acked[i] {
+                // The same acknowledgement again moves nothing.
+                return Ok(false);
+            }
+            f.acked[i] = true;
+            f.n_acked += 1;
+            self.maybe_end(file_id);
+            return Ok(true);
+        }
+        let tries = f.retries.entry(index).or_insert(0);
+        *tries += 1;
+        if *tries > MAX_RETRIES {
+            let msg = format!(
+                "chunk {index} failed verification {} times; giving up on this file",
+                MAX_RETRIES + 1
+            );
+            self.fail_file(file_id, ErrorCode::Verify, msg, true, now);
+            return Ok(true);
+        }
+        f.macs[i] = None;
+        let note = format!(
+            "{}: chunk {index} failed verification on the receiver; sending it again",
+            f.display
+        );
+        self.totals.resent += 1;
+        self.report(Report::Notice(None, Some(note)));
+        self.schedule(file_id, vec![index]);
+        Ok(true)
+    }
+
+    fn on_committed(
+        &mut self,
+        file_id: u32,
+        bytes: u64,
+        digest: [u8; 32],
+        verified: bool,
+        stored: bool,
+        now: Instant,
+    ) -> Result<(), SessionError> {
+        let Some(f) = self.remove(file_id) else {
+            return Err(proto(format!("FileCommitted for unknown file {file_id}")));
+        };
+        self.totals.files += 1;
+        self.totals.last_commit = Some(now);
+        self.report(Report::FileDone(FileOutcome {
+            path: f.display,
+            bytes,
+            skipped: f.skipped,
+            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            engine: f.engine,
+            verified,
+            stored,
+            digest,
+            failure: None,
+        }));
+        Ok(())
+    }
+}

@@ -1,0 +1,341 @@
+//! The sending role: walks the sources, announces each entry, and moves every file's chunks
+//! through the data transport, proving each with a keyed MAC. It runs on the client in a push
+//! and on the server in a pull.
+//!
+//! Where each question is answered:
+//! - `state.rs`: the role as a state machine ([`Sending`]): entries announced, chunks
+//!   scheduled, acknowledged, sent again, files ended; the idle clock; outputs.
+//! - `frames.rs`: each message from the receiver (offers, ready, acknowledgements, commits).
+//! - `hash.rs`: the hash workers and the resume check.
+//!
+//! This file is the thin loop around them, on one thread that alone owns the state machine:
+//! it feeds it the walk, the receiver's frames (from the control reader thread), and what the
+//! hash workers and the transport report, and carries out what it produces. The transport
+//! takes chunks from one shared queue, so one large file spreads over every stream and many
+//! small files keep every stream busy.
+
+mod frames;
+mod hash;
+pub(crate) mod state;
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::Meta;
+use zcp_engine::sys::thread_usage;
+use zcp_engine::{SendEngine, Usage};
+use zcp_wire::{ErrorCode, Message, Nonce, Psk, SessionKeys, SideStats};
+
+use crate::conn::ControlRx;
+use crate::control::{Batched, ControlWriter, spawn_reader};
+use crate::error::{FrameIoError, SessionError};
+use crate::event::Observer;
+use crate::manifest::{Entry, Walker};
+use crate::transport::{Departure, Queue, SendSide, Transport, spawn};
+use hash::HashJob;
+pub(crate) use state::{SenderConfig, SenderTotals, Sending};
+
+/// How often the loop wakes without events (intervals, liveness).
+const TICK: Duration = Duration::from_millis(100);
+
+/// What the loop hears.
+pub(crate) enum SendEvent {
+    /// A frame from the receiver, or why the control connection ended.
+    Ctl(Result<Message, FrameIoError>),
+    /// A chunk's MAC (a hash worker, or the transport for a staged chunk).
+    Hashed {
+        file: u32,
+        index: u64,
+        mac: [u8; 32],
+    },
+    /// The source of a file could not be read as announced.
+    SourceFailed { file: u32, why: String },
+    /// A resume check: the chunks to keep, or `None` to send the file whole.
+    ResumeChecked {
+        file: u32,
+        kept: Option<Vec<(u64, [u8; 32])>>,
+    },
+    /// A data stream sent everything.
+    StreamDone { usage: Usage, end: Instant },
+    /// A data stream broke.
+    StreamFailed { stream: u16, why: String },
+}
+
+impl From<Departure> for SendEvent {
+    fn from(d: Departure) -> SendEvent {
+        match d {
+            Departure::Hashed { file, index, mac } => SendEvent::Hashed { file, index, mac },
+            Departure::SourceFailed { file, why } => SendEvent::SourceFailed { file, why },
+            Departure::StreamDone { usage, end } => SendEvent::StreamDone { usage, end },
+            Departure::StreamFailed { stream, why } => SendEvent::StreamFailed { stream, why },
+        }
+    }
+}
+
+/// Everything a sending role is made of.
+pub(crate) struct SendSetup {
+    pub(crate) cfg: SenderConfig,
+    pub(crate) ctl: Arc<ControlWriter>,
+    pub(crate) rx: ControlRx,
+    pub(crate) keys: SessionKeys,
+    /// This session's client and server nonces: `Have`s naming them offer the receiver's
+    /// existing target, not an interrupted attempt.
+    pub(crate) nonces: (Nonce, Nonce),
+    pub(crate) psk: Psk,
+    pub(crate) transport: Box<dyn Transport>,
+    /// The receiver, as messages name it.
+    pub(crate) peer: String,
+}
+
+/// Why a source is no longer what was announced, if it is not.
+fn source_changed(file: &std::fs::File, was: &Meta) -> Option<String> {
+    match zcp_engine::fs::stat_fd(file.as_fd()) {
+        Ok(m) if m.nlink == 0 => Some("it was deleted while being sent".to_string()),
+        Ok(m) if m.size != was.size => Some(format!(
+            "its size went from {} to {} bytes",
+            was.size, m.size
+        )),
+        Ok(m) if (m.mtime, m.ctime, m.id) != (was.mtime, was.ctime, was.id) => {
+            Some("it was modified (mtime/ctime changed)".to_string())
+        }
+        Ok(_) => None,
+        Err(e) => Some(format!("it can no longer be read: {e}")),
+    }
+}
+
+/// The engine for the walk: probed on its first file (entries up to it are returned).
+fn probe(cfg: &SenderConfig, walker: &mut Walker) -> ((SendEngine, Option<String>), Vec<Entry>) {
+    let mut pending = Vec::new();
+    for e in walker.by_ref() {
+        let is_file = matches!(e, Entry::File { .. });
+        pending.push(e);
+        if is_file {
+            break;
+        }
+    }
+    let engine = pending
+        .iter()
+        .find_map(|e| match e {
+            Entry::File { file, meta, .. } if meta.size > 0 => {
+                Some(cfg.engine.probe(file.as_fd(), meta.size))
+            }
+            _ => None,
+        })
+        .unwrap_or((cfg.engine, None));
+    (engine, pending)
+}
+
+/// Runs the sending role until every entry is done and the stats are exchanged. Returns its
+/// totals and the CPU time of the control reader.
+pub(crate) fn run(
+    s: SendSetup,
+    mut walker: Walker,
+    observer: &mut dyn Observer,
+) -> Result<(SenderTotals, Usage), SessionError> {
+    let start = thread_usage();
+    let (engine, pending) = probe(&s.cfg, &mut walker);
+    let counters = s.transport.counters();
+    let close_streams = s.transport.closer();
+    let now = Instant::now();
+    let engine_used = engine.0;
+    let mut sm = Sending::new(
+        s.cfg.clone(),
+        engine,
+        s.keys.clone(),
+        s.nonces,
+        counters.len(),
+        now,
+    );
+    for e in pending {
+        sm.take_entry(e, now);
+    }
+    let (tx, events) = mpsc::channel::<SendEvent>();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader =
+        spawn_reader(s.rx, tx.clone(), SendEvent::Ctl, stop.clone()).map_err(|source| {
+            SessionError::Io {
+                what: "spawning a thread".into(),
+                source,
+            }
+        })?;
+    let send_q: Arc<Queue<crate::transport::OutChunk>> = Queue::new();
+    let hash_q: Arc<Queue<HashJob>> = Queue::new();
+    let hashers = counters.len().clamp(
+        1,
+        std::thread::available_parallelism().map_or(2, |n| n.get()),
+    );
+    let mut threads = Vec::new();
+    for i in 0..hashers {
+        let (q, ev, k, p) = (hash_q.clone(), tx.clone(), s.keys.clone(), s.psk.clone());
+        threads.push(spawn(format!("zcp-hash-{i}"), move || {
+            hash::hash_worker(q, ev, k, p)
+        })?);
+    }
+    let report = {
+        let tx = std::sync::Mutex::new(tx);
+        Box::new(move |d: Departure| {
+            use zcp_engine::sync::Locked;
+            let _ = tx.locked().send(d.into());
+        })
+    };
+    threads.extend(s.transport.send(SendSide {
+        engine: engine_used,
+        block: s.cfg.block,
+        keys: s.keys.clone(),
+        chunks: send_q.clone(),
+        report,
+    })?);
+    let mut io = Io {
+        ctl: &s.ctl,
+        send_q: &send_q,
+        hash_q: &hash_q,
+        peer: &s.peer,
+    };
+    let outcome = drive(&mut sm, &mut io, &events, &mut walker, observer, &counters);
+    send_q.close();
+    hash_q.close();
+    if let Err(SessionError::Protocol { reason, .. }) = &outcome {
+        // Say why before closing, so the peer does not only see a closed connection.
+        s.ctl.send_error(ErrorCode::Protocol, reason);
+    }
+    if outcome.is_err() {
+        close_streams();
+        sm.cancel_all();
+    }
+    let mut helpers = Usage::default();
+    for t in threads {
+        if let Ok(u) = t.join() {
+            helpers.add(&u);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    if outcome.is_err() {
+        s.ctl.shutdown();
+    }
+    let reader_usage = reader.join().unwrap_or_default();
+    outcome?;
+    // Our own stats close the session for the receiver.
+    let mut usage = thread_usage().since(&start);
+    usage.add(&helpers);
+    sm.totals.usage = usage;
+    let mine = SideStats {
+        cpu_user_us: usage.user.as_micros() as u64,
+        cpu_sys_us: usage.sys.as_micros() as u64,
+        max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
+        bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        files: sm.totals.files,
+    };
+    let _ = s.ctl.send(&Message::Stats(mine));
+    Ok((sm.totals, reader_usage))
+}
+
+/// Where the loop carries the role's outputs.
+struct Io<'a> {
+    ctl: &'a ControlWriter,
+    send_q: &'a Queue<crate::transport::OutChunk>,
+    hash_q: &'a Queue<HashJob>,
+    peer: &'a str,
+}
+
+impl Io<'_> {
+    /// Carries out what the role produced: frames, chunks, hash jobs, reports; a source
+    /// check is answered at once (and may produce more).
+    fn carry_out(
+        &mut self,
+        sm: &mut Sending,
+        observer: &mut dyn Observer,
+    ) -> Result<(), SessionError> {
+        loop {
+            let out = sm.take_out();
+            {
+                let _cork = self.ctl.cork();
+                for m in &out.frames {
+                    self.ctl
+                        .send(m)
+                        .map_err(|reason| SessionError::Connection {
+                            peer: "peer".into(),
+                            reason,
+                        })?;
+                }
+            }
+            for c in out.chunks {
+                self.send_q.push(c);
+            }
+            for h in out.hashes {
+                self.hash_q.push(h);
+            }
+            for r in out.reports {
+                r.deliver(observer);
+            }
+            if out.checks.is_empty() {
+                return Ok(());
+            }
+            for c in out.checks {
+                let changed = source_changed(&c.file, &c.meta);
+                sm.source_checked(c.file_id, changed, Instant::now());
+            }
+        }
+    }
+}
+
+/// The loop: the walk while there is room, `Finish` once every file is done, then events.
+fn drive(
+    sm: &mut Sending,
+    io: &mut Io<'_>,
+    events: &mpsc::Receiver<SendEvent>,
+    walker: &mut Walker,
+    observer: &mut dyn Observer,
+    counters: &[Arc<std::sync::atomic::AtomicU64>],
+) -> Result<(), SessionError> {
+    let mut walker_done = false;
+    let mut queue = Batched::new(events, io.ctl);
+    loop {
+        while !walker_done && sm.wants_entry() {
+            match walker.next() {
+                None => walker_done = true,
+                Some(e) => sm.take_entry(e, Instant::now()),
+            }
+        }
+        if walker_done && sm.idle_files() && !sm.finishing {
+            io.send_q.close();
+            io.hash_q.close();
+            sm.finish(walker.dirs());
+        }
+        io.carry_out(sm, observer)?;
+        let next = queue.next(TICK);
+        // Every turn, not only when idle: a busy transfer never waits a whole TICK.
+        observer.tick();
+        let bytes: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        sm.tick(Instant::now(), bytes, io.peer)?;
+        let ev = match next {
+            Ok(ev) => ev,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(SessionError::Connection {
+                    peer: io.peer.to_string(),
+                    reason: "the session's threads ended unexpectedly".into(),
+                });
+            }
+        };
+        let now = Instant::now();
+        match ev {
+            SendEvent::Ctl(Ok(m)) => sm.handle_frame(m, now)?,
+            SendEvent::Ctl(Err(e)) => return Err(e.into_session(io.peer)),
+            SendEvent::Hashed { file, index, mac } => sm.hashed(file, index, mac, now),
+            SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),
+            SendEvent::ResumeChecked { file, kept } => sm.resume_checked(file, kept, now),
+            SendEvent::StreamFailed { stream, why } => {
+                return Err(SessionError::Connection {
+                    peer: io.peer.to_string(),
+                    reason: format!("data stream {stream}: {why}"),
+                });
+            }
+            SendEvent::StreamDone { usage, end } => sm.stream_done(usage, end),
+        }
+        if sm.done() {
+            return io.carry_out(sm, observer);
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! The sending role as a state machine, without I/O. Inputs: entries of the walk
+//! ([`Sending::take_entry`]), the receiver's frames ([`Sending::handle_frame`], in
+//! `frames.rs`), what the hash workers and the transport report ([`Sending::hashed`],
+//! [`Sending::resume_checked`], [`Sending::source_failed`], [`Sending::stream_done`]), the
+//! answer to a source check ([`Sending::source_checked`]) and the clock ([`Sending::tick`]).
+//! Outputs ([`Sending::take_out`]): frames, chunks for the transport, hash jobs, source
+//! checks, and reports for the person.
+//!
+//! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks and
+//! `ChunkMac`s → every chunk acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends the chunk
+//! again, up to [`MAX_RETRIES`] times; a file of one chunk skips the acknowledgement) →
+//! source unchanged? → `FileEnd` → `FileCommitted`.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::Meta;
+use zcp_engine::send::STAGED_MAX;
+use zcp_engine::{SendEngine, Usage};
+use zcp_wire::{ChunkPlan, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats};
+
+use super::hash::HashJob;
+use crate::error::SessionError;
+use crate::event::{Failure, FileOutcome, Report};
+use crate::manifest::Entry;
+use crate::recv::chunks::{MAX_CHUNKS, MAX_SESSION_CHUNKS};
+use crate::transport::OutChunk;
+
+/// Times one chunk may fail verification before its file is given up.
+pub(crate) const MAX_RETRIES: u32 = 3;
+/// Files announced but not yet committed: bounds open descriptors and per-file state.
+pub(crate) const MAX_OPEN_FILES: usize = 768;
+/// How long a receiver's keep-alive `Progress` counts as progress for a file whose `FileEnd`
+/// was sent: a large commit (`fsync`) may take minutes, but not forever.
+pub(crate) const MAX_COMMIT_WAIT: Duration = Duration::from_secs(30 * 60);
+
+/// How the sending role runs.
+#[derive(Debug, Clone)]
+pub(crate) struct SenderConfig {
+    /// The engine asked for (probed on the first file).
+    pub(crate) engine: SendEngine,
+    pub(crate) block: u64,
+    /// Chunk size; `None` picks one per file from its size.
+    pub(crate) chunk_size: Option<u64>,
+    pub(crate) idle: Duration,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Announced,
+    Checking,
+    Sending,
+    Ending,
+}
+
+/// A file being sent.
+pub(crate) struct OutFile {
+    pub(crate) file: Arc<File>,
+    pub(crate) display: String,
+    pub(crate) meta: Meta,
+    pub(crate) plan: ChunkPlan,
+    pub(crate) state: State,
+    pub(crate) haves: Vec<Have>,
+    /// Chunks offered in `Have`s so far (one bit each): each chunk at most once.
+    pub(crate) offered: Vec<u64>,
+    /// Bytes of `haves` and of the resume check: counted in [`Sending::held_haves`].
+    pub(crate) held: usize,
+    /// The highest `Progress` the receiver reported for this file.
+    pub(crate) progress: u64,
+    /// When `FileEnd` went out.
+    pub(crate) ending_since: Option<Instant>,
+    /// The receiver offered the target it already holds (not an interrupted attempt).
+    pub(crate) held_target: bool,
+    pub(crate) macs: Vec<Option<[u8; 32]>>,
+    pub(crate) acked: Vec<bool>,
+    pub(crate) n_acked: u64,
+    pub(crate) retries: HashMap<u64, u32>,
+    pub(crate) skipped: u64,
+    pub(crate) cancelled: Arc<AtomicBool>,
+    pub(crate) started: Instant,
+    pub(crate) engine: String,
+    /// Whether the receiver verifies (every engine but `null`); no MACs otherwise.
+    pub(crate) verify: bool,
+}
+
+/// What a finished sending role reports.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SenderTotals {
+    /// Files committed by the receiver.
+    pub(crate) files: u64,
+    /// Directories and links that arrived.
+    pub(crate) entries: u64,
+    /// Chunks sent again after a failed verification.
+    pub(crate) resent: u64,
+    /// The engine that ran.
+    pub(crate) engine: Option<SendEngine>,
+    /// The receiver's engine, from its first `FileReady`.
+    pub(crate) receiver_engine: Option<String>,
+    /// When the last stream sent its last byte.
+    pub(crate) send_end: Option<Instant>,
+    /// When the last file was committed.
+    pub(crate) last_commit: Option<Instant>,
+    /// CPU time of the whole role.
+    pub(crate) usage: Usage,
+    /// CPU time of the data streams alone.
+    pub(crate) data_usage: Usage,
+    /// The receiver's closing numbers.
+    pub(crate) peer: SideStats,
+}
+
+/// Ask the loop whether a file's source is still what it was, before its `FileEnd`.
+#[derive(Debug)]
+pub(crate) struct Check {
+    pub(crate) file_id: u32,
+    pub(crate) file: Arc<File>,
+    pub(crate) meta: Meta,
+}
+
+/// What one input produced.
+#[derive(Debug, Default)]
+pub(crate) struct SendOut {
+    pub(crate) frames: Vec<Message>,
+    pub(crate) chunks: Vec<OutChunk>,
+    pub(crate) hashes: Vec<HashJob>,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) reports: Vec<Report>,
+}
+
+/// The sending role's state.
+pub(crate) struct Sending {
+    pub(crate) cfg: SenderConfig,
+    /// The engine that runs, and why it differs from the one asked for.
+    pub(crate) engine: SendEngine,
+    pub(crate) engine_note: Option<String>,
+    pub(crate) keys: SessionKeys,
+    pub(crate) nonces: (Nonce, Nonce),
+    pub(crate) open: HashMap<u32, OutFile>,
+    next_id: u32,
+    pub(crate) totals: SenderTotals,
+    pub(crate) notes_seen: HashSet<String>,
+    /// Bytes of `Have`s held over every file (at most [`super::frames::MAX_HELD_HAVE_BYTES`]).
+    pub(crate) held_haves: usize,
+    /// Chunks of the open files together (at most [`MAX_SESSION_CHUNKS`]).
+    open_chunks: u64,
+    pub(crate) finishing: bool,
+    got_stats: bool,
+    streams: usize,
+    streams_done: usize,
+    last_progress: Instant,
+    last_bytes: u64,
+    pub(crate) out: SendOut,
+}
+
+pub(crate) fn proto(reason: String) -> SessionError {
+    SessionError::Protocol {
+        peer: "the receiver".into(),
+        reason,
+    }
+}
+
+impl Sending {
+    pub(crate) fn new(
+        cfg: SenderConfig,
+        engine: (SendEngine, Option<String>),
+        keys: SessionKeys,
+        nonces: (Nonce, Nonce),
+        streams: usize,
+        now: Instant,
+    ) -> Sending {
+        Sending {
+            cfg,
+            engine: engine.0,
+            engine_note: engine.1,
+            keys,
+            nonces,
+            open: HashMap::new(),
+            next_id: 0,
+            totals: SenderTotals {
+                engine: Some(engine.0),
+                ..SenderTotals::default()
+            },
+            notes_seen: HashSet::new(),
+            held_haves: 0,
+            open_chunks: 0,
+            finishing: false,
+            got_stats: false,
+            streams,
+            streams_done: 0,
+            last_progress: now,
+            last_bytes: 0,
+            out: SendOut::default(),
+        }
+    }
+
+    /// The outputs since the last call.
+    pub(crate) fn take_out(&mut self) -> SendOut {
+        std::mem::take(&mut self.out)
+    }
+
+    pub(crate) fn send(&mut self, m: Message) {
+        self.out.frames.push(m);
+    }
+
+    pub(crate) fn report(&mut self, r: Report) {
+        self.out.reports.push(r);
+    }
+
+    /// The session moved forward: the idle clock restarts.
+    pub(crate) fn progress(&mut self, now: Instant) {
+        self.last_progress = now;
+    }
+
+    /// Whether another entry may be announced: room for one more file of the largest plan,
+    /// so the open files' chunks together stay within the session's limit, which the receiver
+    /// enforces.
+    pub(crate) fn wants_entry(&self) -> bool {
+        !self.finishing
+            && self.open.len() < MAX_OPEN_FILES
+            && self.open_chunks + MAX_CHUNKS <= MAX_SESSION_CHUNKS
+    }
+
+    /// Whether every announced file is done.
+    pub(crate) fn idle_files(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// The walk is over and every file done: directory times, then `Finish`.
+    pub(crate) fn finish(&mut self, dirs: Vec<(Vec<u8>, Meta)>) {
+        for (path, meta) in dirs {
+            self.send(Message::DirTimes {
+                path,
+                mode: meta.mode,
+                mtime_sec: meta.mtime.0,
+                mtime_nsec: meta.mtime.1,
+            });
+        }
+        self.send(Message::Finish);
+        self.finishing = true;
+    }
+
+    /// Whether the session is over: the receiver's `Stats` came and every stream ended.
+    pub(crate) fn done(&self) -> bool {
+        self.got_stats && self.streams_done == self.streams
+    }
+
+    /// Announces the next entry of the walk.
+    pub(crate) fn take_entry(&mut self, entry: Entry, now: Instant) {
+        match entry {
+            Entry::Dir { dest } => {
+                self.totals.entries += 1;
+                self.send(Message::MakeDir { path: dest });
+            }
+            Entry::Link { dest, target } => {
+                self.totals.entries += 1;
+                self.send(Message::MakeLink { path: dest, target });
+            }
+            Entry::Skip {
+                display,
+                why,
+                fail: true,
+            } => {
+                // The receiver counts it too: in a pull it is the side that reports.
+                let path = display.as_bytes();
+                self.send(Message::EntryFailed {
+                    path: path[..path.len().min(zcp_wire::MAX_PATH)].to_vec(),
+                    code: ErrorCode::Io,
+                    message: why.clone(),
+                });
+                let f = Failure {
+                    path: display,
+                    code: "source",
+                    message: why,
+                };
+                self.report(Report::Notice(Some(f), None));
+            }
+            Entry::Skip { display, why, .. } => {
+                let note = format!("skipped {display}: {why}");
+                self.send(Message::Notice {
+                    message: note.clone(),
+                });
+                self.report(Report::Notice(None, Some(note)));
+            }
+            Entry::File {
+                dest,
+                name,
+                file,
+                meta,
+                display,
+            } => self.announce(dest, name, file, meta, display, now),
+        }
+    }
+
+    fn announce(
+        &mut self,
+        dest: Vec<u8>,
+        name: Vec<u8>,
+        file: File,
+        meta: Meta,
+        display: String,
+        now: Instant,
+    ) {
+        let chunk_size = self
+            .cfg
+            .chunk_size
+            .unwrap_or_else(|| ChunkPlan::default_chunk_size(meta.size));
+        let plan = match ChunkPlan::new(meta.size, chunk_size) {
+            Ok(p) if p.count() <= MAX_CHUNKS => p,
+            r => {
+                let message = match r {
+                    Ok(p) => format!(
+                        "{} chunks is over the limit of {MAX_CHUNKS}; use a larger --chunk-size",
+                        p.count()
+                    ),
+                    Err(e) => e.to_string(),
+                };
+                let f = Failure {
+                    path: display,
+                    code: "limit",
+                    message,
+                };
+                self.report(Report::Notice(Some(f), None));
+                return;
+            }
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.open_chunks += plan.count();
+        let count = plan.count() as usize;
+        self.send(Message::PutFile(PutFile {
+            file_id: id,
+            dest,
+            name,
+            size: meta.size,
+            mode: meta.mode,
+            mtime_sec: meta.mtime.0,
+            mtime_nsec: meta.mtime.1,
+            chunk_size: plan.chunk_size(),
+        }));
+        let f = OutFile {
+            file: Arc::new(file),
+            display,
+            meta,
+            plan,
+            state: State::Announced,
+            haves: Vec::new(),
+            offered: Vec::new(),
+            held: 0,
+            progress: 0,
+            ending_since: None,
+            held_target: false,
+            macs: vec![None; count],
+            acked: vec![false; count],
+            n_acked: 0,
+            retries: HashMap::new(),
+            skipped: 0,
+            cancelled: Arc::new(AtomicBool::new(false)),
+            started: now,
+            engine: String::new(),
+            verify: true,
+        };
+        self.open.insert(id, f);
+    }
+
+    /// Removes file `id` from the session, releasing what it held.
+    pub(crate) fn remove(&mut self, id: u32) -> Option<OutFile> {
+        let f = self.open.remove(&id)?;
+        self.held_haves -= f.held;
+        self.open_chunks -= f.plan.count();
+        Some(f)
+    }
+
+    /// Gives up file `id`: its chunks still queued are skipped, the receiver is told (when
+    /// `tell_receiver`), and the failure is reported.
+    pub(crate) fn fail_file(
+        &mut self,
+        id: u32,
+        code: ErrorCode,
+        message: String,
+        tell_receiver: bool,
+        now: Instant,
+    ) {
+        let Some(f) = self.remove(id) else {
+            return;
+        };
+        f.cancelled.store(true, Ordering::Relaxed);
+        if tell_receiver {
+            self.send(Message::FileAbort {
+                file_id: id,
+                code,
+                message: message.clone(),
+            });
+        }
+        self.report(Report::FileDone(FileOutcome {
+            path: f.display,
+            bytes: f.plan.size(),
+            skipped: f.skipped,
+            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            engine: f.engine,
+            verified: false,
+            stored: false,
+            digest: [0; 32],
+            failure: Some(Failure {
+                path: String::new(),
+                code: code.name(),
+                message,
+            }),
+        }));
+    }
+
+    /// Queues chunks `indexes` of file `id` for the transport (and their hashing).
+    pub(crate) fn schedule(&mut self, id: u32, indexes: Vec<u64>) {
+        let Some(f) = self.open.get_mut(&id) else {
+            return;
+        };
+        for i in indexes {
+            let (offset, len) = f.plan.chunk(i);
+            let staged = f.verify && len <= STAGED_MAX;
+            self.out.chunks.push(OutChunk {
+                file_id: id,
+                file: f.file.clone(),
+                index: i,
+                offset,
+                len,
+                staged,
+                cancelled: f.cancelled.clone(),
+            });
+            if !f.verify {
+                // The null receiver never reads the bytes: there is nothing to prove.
+                f.macs[i as usize] = Some([0; 32]);
+                continue;
+            }
+            if staged {
+                continue;
+            }
+            self.out.hashes.push(HashJob::Chunk {
+                file_id: id,
+                file: f.file.clone(),
+                index: i,
+                offset,
+                len,
+                cancelled: f.cancelled.clone(),
+            });
+        }
+    }
+
+    /// Starts sending file `id`, keeping the chunks the receiver proved it holds.
+    pub(crate) fn start_sending(&mut self, id: u32, kept: Vec<(u64, [u8; 32])>) {
+        let Some(f) = self.open.get_mut(&id) else {
+            return;
+        };
+        f.state = State::Sending;
+        for (i, mac) in kept {
+            let i_us = i as usize;
+            if !f.acked[i_us] {
+                f.acked[i_us] = true;
+                f.n_acked += 1;
+                f.macs[i_us] = Some(mac);
+                f.skipped += f.plan.chunk(i).1;
+            }
+        }
+        let todo: Vec<u64> = (0..f.plan.count())
+            .filter(|i| !f.acked[*i as usize])
+            .collect();
+        self.schedule(id, todo);
+        self.maybe_end(id);
+    }
+
+    /// Every MAC known and every chunk acknowledged (a file of one chunk is not: the
+    /// receiver holds its `FileEnd` until the chunk is verified): ask whether the source
+    /// changed; [`Sending::source_checked`] sends `FileEnd`.
+    pub(crate) fn maybe_end(&mut self, id: u32) {
+        let Some(f) = self.open.get_mut(&id) else {
+            return;
+        };
+        let acked = f.plan.count() <= 1 || f.n_acked == f.plan.count();
+        if f.state != State::Sending || !acked || f.macs.iter().any(Option::is_none) {
+            return;
+        }
+        f.state = State::Ending;
+        self.out.checks.push(Check {
+            file_id: id,
+            file: f.file.clone(),
+            meta: f.meta,
+        });
+    }
+
+    /// The source of file `id` is as it was (`None`), or changed (why): `FileEnd`, or the
+    /// file is given up.
+    pub(crate) fn source_checked(&mut self, id: u32, changed: Option<String>, now: Instant) {
+        if let Some(why) = changed {
+            let m = format!("the source changed while being sent: {why}");
+            return self.fail_file(id, ErrorCode::SourceChanged, m, true, now);
+        }
+        let Some(f) = self.open.get_mut(&id) else {
+            return;
+        };
+        let mut d = self
+            .keys
+            .file_digest(id, f.plan.size(), f.plan.chunk_size());
+        for m in &f.macs {
+            d.push(m.as_ref().expect("all known"));
+        }
+        f.ending_since = Some(now);
+        self.send(Message::FileEnd {
+            file_id: id,
+            digest: d.finish(),
+        });
+    }
+
+    /// A chunk's MAC, from a hash worker or a staged send.
+    pub(crate) fn hashed(&mut self, file: u32, index: u64, mac: [u8; 32], now: Instant) {
+        self.progress(now);
+        if let Some(f) = self.open.get_mut(&file) {
+            f.macs[index as usize] = Some(mac);
+            self.send(Message::ChunkMac {
+                file_id: file,
+                index,
+                mac,
+            });
+            self.maybe_end(file);
+        }
+    }
+
+    /// The source could not be read as it was announced (shrunk, changed, unreadable).
+    pub(crate) fn source_failed(&mut self, file: u32, why: String, now: Instant) {
+        let m = format!("the source changed while being sent: {why}");
+        self.fail_file(file, ErrorCode::SourceChanged, m, true, now);
+    }
+
+    /// The resume check of file `id`: the chunks to keep, or `None` to send it whole.
+    pub(crate) fn resume_checked(
+        &mut self,
+        file: u32,
+        kept: Option<Vec<(u64, [u8; 32])>>,
+        now: Instant,
+    ) {
+        self.progress(now);
+        let Some(f) = self.open.get_mut(&file) else {
+            return;
+        };
+        self.held_haves -= std::mem::take(&mut f.held);
+        let note = (kept.is_none() && !f.held_target).then(|| {
+            format!(
+                "{}: changed since the interrupted attempt; sending it whole",
+                f.display
+            )
+        });
+        self.send(Message::Go {
+            file_id: file,
+            restart: kept.is_none(),
+        });
+        // A target that differs is simply replaced; an interrupted attempt that no longer
+        // matches is worth a word.
+        if let Some(n) = note {
+            self.report(Report::Notice(None, Some(n)));
+        }
+        self.start_sending(file, kept.unwrap_or_default());
+    }
+
+    /// A data stream sent everything.
+    pub(crate) fn stream_done(&mut self, usage: Usage, end: Instant) {
+        self.streams_done += 1;
+        self.totals.data_usage.add(&usage);
+        self.totals.send_end = Some(self.totals.send_end.map_or(end, |e| e.max(end)));
+    }
+
+    /// The receiver's closing `Stats`.
+    pub(crate) fn stats(&mut self, s: SideStats) {
+        self.totals.peer = s;
+        self.got_stats = true;
+    }
+
+    /// The idle clock: only progress restarts it (bytes moved, chunks hashed, acknowledged
+    /// or committed, files ready), never chatter such as `Notice`s.
+    pub(crate) fn tick(
+        &mut self,
+        now: Instant,
+        bytes: u64,
+        peer: &str,
+    ) -> Result<(), SessionError> {
+        if bytes != self.last_bytes {
+            self.last_bytes = bytes;
+            self.progress(now);
+        }
+        if now.saturating_duration_since(self.last_progress) > self.cfg.idle {
+            return Err(SessionError::Connection {
+                peer: peer.to_string(),
+                reason: format!(
+                    "no progress from the receiver for {} s",
+                    self.cfg.idle.as_secs()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The session failed: every chunk still queued is skipped.
+    pub(crate) fn cancel_all(&mut self) {
+        for f in self.open.values() {
+            f.cancelled.store(true, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The data transport: how chunks cross between the two roles.
+//!
+//! The sending role queues chunks ([`OutChunk`]) and hears back through its event channel
+//! ([`Departure`]); the receiving role answers, for each chunk that arrives, where its bytes go
+//! ([`Landing::place`]) and takes the engine's completions ([`Landing::written`],
+//! [`Landing::hashed`]). Control (entries, MACs, acknowledgements, commits) never goes through
+//! here: it stays on the authenticated control connection. So a transport only moves bytes,
+//! and the roles do not know how.
+//!
+//! [`tcp::TcpStreams`] is the first implementation: one TCP connection per stream, each chunk
+//! a 28-byte header and its bytes, moved by the sender and receiver engines. The next ones (a
+//! paced UDP transport, bare byte streams) implement [`Transport`] the same way.
+
+pub(crate) mod tcp;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zcp_engine::recv::WriteFailure;
+use zcp_engine::sync::{Locked, Waits};
+use zcp_engine::{SendEngine, Usage};
+use zcp_wire::{ChunkHeader, ErrorCode, SessionKeys};
+
+use crate::error::SessionError;
+use crate::recv::Placement;
+
+/// One chunk for the transport to move: bytes `offset..offset+len` of `file`.
+#[derive(Debug)]
+pub(crate) struct OutChunk {
+    pub(crate) file_id: u32,
+    pub(crate) file: Arc<File>,
+    pub(crate) index: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    /// A small chunk the transport hashes itself, from the one read of its bytes it makes to
+    /// send them, instead of the sending role's hash workers.
+    pub(crate) staged: bool,
+    /// The file was given up: skip the chunk.
+    pub(crate) cancelled: Arc<AtomicBool>,
+}
+
+/// What the sending side of a transport reports to the sending role.
+#[derive(Debug)]
+pub(crate) enum Departure {
+    /// A staged chunk's MAC, computed from the bytes that were sent.
+    Hashed {
+        file: u32,
+        index: u64,
+        mac: [u8; 32],
+    },
+    /// The source ended or changed under a chunk: the file must be given up.
+    SourceFailed { file: u32, why: String },
+    /// A stream sent everything and its end marker.
+    StreamDone { usage: Usage, end: Instant },
+    /// A stream broke.
+    StreamFailed { stream: u16, why: String },
+}
+
+/// How the sending side moves bytes.
+pub(crate) struct SendSide {
+    pub(crate) engine: SendEngine,
+    pub(crate) block: u64,
+    /// For staged chunks' MACs.
+    pub(crate) keys: SessionKeys,
+    pub(crate) chunks: Arc<Queue<OutChunk>>,
+    pub(crate) report: Box<dyn Fn(Departure) + Send + Sync>,
+}
+
+/// What the receiving role answers for the data transport.
+pub(crate) trait Landing: Send + Sync {
+    /// A stream starts: its byte counter, and how to end it at once.
+    fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>);
+    /// Where the chunk under `header` goes (claimed); waits while its file waits for the
+    /// sender's `Go`. An error is a protocol error that closes the stream.
+    fn place(&self, header: &ChunkHeader) -> Result<Placement, String>;
+    /// A chunk was written, or its write failed.
+    fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>);
+    /// The receiver's MAC over what a chunk's bytes were.
+    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]);
+    /// The session's keys, for the MACs.
+    fn keys(&self) -> SessionKeys;
+    /// A stream ended: its CPU time, why it broke (if it did), and a failure of its engine's
+    /// helpers after the last chunk (if any).
+    fn stream_ended(&self, usage: Usage, failed: Option<(ErrorCode, String)>, late: Option<String>);
+    /// Bytes per engine call (0: each engine's default).
+    fn block(&self) -> u64;
+    /// How long a stream may sit without data.
+    fn idle(&self) -> Duration;
+}
+
+/// A data transport: both directions, behind one trait.
+pub(crate) trait Transport: Send {
+    /// Each stream's payload byte counter.
+    fn counters(&self) -> Vec<Arc<AtomicU64>>;
+    /// The TCP sockets of the streams, for `TCP_INFO` in reports (none for other kinds).
+    fn tcp_sockets(&self) -> Vec<TcpStream>;
+    /// Something that ends every stream at once (the session failed).
+    fn closer(&self) -> Box<dyn Fn() + Send + Sync>;
+    /// Sending: moves every chunk queued until the queue closes (then ends each stream),
+    /// reporting through `side.report`. The threads end with their CPU time.
+    fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError>;
+    /// Receiving: lands every chunk that arrives through `landing` until each stream ends.
+    fn receive(
+        self: Box<Self>,
+        landing: Arc<dyn Landing>,
+    ) -> Result<Vec<JoinHandle<()>>, SessionError>;
+}
+
+/// A shared work queue: jobs in FIFO order, closed once no more will come.
+#[derive(Debug)]
+pub(crate) struct Queue<T> {
+    items: Mutex<(VecDeque<T>, bool)>,
+    cv: Condvar,
+}
+
+impl<T> Queue<T> {
+    pub(crate) fn new() -> Arc<Queue<T>> {
+        Arc::new(Queue {
+            items: Mutex::new((VecDeque::new(), false)),
+            cv: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn push(&self, item: T) {
+        self.items.locked().0.push_back(item);
+        self.cv.notify_one();
+    }
+
+    /// No more items will come: [`Queue::pop`] returns `None` once the rest are taken.
+    pub(crate) fn close(&self) {
+        self.items.locked().1 = true;
+        self.cv.notify_all();
+    }
+
+    /// The next item; `None` once closed and empty.
+    pub(crate) fn pop(&self) -> Option<T> {
+        let mut g = self.items.locked();
+        loop {
+            if let Some(item) = g.0.pop_front() {
+                return Some(item);
+            }
+            if g.1 {
+                return None;
+            }
+            g = self.cv.wait_on(g);
+        }
+    }
+}
+
+/// Spawns a named thread; a failure to is a session error.
+pub(crate) fn spawn<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>, SessionError> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(|source| SessionError::Io {
+            what: "spawning a thread".into(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_hands_out_in_order_then_ends_once_closed() {
+        let q = Queue::new();
+        let (q2, t) = (q.clone(), Arc::new(Mutex::new(Vec::new())));
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || {
+            while let Some(i) = q2.pop() {
+                t2.locked().push(i);
+            }
+        });
+        for i in 0..100 {
+            q.push(i);
+        }
+        q.close();
+        h.join().unwrap();
+        assert_eq!(*t.locked(), (0..100).collect::<Vec<_>>());
+    }
+}

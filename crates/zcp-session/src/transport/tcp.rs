@@ -1,0 +1,363 @@
+//! TCP streams, the first data transport: one connection per stream, each chunk a 28-byte
+//! header ([`ChunkHeader`]) followed by exactly its bytes, moved by the sender engine
+//! (`sendfile`, `splice`, `rw`, `mmap`) and the receiver engine (`splice`, `direct`, `rw`,
+//! `null`, `mem`). A stream ends with an end header. Works over any stream socket: the
+//! in-process pair harness runs it over loopback pairs with a fault-injecting relay between.
+
+use std::io::Read;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use zcp_engine::recv::{ChunkSink, Completion, Sink};
+use zcp_engine::send::send_all;
+use zcp_engine::sys::thread_usage;
+use zcp_engine::{EngineError, FileSender, RecvEngine, StreamReceiver, Usage};
+use zcp_wire::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ErrorCode};
+
+use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
+use crate::error::SessionError;
+use crate::recv::Placement;
+
+/// The data streams of a session: connected TCP sockets, each with its byte counter.
+#[derive(Debug)]
+pub(crate) struct TcpStreams {
+    socks: Vec<TcpStream>,
+    counters: Vec<Arc<AtomicU64>>,
+}
+
+impl TcpStreams {
+    /// Streams over `socks`, counting into `counters` (one each).
+    pub(crate) fn new(socks: Vec<TcpStream>, counters: Vec<Arc<AtomicU64>>) -> TcpStreams {
+        assert_eq!(socks.len(), counters.len(), "a counter per stream");
+        TcpStreams { socks, counters }
+    }
+}
+
+impl Transport for TcpStreams {
+    fn counters(&self) -> Vec<Arc<AtomicU64>> {
+        self.counters.clone()
+    }
+
+    fn tcp_sockets(&self) -> Vec<TcpStream> {
+        self.socks
+            .iter()
+            .filter_map(|s| s.try_clone().ok())
+            .collect()
+    }
+
+    fn closer(&self) -> Box<dyn Fn() + Send + Sync> {
+        let socks = self.tcp_sockets();
+        Box::new(move || {
+            for s in &socks {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        })
+    }
+
+    fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError> {
+        let side = Arc::new(side);
+        let mut threads = Vec::new();
+        for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
+            let side = side.clone();
+            threads.push(spawn(format!("zcp-send-{i}"), move || {
+                send_stream(i as u16, sock, &side, &counter)
+            })?);
+        }
+        Ok(threads)
+    }
+
+    fn receive(
+        self: Box<Self>,
+        landing: Arc<dyn Landing>,
+    ) -> Result<Vec<JoinHandle<()>>, SessionError> {
+        let mut threads = Vec::new();
+        for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
+            let landing = landing.clone();
+            threads.push(spawn(format!("zcp-recv-{i}"), move || {
+                land(landing, sock, counter)
+            })?);
+        }
+        Ok(threads)
+    }
+}
+
+// ---- sending ----
+
+/// One stream's thread: takes chunks from the shared queue until it closes, then sends the
+/// end marker. Reports its end (or its failure) with its CPU time.
+fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU64) -> Usage {
+    let start = thread_usage();
+    let mut sender = FileSender::new(side.engine, side.block);
+    let headers = AtomicU64::new(0);
+    let result = (|| -> Result<(), EngineError> {
+        while let Some(job) = side.chunks.pop() {
+            if job.cancelled.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Some(d) = send_chunk(&mut sender, &sock, side, &job, progress, &headers)? {
+                (side.report)(d);
+            }
+        }
+        send_all(sock.as_fd(), &ChunkHeader::end().encode(), false, &headers)
+    })();
+    let usage = thread_usage().since(&start);
+    (side.report)(match result {
+        Ok(()) => Departure::StreamDone {
+            usage,
+            end: Instant::now(),
+        },
+        Err(e) => Departure::StreamFailed {
+            stream,
+            why: e.to_string(),
+        },
+    });
+    usage
+}
+
+/// Sends one chunk: its header, then its bytes. A staged chunk is read once, hashed, and
+/// sent (its MAC is reported). A source that ends early is reported, and the stream is kept in
+/// step. An error is the stream's.
+fn send_chunk(
+    sender: &mut FileSender,
+    sock: &TcpStream,
+    side: &SendSide,
+    job: &OutChunk,
+    progress: &AtomicU64,
+    headers: &AtomicU64,
+) -> Result<Option<Departure>, EngineError> {
+    let header = ChunkHeader::data(job.file_id, job.offset, job.len).encode();
+    let failed = |e: &EngineError| Departure::SourceFailed {
+        file: job.file_id,
+        why: e.to_string(),
+    };
+    if job.staged {
+        let mut mac = [0u8; 32];
+        let mut header_sent = false;
+        let r = sender.send_staged(
+            job.file.as_fd(),
+            sock.as_fd(),
+            job.offset,
+            job.len,
+            |bytes| {
+                let mut h = side.keys.chunk_hasher(job.file_id, job.offset, job.len);
+                h.update(bytes);
+                mac = *h.finalize().as_bytes();
+                header_sent = true;
+                send_all(sock.as_fd(), &header, true, headers)
+            },
+            progress,
+        );
+        return match r {
+            Ok(()) => Ok(Some(Departure::Hashed {
+                file: job.file_id,
+                index: job.index,
+                mac,
+            })),
+            // The file shrank: give it up, keeping the stream in step if its header went out.
+            Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
+                if header_sent {
+                    pad(sock, job, &e, headers)?;
+                }
+                Ok(Some(failed(&e)))
+            }
+            Err(e) => Err(e),
+        };
+    }
+    send_all(sock.as_fd(), &header, true, headers)?;
+    match sender.send(
+        job.file.as_fd(),
+        sock.as_fd(),
+        job.offset,
+        job.len,
+        progress,
+    ) {
+        Ok(()) => Ok(None),
+        Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
+            pad(sock, job, &e, headers)?;
+            Ok(Some(failed(&e)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// After a short read of `job`'s source: the header promised `len` bytes, so keep the stream
+/// in step with zeros (the chunk's MAC cannot match them).
+fn pad(
+    sock: &TcpStream,
+    job: &OutChunk,
+    e: &EngineError,
+    headers: &AtomicU64,
+) -> Result<(), EngineError> {
+    let at = match e {
+        EngineError::SourceShort { at, .. } => *at,
+        _ => job.offset,
+    };
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = job.offset + job.len - at.clamp(job.offset, job.offset + job.len);
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        send_all(sock.as_fd(), &zeros[..n], false, headers)?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+// ---- receiving ----
+
+/// Receives one data stream until its end marker, landing each chunk through `landing`;
+/// reports the end. Runs on the caller's thread (the server's connection thread in a push).
+pub(crate) fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<AtomicU64>) {
+    let usage0 = thread_usage();
+    let idle = landing.idle();
+    let _ = sock.set_read_timeout(Some(idle));
+    let _ = sock.set_write_timeout(Some(idle));
+    let closer: Box<dyn Fn() + Send> = match sock.try_clone() {
+        Ok(c) => Box::new(move || {
+            let _ = c.shutdown(Shutdown::Both);
+        }),
+        Err(_) => Box::new(|| {}),
+    };
+    landing.join(counter.clone(), closer);
+    let mut rx = StreamReceiver::new(landing.block());
+    let result = receive_chunks(&landing, &mut sock, &mut rx, &counter);
+    let mut usage = Usage::default();
+    // A write or hash of this stream's helpers that failed late fails what is open.
+    let late = match rx.finish() {
+        Ok(u) => {
+            usage.add(&u);
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    if result.is_err() {
+        let _ = sock.shutdown(Shutdown::Both);
+    }
+    usage.add(&thread_usage().since(&usage0));
+    landing.stream_ended(usage, result.err(), late);
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` when the stream ended before the first.
+fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, String> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err("the data stream ended inside a chunk header".into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("no data on the stream within the idle timeout".into());
+            }
+            Err(e) => return Err(format!("data stream: {e}")),
+        }
+    }
+    Ok(true)
+}
+
+fn receive_chunks(
+    landing: &Arc<dyn Landing>,
+    sock: &mut TcpStream,
+    rx: &mut StreamReceiver,
+    counter: &AtomicU64,
+) -> Result<(), (ErrorCode, String)> {
+    let proto = |m: String| (ErrorCode::Protocol, m);
+    loop {
+        let mut hb = [0u8; CHUNK_HEADER_LEN];
+        if !read_header(sock, &mut hb).map_err(|m| (ErrorCode::Io, m))? {
+            return Err((
+                ErrorCode::Io,
+                "the data stream closed before its end marker".into(),
+            ));
+        }
+        let h = ChunkHeader::decode(&hb).map_err(|e| proto(e.to_string()))?;
+        if h.kind == ChunkKind::End {
+            return Ok(());
+        }
+        let r = match landing.place(&h).map_err(proto)? {
+            Placement::Land {
+                file,
+                index,
+                engine,
+                target,
+                verify,
+            } => {
+                let sink: Option<Sink> = if verify {
+                    Some(Box::new(MacSink {
+                        hasher: landing.keys().chunk_hasher(file, h.offset, h.len),
+                        landing: landing.clone(),
+                        file,
+                        index,
+                    }))
+                } else {
+                    // The null engine never sees the bytes: nothing to hash.
+                    landing.hashed(file, index, [0; 32]);
+                    None
+                };
+                let done = completion(landing, file, index);
+                rx.receive(
+                    engine,
+                    target.as_ref(),
+                    sock.as_fd(),
+                    h.offset,
+                    h.len,
+                    sink,
+                    counter,
+                    done,
+                )
+            }
+            // The file was given up; its chunks still in flight are read and dropped.
+            Placement::Drop | Placement::Wait => rx.receive(
+                RecvEngine::Mem,
+                None,
+                sock.as_fd(),
+                h.offset,
+                h.len,
+                None,
+                counter,
+                Box::new(|_| {}),
+            ),
+        };
+        r.map_err(|e| {
+            let code = if e.is_no_space() {
+                ErrorCode::NoSpace
+            } else {
+                ErrorCode::Io
+            };
+            (code, e.to_string())
+        })?;
+    }
+}
+
+/// The engine's completion of a chunk: written, or failed (the file fails, the stream goes on).
+fn completion(landing: &Arc<dyn Landing>, file: u32, index: u64) -> Completion {
+    let landing = landing.clone();
+    Box::new(move |r| landing.written(file, index, r))
+}
+
+/// Hashes a chunk's bytes, as the engine feeds them, into the chunk's MAC.
+struct MacSink {
+    hasher: blake3::Hasher,
+    landing: Arc<dyn Landing>,
+    file: u32,
+    index: u64,
+}
+
+impl ChunkSink for MacSink {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    fn seen_all(self: Box<Self>) {
+        let mac = *self.hasher.finalize().as_bytes();
+        self.landing.hashed(self.file, self.index, mac);
+    }
+}
