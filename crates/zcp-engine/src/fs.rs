@@ -217,6 +217,17 @@ pub fn fs_info(fd: impl AsFd) -> Result<FsInfo, EngineError> {
     })
 }
 
+/// Whether `name` is one zcp uses for its own files beside a target: a part file
+/// (`.zcp-<key>.part`), its journal (`.zcp-<key>.journal`) or a link being made
+/// (`.zcp-<tag>.link`). Nothing a peer names may be one (it could plant a journal that makes a
+/// later honest transfer "resume" bytes it never sent), and a sender never sends one.
+pub fn is_reserved_name(name: &[u8]) -> bool {
+    name.starts_with(b".zcp-")
+        && [&b".part"[..], b".journal", b".link"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+}
+
 /// A file being received, under a name derived from its target (`.zcp-<key>.part`, with its
 /// resume journal `.zcp-<key>.journal`) in the target's directory. The same target always maps
 /// to the same names, so a later session finds what an interrupted one left. While open, the
@@ -993,6 +1004,21 @@ mod tests {
             rustix::io::pwrite(p.fd(), &[7u8; 8192], 0).unwrap();
             p.set_final_metadata(3, 0o600, (0, 0), padded).unwrap();
             assert_eq!(rustix::fs::fstat(p.fd()).unwrap().st_size, len);
+        }
+    }
+
+    #[test]
+    fn zcp_names_its_own_files_with_reserved_names() {
+        for n in [&b".zcp-abc.part"[..], b".zcp-0123.journal", b".zcp-ff.link"] {
+            assert!(is_reserved_name(n), "{n:?}");
+        }
+        for n in [
+            &b"zcp-abc.part"[..],
+            b".zcp-abc",
+            b"a.part",
+            b".zcp-abc.parts",
+        ] {
+            assert!(!is_reserved_name(n), "{n:?}");
         }
     }
 

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+
 use zcp_engine::sync::Locked;
 
 use zcp_wire::{ErrorCode, RelPath};
@@ -70,6 +71,26 @@ impl Act {
     }
 }
 
+/// Refuses a path (and a file's own `name`, when given) that names one of zcp's own files
+/// ([`zcp_engine::fs::is_reserved_name`]): a peer could otherwise plant a journal that makes a
+/// later honest transfer "resume" bytes it never sent, or swap a part file for a link.
+pub(crate) fn not_reserved(path: &RelPath, name: &[u8]) -> Result<(), (ErrorCode, String)> {
+    let named = path.components().iter().map(Vec::as_slice);
+    match named
+        .chain(std::iter::once(name))
+        .find(|c| zcp_engine::fs::is_reserved_name(c))
+    {
+        None => Ok(()),
+        Some(c) => Err((
+            ErrorCode::BadPath,
+            format!(
+                "'{path}' names '{}', a name zcp keeps for its own part files and journals; refused, nothing written",
+                zcp_wire::escape(c)
+            ),
+        )),
+    }
+}
+
 /// The names a pulling client asked for.
 #[derive(Debug, Clone)]
 pub(crate) struct Requested {
@@ -84,6 +105,8 @@ pub(crate) struct Requested {
 pub(crate) struct Scope {
     requested: Option<Requested>,
     dirs: Mutex<HashMap<[u8; 16], DirFacts>>,
+    /// In a pull, which requested names the server sent an entry for (by index).
+    answered: Mutex<Vec<bool>>,
 }
 
 fn key(path: &RelPath) -> [u8; 16] {
@@ -97,15 +120,31 @@ impl Scope {
         Scope {
             requested: None,
             dirs: Mutex::new(HashMap::new()),
+            answered: Mutex::new(Vec::new()),
         }
     }
 
     /// A pull: only what was requested.
     pub(crate) fn pull(requested: Requested) -> Scope {
         Scope {
+            answered: Mutex::new(vec![false; requested.names.len()]),
             requested: Some(requested),
             dirs: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// In a pull, the requested names the server sent no entry for.
+    pub(crate) fn unanswered(&self) -> Vec<Vec<u8>> {
+        let Some(req) = &self.requested else {
+            return Vec::new();
+        };
+        let answered = self.answered.locked();
+        req.names
+            .iter()
+            .zip(answered.iter())
+            .filter(|(_, a)| !**a)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Whether this is a pull (the peer is the server the client pulls from).
@@ -126,8 +165,10 @@ impl Scope {
                 ),
             ));
         }
+        not_reserved(path, b"")?;
         if let Some(req) = &self.requested {
-            let inside = req.names.iter().any(|n| *n == comps[0]);
+            let at = req.names.iter().position(|n| *n == comps[0]);
+            let inside = at.is_some();
             if !inside || (comps.len() > 1 && !req.recursive) {
                 return Err((
                     ErrorCode::BadPath,
@@ -147,6 +188,15 @@ impl Scope {
                     ),
                 ));
             }
+        }
+        if let Some(i) = self
+            .requested
+            .as_ref()
+            .and_then(|r| r.names.iter().position(|n| *n == comps[0]))
+        {
+            // The server answered this name (whether what it sent arrives is told apart by
+            // the failure, if any, that follows).
+            self.answered.locked()[i] = true;
         }
         if act != Act::Times {
             return Ok(Times::Created);
@@ -221,6 +271,21 @@ mod tests {
             }
         }
         assert!(s.check(&p(b"a/b"), Act::File).is_ok());
+    }
+
+    #[test]
+    fn zcp_s_own_names_are_never_an_entry() {
+        let s = Scope::push();
+        for bad in [
+            &b".zcp-1a2b.part"[..],
+            b"d/.zcp-1a2b.journal",
+            b".zcp-x.link/y",
+        ] {
+            for act in [Act::File, Act::Dir, Act::Link, Act::Times] {
+                let e = s.check(&p(bad), act).unwrap_err();
+                assert!(e.1.contains("part files and journals"), "{}", e.1);
+            }
+        }
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::JoinHandle;
-use zcp_engine::sync::Locked;
+use std::time::Duration;
+use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::Usage;
 use zcp_engine::sys::thread_usage;
@@ -187,14 +188,93 @@ impl ControlWriter {
     }
 }
 
+/// Frames the control reader may have handed to the role's loop and the loop not yet taken:
+/// past this the reader stops reading, so a peer that floods frames while the loop is busy
+/// (or stalled on a peer that does not read) meets TCP's backpressure, not our memory.
+pub(crate) const MAX_INFLIGHT: usize = 256;
+
+/// Counts frames between the control reader and the role's loop ([`MAX_INFLIGHT`]).
+#[derive(Debug, Default)]
+pub(crate) struct Inflight {
+    n: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Inflight {
+    /// Takes a place for one more frame, waiting while all are taken; `false` once `stop`.
+    fn acquire(&self, stop: &AtomicBool) -> bool {
+        let mut n = self.n.locked();
+        while *n >= MAX_INFLIGHT {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            n = self.cv.wait_for(n, Duration::from_millis(100));
+        }
+        *n += 1;
+        true
+    }
+
+    /// The loop took a frame.
+    pub(crate) fn release(&self) {
+        let mut n = self.n.locked();
+        *n = n.saturating_sub(1);
+        self.cv.notify_one();
+    }
+}
+
+/// A running control reader (see [`spawn_reader`]).
+pub(crate) struct Reader {
+    handle: JoinHandle<Usage>,
+    stop: Arc<AtomicBool>,
+    inflight: Arc<Inflight>,
+}
+
+impl Reader {
+    /// Starts a reader on `rx`; its frames go to `out` through `wrap`.
+    pub(crate) fn start<T: Send + 'static>(
+        rx: ControlRx,
+        out: mpsc::Sender<T>,
+        wrap: fn(Result<Message, FrameIoError>) -> T,
+    ) -> Result<Reader, crate::SessionError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let inflight = Arc::new(Inflight::default());
+        let handle =
+            spawn_reader(rx, out, wrap, stop.clone(), inflight.clone()).map_err(|source| {
+                crate::SessionError::Io {
+                    what: "spawning a thread".into(),
+                    source,
+                }
+            })?;
+        Ok(Reader {
+            handle,
+            stop,
+            inflight,
+        })
+    }
+
+    /// The loop took a frame.
+    pub(crate) fn taken(&self) {
+        self.inflight.release();
+    }
+
+    /// Stops the reader (at its next read timeout, or now if the connection is shut down);
+    /// its CPU time.
+    pub(crate) fn finish(self) -> Usage {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
 /// Runs the reader: every message, then the error that ended it (or `Closed`), goes to `out`
-/// through `wrap`. Ends early once `stop` is set (checked between reads, at least every read
+/// through `wrap`, with at most [`MAX_INFLIGHT`] messages not yet [`Inflight::release`]d by
+/// the loop. Ends early once `stop` is set (checked between reads, at least every read
 /// timeout of the socket). Returns the thread's CPU use.
-pub(crate) fn spawn_reader<T: Send + 'static>(
+fn spawn_reader<T: Send + 'static>(
     mut rx: ControlRx,
     out: mpsc::Sender<T>,
     wrap: fn(Result<Message, FrameIoError>) -> T,
     stop: Arc<AtomicBool>,
+    inflight: Arc<Inflight>,
 ) -> std::io::Result<JoinHandle<Usage>> {
     std::thread::Builder::new()
         .name("zcp-control-rx".into())
@@ -203,7 +283,7 @@ pub(crate) fn spawn_reader<T: Send + 'static>(
             loop {
                 match rx.poll() {
                     Ok(Some(m)) => {
-                        if out.send(wrap(Ok(m))).is_err() {
+                        if !inflight.acquire(&stop) || out.send(wrap(Ok(m))).is_err() {
                             break;
                         }
                     }
@@ -217,4 +297,26 @@ pub(crate) fn spawn_reader<T: Send + 'static>(
             }
             thread_usage().since(&start)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inflight_frames_are_bounded_and_stop_frees_the_reader() {
+        let g = Inflight::default();
+        let stop = AtomicBool::new(false);
+        for _ in 0..MAX_INFLIGHT {
+            assert!(g.acquire(&stop));
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            !g.acquire(&stop),
+            "full: waits until the loop takes one, or stop"
+        );
+        stop.store(false, Ordering::Relaxed);
+        g.release();
+        assert!(g.acquire(&stop));
+    }
 }

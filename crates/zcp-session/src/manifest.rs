@@ -163,6 +163,13 @@ impl Walker {
     /// The entry for `name` in the directory open at `parent`, not following links.
     fn visit(&mut self, parent: &OwnedFd, name: &[u8], dest: Vec<u8>, raw: Vec<u8>) -> Entry {
         let display = escape(&raw);
+        if fs::is_reserved_name(name) {
+            // What an interrupted transfer into this tree left behind: no receiver takes it.
+            return Self::skip(
+                display,
+                "is a part file or journal of an interrupted zcp transfer; not sent",
+            );
+        }
         let meta = match fs::stat_at(parent, name) {
             Ok(m) => m,
             Err(EngineError::Sys { source, .. })
@@ -344,6 +351,7 @@ mod tests {
         std::fs::create_dir(t.join("empty")).unwrap();
         std::fs::write(t.join("a/b/f"), b"xyz").unwrap();
         std::fs::write(t.join("zero"), b"").unwrap();
+        std::fs::write(t.join("a/.zcp-00ff.part"), b"left by a killed transfer").unwrap();
         symlink("/etc", t.join("a/outside")).unwrap();
         let made = std::process::Command::new("mkfifo")
             .arg(t.join("fifo"))
@@ -359,11 +367,15 @@ mod tests {
             true,
         );
         let got = names(w);
-        let fifo_skip = got.iter().find(|s| s.starts_with("S ")).unwrap().clone();
-        assert!(
-            fifo_skip.contains("fifo") && fifo_skip.contains("FIFO"),
-            "{fifo_skip}"
-        );
+        let skip = |what: &str| {
+            got.iter()
+                .find(|s| s.starts_with("S ") && s.contains(what))
+                .unwrap_or_else(|| panic!("{what} skipped: {got:?}"))
+                .clone()
+        };
+        let fifo_skip = skip("FIFO");
+        assert!(fifo_skip.contains("fifo"), "{fifo_skip}");
+        let part_skip = skip("part file");
         let mut want = vec![
             "D dst/tree",
             "D dst/tree/a",
@@ -374,6 +386,7 @@ mod tests {
             "L dst/tree/a/outside -> /etc",
         ];
         want.push(&fifo_skip);
+        want.push(&part_skip);
         want.sort();
         assert_eq!(got, want);
 

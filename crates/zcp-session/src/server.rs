@@ -462,6 +462,20 @@ impl Session {
     }
 }
 
+/// Notices (refusals and the peer's own notes) logged per session; past this they are
+/// counted, and the count is logged when the session ends. A peer cannot flood the log.
+const MAX_LOGGED_NOTICES: u64 = 100;
+/// Characters of one peer text (a path, a reason) a log line shows at most.
+const MAX_LOGGED_TEXT: usize = 300;
+
+/// `text` cut to [`MAX_LOGGED_TEXT`] characters, saying how much was left out.
+fn clip(text: String) -> String {
+    match text.char_indices().nth(MAX_LOGGED_TEXT) {
+        None => text,
+        Some((at, _)) => format!("{}... ({} bytes more)", &text[..at], text.len() - at),
+    }
+}
+
 /// Turns a role's reports into server events, and keeps what the session's exit code needs.
 struct ServerObserver<'a> {
     reporter: &'a dyn ServerReporter,
@@ -470,9 +484,24 @@ struct ServerObserver<'a> {
     /// Failure classes of the entries that failed, in order (the first few), and the first
     /// integrity failure however late it came: what the session's exit code needs.
     failures: Vec<&'static str>,
+    /// Notices so far, logged or not.
+    notices: u64,
 }
 
 impl ServerObserver<'_> {
+    /// The session ended: what was not logged is counted.
+    fn finish(&mut self) {
+        if self.notices > MAX_LOGGED_NOTICES {
+            self.reporter.event(&ServerEvent::Note {
+                session: self.session.clone(),
+                message: format!(
+                    "{} more notices in this session not logged",
+                    self.notices - MAX_LOGGED_NOTICES
+                ),
+            });
+        }
+    }
+
     fn failed(&mut self, code: &'static str) {
         let integrity = |c: &str| matches!(c, "verify" | "source-changed");
         if self.failures.len() < 64
@@ -513,18 +542,24 @@ impl Observer for ServerObserver<'_> {
     }
 
     fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
-        if let Some(f) = failure {
+        if let Some(f) = &failure {
             self.failed(f.code);
+        }
+        self.notices += 1;
+        if self.notices > MAX_LOGGED_NOTICES {
+            return;
+        }
+        if let Some(f) = failure {
             self.reporter.event(&ServerEvent::FileFailed {
                 session: self.session.clone(),
-                target: f.path,
-                reason: f.message,
+                target: clip(f.path),
+                reason: clip(f.message),
             });
         }
         if let Some(message) = note {
             self.reporter.event(&ServerEvent::Note {
                 session: self.session.clone(),
-                message,
+                message: clip(message),
             });
         }
     }
@@ -567,6 +602,7 @@ fn run_session(
         session: session.hex.clone(),
         files: 0,
         failures: Vec::new(),
+        notices: 0,
     };
     let result = (|| -> Result<u64, String> {
         let read_half = stream.try_clone().map_err(|e| e.to_string())?;
@@ -730,12 +766,19 @@ fn run_session(
     ctx.sessions
         .locked()
         .retain(|_, s| !Arc::ptr_eq(s, session));
-    let reason = result.as_ref().err().map(|r| escape_text(r));
-    let code = match &result {
-        Err(_) => crate::exit::FAILURE,
-        Ok(entries) => {
-            crate::exit::for_failures(observer.failures.iter().copied(), files + entries > 0)
-        }
+    observer.finish();
+    let stored = match &result {
+        Ok(entries) => files + entries > 0,
+        Err(_) => false,
+    };
+    let mut reason = result.as_ref().err().map(|r| escape_text(r));
+    if result.is_ok() && !stored && observer.failures.is_empty() {
+        // Nothing requested arrived, and nothing failed either: no success to report.
+        reason = Some("the session ended without storing or sending anything".into());
+    }
+    let code = match (&result, &reason) {
+        (Ok(_), None) => crate::exit::for_failures(observer.failures.iter().copied(), stored),
+        _ => crate::exit::FAILURE,
     };
     ctx.reporter.event(&ServerEvent::SessionEnd {
         session: session.hex.clone(),

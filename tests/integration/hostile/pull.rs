@@ -213,8 +213,13 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dest.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
     let port = l.local_addr().unwrap().port();
-    let child = get(port, &env.key, &["notes.txt", "fresh"], &dest, &[]);
+    let child = get(port, &env.key, &["notes.txt", "fresh", "pipe"], &dest, &[]);
     let mut evil = Evil::accept(&l, &env.psk(), None);
     for (m, why) in [
         (
@@ -222,7 +227,7 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
                 path: b"notes.txt".to_vec(),
                 target: b"/etc/passwd".to_vec(),
             },
-            "never replaced by a link",
+            "your file 'notes.txt' is; nothing of yours is replaced by a link",
         ),
         (
             Message::MakeDir {
@@ -249,6 +254,14 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
         }
     }
     evil.send(&Message::MakeLink {
+        path: b"pipe".to_vec(),
+        target: b"/etc/passwd".to_vec(),
+    });
+    match evil.next() {
+        Message::EntryFailed { message, .. } => assert!(message.contains("FIFO"), "{message}"),
+        other => panic!("expected EntryFailed, got {other:?}"),
+    }
+    evil.send(&Message::MakeLink {
         path: b"fresh".to_vec(),
         target: b"elsewhere".to_vec(),
     });
@@ -263,6 +276,9 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
         std::fs::read_link(dest.join("fresh")).unwrap(),
         Path::new("elsewhere")
     );
+    use std::os::unix::fs::FileTypeExt;
+    let pipe = std::fs::symlink_metadata(dest.join("pipe")).unwrap();
+    assert!(pipe.file_type().is_fifo(), "the FIFO is still there");
 
     // With -r: the requested directory is not replaced by a link either.
     let dest = env.mkdir("dest-r");

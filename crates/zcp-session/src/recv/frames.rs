@@ -103,7 +103,7 @@ impl Receiving {
     pub(crate) fn handle_frame(&mut self, m: Message, now: Instant) -> Result<Step, SessionError> {
         let chatter = Ok(Step::Next);
         match m {
-            Message::PutFile(p) => return self.put_file(p, now),
+            Message::PutFile(p) => return self.put_file(p),
             Message::MakeDir { path } => {
                 return Ok(self
                     .entry(path, Act::Dir)
@@ -155,6 +155,8 @@ impl Receiving {
                 let o = f.expect(index, mac);
                 let o = o.map_err(|r| self.proto(r))?;
                 self.outcome(file_id, o, now);
+                // A MAC alone is no progress; the chunk it verifies is.
+                return chatter;
             }
             Message::FileEnd { file_id, digest } => {
                 let Some(f) = self.open_file(file_id, "FileEnd")? else {
@@ -163,6 +165,8 @@ impl Receiving {
                 let r = f.end(digest);
                 r.map_err(|r| self.proto(r))?;
                 self.settle(file_id, now);
+                // The commit that follows is the progress.
+                return chatter;
             }
             Message::FileAbort {
                 file_id,
@@ -201,6 +205,7 @@ impl Receiving {
                     code: "source",
                     message: escape_text(&message),
                 };
+                self.source_failures += 1;
                 self.report(Report::Notice(Some(failure), None));
                 // Reported, but no step forward: a stream of these cannot hold the session.
                 return chatter;
@@ -267,7 +272,7 @@ impl Receiving {
 
     /// A `PutFile`: checks what needs no file system (the id, the plan, the limits, a pulled
     /// name), then asks for the file to be prepared.
-    fn put_file(&mut self, p: PutFile, now: Instant) -> Result<Step, SessionError> {
+    fn put_file(&mut self, p: PutFile) -> Result<Step, SessionError> {
         let id = p.file_id;
         // File ids only increase: a repeated or lower id is a protocol error, so refusals
         // cannot repeat without new work, and no set of past ids grows.
@@ -278,8 +283,8 @@ impl Receiving {
             )));
         }
         self.next_id = u64::from(id) + 1;
-        // A new file id, a new entry handled: a step, even when refused.
-        self.progress(now);
+        // A file made ready is a step (in `open`); a refusal is not, so a stream of refused
+        // files cannot hold the session.
         let shown = escape(&p.dest);
         match self.admit(&p) {
             Ok(plan) => {
@@ -321,6 +326,8 @@ impl Receiving {
                 ),
             ));
         }
+        let dest = RelPath::parse(&p.dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+        crate::confine::not_reserved(&dest, &p.name)?;
         if self.scope.is_pull() {
             // The client chose every name itself: a name of the server's choosing is refused.
             if !p.name.is_empty() {
@@ -333,7 +340,6 @@ impl Receiving {
                     ),
                 ));
             }
-            let dest = RelPath::parse(&p.dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
             self.scope.check(&dest, Act::File)?;
         }
         Ok(plan)
@@ -458,5 +464,6 @@ impl Receiving {
         let f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
         self.files.insert(id, f);
         self.send(ready);
+        self.progress(now);
     }
 }

@@ -35,7 +35,7 @@ use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats};
 
 use crate::confine::Scope;
 use crate::conn::ControlRx;
-use crate::control::{Batched, ControlWriter, spawn_reader};
+use crate::control::{Batched, ControlWriter, Reader};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::Observer;
 use crate::transport::{Landing, Transport};
@@ -267,19 +267,13 @@ pub(crate) fn run(
     transport: Option<Box<dyn Transport>>,
     observer: &mut dyn Observer,
 ) -> Result<(ReceiverTotals, Usage), SessionError> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader =
-        spawn_reader(rx, tx, RxEvent::ctl, stop.clone()).map_err(|source| SessionError::Io {
-            what: "spawning a thread".into(),
-            source,
-        })?;
+    let reader = Reader::start(rx, tx, RxEvent::ctl)?;
     let streams = match transport {
         Some(t) => t.receive(core.clone()),
         None => Ok(Vec::new()),
     };
     let result = streams.and_then(|streams| {
-        let r = run_role(&core, events, observer);
-        stop.store(true, Ordering::Relaxed);
+        let r = run_role(&core, events, &reader, observer);
         if r.is_err() {
             core.close();
             core.ctl.shutdown();
@@ -289,8 +283,7 @@ pub(crate) fn run(
         }
         r
     });
-    stop.store(true, Ordering::Relaxed);
-    let reader_usage = reader.join().unwrap_or_default();
+    let reader_usage = reader.finish();
     result.map(|t| (t, reader_usage))
 }
 
@@ -299,6 +292,7 @@ pub(crate) fn run(
 fn run_role(
     core: &Arc<RxCore>,
     events: mpsc::Receiver<RxEvent>,
+    reader: &Reader,
     observer: &mut dyn Observer,
 ) -> Result<ReceiverTotals, SessionError> {
     let start = thread_usage();
@@ -329,7 +323,7 @@ fn run_role(
             Box::new(move || durable::commit_thread(c, commit_rx)),
         )?
     };
-    let result = control_loop(core, &events, observer, start);
+    let result = control_loop(core, &events, reader, observer, start);
     if let Err(SessionError::Protocol { reason, .. }) = &result {
         // Say why before closing, so the peer does not only see a closed connection.
         core.ctl.send_error(ErrorCode::Protocol, reason);
@@ -344,7 +338,8 @@ fn run_role(
     let _ = committer.join();
     // What was not committed is dropped here: partial files without durable chunks are
     // removed, the others kept for a resume.
-    core.apply(|st, _| st.close());
+    let finished = result.is_ok();
+    core.apply(|st, now| st.close(finished, now));
     deliver(core, observer);
     core.disk.clear();
     result.map(|()| core.state.locked().totals.clone())
@@ -363,6 +358,7 @@ fn deliver(core: &RxCore, observer: &mut dyn Observer) {
 fn control_loop(
     core: &Arc<RxCore>,
     events: &mpsc::Receiver<RxEvent>,
+    reader: &Reader,
     observer: &mut dyn Observer,
     start: Usage,
 ) -> Result<(), SessionError> {
@@ -379,6 +375,7 @@ fn control_loop(
         match ev {
             None | Some(RxEvent::Wake) => {}
             Some(RxEvent::Ctl(Ok(m))) => {
+                reader.taken();
                 let step = core.apply(|st, now| st.handle_frame(m, now))?;
                 match step {
                     Step::Next => {}

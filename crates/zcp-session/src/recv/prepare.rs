@@ -187,13 +187,19 @@ impl Disk {
     fn link(&self, p: &RelPath, target: &[u8], guard: bool) -> Result<bool, Refusal> {
         let (last, parent) = p.components().split_last().expect("not the root");
         let dir = self.dir(parent, true).map_err(engine_err)?;
-        if guard
-            && zcp_engine::fs::entry_kind(&*dir.fd, last).map_err(engine_err)? == EntryKind::File
-        {
+        let there = zcp_engine::fs::entry_kind(&*dir.fd, last).map_err(engine_err)?;
+        if guard && !matches!(there, EntryKind::Missing | EntryKind::Symlink) {
+            // Only nothing, or a link, is replaced at a name the user asked for: never a file,
+            // a directory, a FIFO or a socket of theirs.
+            let what = match there {
+                EntryKind::Dir => "directory",
+                EntryKind::File => "file",
+                _ => "FIFO, socket or device",
+            };
             return Err((
                 ErrorCode::BadPath,
                 format!(
-                    "the server sent a link for '{p}', where your file '{p}' is; a file is never replaced by a link of the server's choosing; refused, nothing written"
+                    "the server sent a link for '{p}', where your {what} '{p}' is; nothing of yours is replaced by a link of the server's choosing; refused, nothing written"
                 ),
             ));
         }

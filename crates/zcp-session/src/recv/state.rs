@@ -135,6 +135,8 @@ pub(crate) struct Receiving {
     pub(crate) finishing: bool,
     pub(crate) stats_sent: bool,
     pub(crate) totals: ReceiverTotals,
+    /// `EntryFailed`s from the sender: sources it could not send.
+    pub(crate) source_failures: u64,
     last_progress: Instant,
     last_bytes: u64,
     last_tell: Instant,
@@ -165,6 +167,7 @@ impl Receiving {
             finishing: false,
             stats_sent: false,
             totals: ReceiverTotals::default(),
+            source_failures: 0,
             last_progress: now,
             last_bytes: 0,
             last_tell: now,
@@ -302,6 +305,7 @@ impl Receiving {
         match o {
             Outcome::Pending => {}
             Outcome::Verified(i) if f.journal.kept => {
+                self.last_progress = now;
                 let mut records = Vec::new();
                 let start = (!f.journal.open).then(|| {
                     f.journal.open = true;
@@ -340,6 +344,7 @@ impl Receiving {
                 }));
             }
             Outcome::Verified(i) => {
+                self.last_progress = now;
                 // Nothing to resume for a file without a journal: it is durable at commit.
                 f.durable(i);
                 if f.plan().count() > 1 {
@@ -538,11 +543,72 @@ impl Receiving {
     }
 
     /// The session ends: every file still open is dropped (a part file without durable chunks
-    /// is removed, the others kept for a resume).
-    pub(crate) fn close(&mut self) {
+    /// is removed, the others kept for a resume). When the sender said it `finished`, a file
+    /// still open did not arrive, and in a pull neither did a requested name the server never
+    /// answered: each is a failure, so success is never reported for missing work.
+    pub(crate) fn close(&mut self, finished: bool, now: Instant) {
         let open: Vec<u32> = self.files.keys().copied().collect();
         for id in open {
-            self.abandon(id);
+            let Some(f) = self.abandon(id) else {
+                continue;
+            };
+            if finished {
+                let message = format!(
+                    "{} finished the session before this file was complete",
+                    self.peer()
+                );
+                self.report(Report::FileDone(FileOutcome {
+                    path: f.spec.target.clone(),
+                    bytes: f.plan().size(),
+                    skipped: f.skipped,
+                    seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+                    engine: f.spec.engine.name().into(),
+                    verified: false,
+                    stored: false,
+                    digest: [0; 32],
+                    failure: Some(Failure {
+                        path: f.spec.target,
+                        code: ErrorCode::Protocol.name(),
+                        message,
+                    }),
+                }));
+            }
+        }
+        if finished {
+            self.unanswered();
+        }
+    }
+
+    /// In a pull, requested names the server sent nothing for (and no `EntryFailed` stands
+    /// for): each a failure.
+    fn unanswered(&mut self) {
+        let missing = self.scope.unanswered();
+        let answered_by_failures = usize::try_from(self.source_failures).unwrap_or(usize::MAX);
+        if missing.len() <= answered_by_failures {
+            return;
+        }
+        let message = "asked for, but the server sent nothing for it".to_string();
+        let failures: Vec<Failure> = if answered_by_failures == 0 {
+            missing
+                .iter()
+                .map(|n| Failure {
+                    path: zcp_wire::escape(n),
+                    code: ErrorCode::Protocol.name(),
+                    message: message.clone(),
+                })
+                .collect()
+        } else {
+            vec![Failure {
+                path: String::new(),
+                code: ErrorCode::Protocol.name(),
+                message: format!(
+                    "{} of the names asked for got no answer from the server",
+                    missing.len() - answered_by_failures
+                ),
+            }]
+        };
+        for f in failures {
+            self.report(Report::Notice(Some(f), None));
         }
     }
 }

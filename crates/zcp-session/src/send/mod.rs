@@ -19,7 +19,7 @@ mod hash;
 pub(crate) mod state;
 
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use zcp_engine::{SendEngine, Usage};
 use zcp_wire::{ErrorCode, Message, Nonce, Psk, SessionKeys, SideStats};
 
 use crate::conn::ControlRx;
-use crate::control::{Batched, ControlWriter, spawn_reader};
+use crate::control::{Batched, ControlWriter, Reader};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::Observer;
 use crate::manifest::{Entry, Walker};
@@ -152,14 +152,7 @@ pub(crate) fn run(
         sm.take_entry(e, now);
     }
     let (tx, events) = mpsc::channel::<SendEvent>();
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader =
-        spawn_reader(s.rx, tx.clone(), SendEvent::Ctl, stop.clone()).map_err(|source| {
-            SessionError::Io {
-                what: "spawning a thread".into(),
-                source,
-            }
-        })?;
+    let reader = Reader::start(s.rx, tx.clone(), SendEvent::Ctl)?;
     let send_q: Arc<Queue<crate::transport::OutChunk>> = Queue::new();
     let hash_q: Arc<Queue<HashJob>> = Queue::new();
     let hashers = counters.len().clamp(
@@ -188,6 +181,7 @@ pub(crate) fn run(
         report,
     })?);
     let mut io = Io {
+        reader: &reader,
         ctl: &s.ctl,
         send_q: &send_q,
         hash_q: &hash_q,
@@ -210,11 +204,10 @@ pub(crate) fn run(
             helpers.add(&u);
         }
     }
-    stop.store(true, Ordering::Relaxed);
     if outcome.is_err() {
         s.ctl.shutdown();
     }
-    let reader_usage = reader.join().unwrap_or_default();
+    let reader_usage = reader.finish();
     outcome?;
     // Our own stats close the session for the receiver.
     let mut usage = thread_usage().since(&start);
@@ -233,6 +226,7 @@ pub(crate) fn run(
 
 /// Where the loop carries the role's outputs.
 struct Io<'a> {
+    reader: &'a Reader,
     ctl: &'a ControlWriter,
     send_q: &'a Queue<crate::transport::OutChunk>,
     hash_q: &'a Queue<HashJob>,
@@ -321,7 +315,10 @@ fn drive(
         };
         let now = Instant::now();
         match ev {
-            SendEvent::Ctl(Ok(m)) => sm.handle_frame(m, now)?,
+            SendEvent::Ctl(Ok(m)) => {
+                io.reader.taken();
+                sm.handle_frame(m, now)?
+            }
             SendEvent::Ctl(Err(e)) => return Err(e.into_session(io.peer)),
             SendEvent::Hashed { file, index, mac } => sm.hashed(file, index, mac, now),
             SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),

@@ -1,0 +1,1146 @@
+//! The second review of issue 10's fixes: an independent attacker with the key, 21 attacks,
+//! 17 of which got through before the fixes in this file's commit. Each test asserts the safe
+//! outcome on disk (and in exit codes and logs); a failure names what got through.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use zcp_wire::{ChunkHeader, ErrorCode, Message, PutFile, SideStats};
+
+use super::harness::*;
+use crate::util::*;
+
+fn pf(id: u32, dest: &[u8], size: u64) -> Message {
+    Message::PutFile(PutFile {
+        file_id: id,
+        dest: dest.to_vec(),
+        name: Vec::new(),
+        size,
+        mode: 0o644,
+        mtime_sec: 1_000_000,
+        mtime_nsec: 0,
+        chunk_size: 65536,
+    })
+}
+
+/// Ends a push session from the Raw side as an honest client would: stream end markers,
+/// `Finish`, the receiver's `Stats`, ours. Returns whether the receiver's Stats came.
+fn raw_finish(raw: &mut Raw, data: &mut [TcpStream]) -> bool {
+    for d in data.iter_mut() {
+        let _ = d.write_all(&ChunkHeader::end().encode());
+    }
+    raw.send(&Message::Finish);
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        match raw.recv_any() {
+            Ok(Message::Stats(_)) => {
+                raw.send(&Message::Stats(SideStats::default()));
+                return true;
+            }
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// The part file in `dir` (there must be exactly one).
+fn part_in(dir: &Path) -> String {
+    let v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".zcp-") && n.ends_with(".part"))
+        .collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    v[0].clone()
+}
+
+// ---------------------------------------------------------------- pull: honest exit codes
+
+/// A server that answers `get want.txt` with nothing at all and a clean Finish.
+/// SAFE: non-zero exit (nothing that was asked for arrived).
+#[test]
+fn pull_nothing_sent_then_finish_is_not_success() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.txt"],
+        &dest,
+        &[],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_eq!(tree(&dest), Vec::<String>::new());
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "GOT THROUGH: get exited 0 though nothing arrived: {}",
+        both(&o)
+    );
+}
+
+/// A server that announces the requested file, gets FileReady, then Finishes without data.
+/// SAFE: non-zero exit.
+#[test]
+fn pull_file_announced_then_finish_is_not_success() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.txt"],
+        &dest,
+        &[],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    evil.put(0, b"want.txt", b"", 200_000);
+    assert!(matches!(evil.next(), Message::FileReady { .. }));
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert!(!dest.join("want.txt").exists());
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "GOT THROUGH: get exited 0 though the file never arrived: {}",
+        both(&o)
+    );
+}
+
+// ---------------------------------------------------------------- serve --once exit codes
+
+/// `serve --once`: a push session that sends nothing at all.
+#[test]
+fn once_empty_push_session_exit_code() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let mut srv = ServerProc::start(&root, &env.key, &["--once"]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let d = raw.data(srv.port, 0).unwrap();
+    assert!(raw_finish(&mut raw, &mut [d]));
+    let code = srv.exit_code(10);
+    eprintln!("empty push: exit {code:?}; log {}", srv.log());
+    assert_eq!(tree(&root), Vec::<String>::new());
+    assert_ne!(
+        code,
+        Some(0),
+        "GOT THROUGH: --once exited 0 after an empty session"
+    );
+}
+
+/// `serve --once`: a PutFile that is never sent, then Finish: the open file is dropped.
+#[test]
+fn once_push_file_never_sent_exit_code() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let mut srv = ServerProc::start(&root, &env.key, &["--once"]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let d = raw.data(srv.port, 0).unwrap();
+    raw.send(&pf(0, b"x.bin", 300_000));
+    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+    let stats = raw_finish(&mut raw, &mut [d]);
+    let code = srv.exit_code(10);
+    eprintln!("stats {stats}, exit {code:?}; log {}", srv.log());
+    assert!(!root.join("x.bin").exists());
+    assert_ne!(
+        code,
+        Some(0),
+        "GOT THROUGH: --once exited 0 though the announced file was never stored: {}",
+        srv.log()
+    );
+}
+
+// ---------------------------------------------------------------- push: part-file swap
+
+/// A client replaces the server's part file with a symlink pointing outside the root
+/// (MakeLink on `.zcp-<k>.part`) while the file is open, then completes the file. The commit
+/// renames the part *name* over the target: the "verified, stored" file becomes a link.
+/// SAFE: the target is a regular file (or the file fails), never a link outside the root.
+#[test]
+fn push_part_file_swapped_for_a_link_before_commit() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let outside = env.mkdir("outside");
+    std::fs::write(outside.join("victim"), b"original").unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let mut d = raw.data(srv.port, 0).unwrap();
+    let body = vec![0x5au8; 1000];
+    raw.send(&pf(0, b"t.bin", body.len() as u64));
+    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+    let part = part_in(&root);
+    raw.send(&Message::MakeLink {
+        path: part.clone().into_bytes(),
+        target: outside.join("victim").to_str().unwrap().as_bytes().to_vec(),
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mac = push_chunk(&mut raw, &mut d, 0, &body, 0);
+    let mut dg = raw.est.keys.file_digest(0, body.len() as u64, 65536);
+    dg.push(&mac);
+    raw.send(&Message::FileEnd {
+        file_id: 0,
+        digest: dg.finish(),
+    });
+    let answer = loop {
+        match raw.recv_any().unwrap() {
+            m @ (Message::FileCommitted { .. } | Message::FileFailed { .. }) => break m,
+            Message::EntryFailed { message, .. } => eprintln!("entry failed: {message}"),
+            _ => {}
+        }
+    };
+    eprintln!(
+        "answer {answer:?}; tree {:?}; log {}",
+        tree(&root),
+        srv.log()
+    );
+    let meta = std::fs::symlink_metadata(root.join("t.bin"));
+    assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"original");
+    if let Ok(m) = &meta {
+        assert!(
+            !m.file_type().is_symlink(),
+            "GOT THROUGH: committed ({answer:?}) t.bin is a symlink -> {:?}",
+            std::fs::read_link(root.join("t.bin"))
+        );
+    }
+}
+
+// ---------------------------------------------------------------- idle: refused entries
+
+/// Refused PutFiles (new ids, nothing written) every second keep a push session open past
+/// --idle-timeout 2. SAFE: the session ends within a few seconds.
+#[test]
+fn refused_putfiles_hold_a_session_past_the_idle_timeout() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "2"]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let _d = raw.data(srv.port, 0).unwrap();
+    raw.s
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let t = Instant::now();
+    let mut id = 0u32;
+    let mut closed = false;
+    let mut last = Instant::now() - Duration::from_secs(5);
+    while t.elapsed() < Duration::from_secs(9) {
+        if last.elapsed() >= Duration::from_millis(700) {
+            raw.send(&pf(id, b"../escape", 10));
+            id += 1;
+            last = Instant::now();
+        }
+        match raw.recv_any() {
+            Ok(Message::Error { message, .. }) => eprintln!("error: {message}"),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
+    eprintln!(
+        "closed {closed} after {:?}, {id} refusals; log {}",
+        t.elapsed(),
+        srv.log()
+    );
+    assert_eq!(tree(&root), Vec::<String>::new());
+    assert!(
+        closed,
+        "GOT THROUGH: refused PutFiles held the session {:?} past --idle-timeout 2",
+        t.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------- memory: control flood
+
+/// A client that never reads its control connection makes the server's loop block on a
+/// write (up to the idle timeout); meanwhile the reader thread queues every frame the client
+/// sends in an unbounded channel. SAFE: server RSS stays bounded (< 256 MiB growth).
+#[test]
+fn push_control_flood_while_the_server_is_stuck_writing() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "30"]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let _d = raw.data(srv.port, 0).unwrap();
+    let pid = srv.pid();
+    let rss = || rss_of(pid);
+    let before = rss();
+    // Replies the client never reads: refused MakeDirs each answered with EntryFailed.
+    let mut frames = Vec::new();
+    for _ in 0..200_000 {
+        frames.extend_from_slice(&raw.est.sealer.seal(&Message::MakeDir {
+            path: b".".to_vec(),
+        }));
+    }
+    raw.s
+        .set_write_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let _ = raw.s.write_all(&frames);
+    // Then big Notices, up to ~1.2 GiB, checking the server's growth as we go.
+    let notice = Message::Notice {
+        message: "n".repeat(60_000),
+    };
+    let t = Instant::now();
+    let mut sent = 0u64;
+    let mut grown = 0;
+    while sent < (1200 << 20) && t.elapsed() < Duration::from_secs(6) {
+        let mut batch = Vec::new();
+        for _ in 0..64 {
+            batch.extend_from_slice(&raw.est.sealer.seal(&notice));
+        }
+        if raw.s.write_all(&batch).is_err() {
+            break;
+        }
+        sent += batch.len() as u64;
+        grown = rss().saturating_sub(before);
+        if grown > 1 << 20 {
+            break;
+        }
+    }
+    eprintln!(
+        "sent {} MiB in {:?}; server grew {} MiB",
+        sent >> 20,
+        t.elapsed(),
+        grown >> 10
+    );
+    assert!(
+        grown < 256 << 10,
+        "GOT THROUGH: server RSS grew by {} MiB from control frames it had not handled",
+        grown >> 10
+    );
+}
+
+fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Stalls the peer's role loop (`stall` frames, each answered, never read), then sends big
+/// Notices until `rss()` grew by 1 GiB or 1.2 GiB went out. Returns (sent MiB, grown MiB).
+fn flood(
+    s: &mut TcpStream,
+    sealer: &mut zcp_wire::Sealer,
+    stall: &Message,
+    n_stall: usize,
+    rss: &dyn Fn() -> u64,
+) -> (u64, u64) {
+    let before = rss();
+    let mut frames = Vec::new();
+    for _ in 0..n_stall {
+        frames.extend_from_slice(&sealer.seal(stall));
+    }
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = s.write_all(&frames);
+    let notice = Message::Notice {
+        message: "n".repeat(60_000),
+    };
+    let t = Instant::now();
+    let mut sent = 0u64;
+    let mut grown = 0;
+    while sent < (1200 << 20) && t.elapsed() < Duration::from_secs(6) {
+        let mut batch = Vec::new();
+        for _ in 0..64 {
+            batch.extend_from_slice(&sealer.seal(&notice));
+        }
+        if s.write_all(&batch).is_err() {
+            break;
+        }
+        sent += batch.len() as u64;
+        grown = rss().saturating_sub(before);
+        if grown > 1 << 20 {
+            break;
+        }
+    }
+    (sent >> 20, grown >> 10)
+}
+
+/// The same flood against `zcp get` by a malicious server: the client's reader thread
+/// queues every frame while its loop is stuck writing EntryFailed answers nobody reads.
+#[test]
+fn pull_control_flood_grows_the_client() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let mut child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.txt"],
+        &dest,
+        &["--idle-timeout", "30"],
+    );
+    // Drain the client's output so only the network can stall it.
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut { out }, &mut std::io::sink()));
+    std::thread::spawn(move || std::io::copy(&mut { err }, &mut std::io::sink()));
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let pid = child.id();
+    let (sent, grown) = flood(
+        &mut evil.s,
+        &mut evil.est.sealer,
+        &Message::MakeDir {
+            path: b"not-asked".to_vec(),
+        },
+        200_000,
+        &|| rss_of(pid),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("sent {sent} MiB; client grew {grown} MiB");
+    assert_eq!(tree(&dest), Vec::<String>::new());
+    assert!(
+        grown < 256,
+        "GOT THROUGH: zcp get grew by {grown} MiB from queued control frames"
+    );
+}
+
+/// The flood against the server's *sending* role (a pull), stalled by not reading anything
+/// (control or data) while the server sends a large file; the server's log goes nowhere.
+#[test]
+fn pull_server_control_flood() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::File::create(root.join("want.bin"))
+        .unwrap()
+        .set_len(8 << 30)
+        .unwrap();
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = zcp()
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--root",
+        ])
+        .arg(&root)
+        .arg("--key-file")
+        .arg(&env.key)
+        .args(["--idle-timeout", "30"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = child.id();
+    let mut raw = Raw::authenticate(port, env.psk());
+    raw.send(&open_message(true, 64 << 20));
+    assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
+    raw.send(&Message::Get {
+        path: b"want.bin".to_vec(),
+        dest: Vec::new(),
+    });
+    raw.send(&Message::GetEnd);
+    let _data = raw.data(port, 0).unwrap();
+    let id = next_put(&mut raw);
+    raw.send(&Message::FileReady {
+        file_id: id,
+        engine: "rw".into(),
+        note: String::new(),
+        target: b"want.bin".to_vec(),
+        resumed: false,
+    });
+    // EntryFailed is logged (to /dev/null here) and never answered: the loop is only as
+    // fast as its log; Notices go on behind it.
+    let big = "e".repeat(1000);
+    let (sent, grown) = flood(
+        &mut raw.s,
+        &mut raw.est.sealer,
+        &Message::EntryFailed {
+            path: b"x".to_vec(),
+            code: ErrorCode::Io,
+            message: big,
+        },
+        1,
+        &|| rss_of(pid),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("sent {sent} MiB; server grew {grown} MiB");
+    assert!(
+        grown < 256,
+        "GOT THROUGH: serve (pull) grew by {grown} MiB from queued control frames"
+    );
+}
+
+/// Pushes `body` as file `id` named `dest` over `data` (64 KiB chunks), honestly; the answer.
+fn push_whole(raw: &mut Raw, data: &mut TcpStream, id: u32, dest: &[u8], body: &[u8]) -> Message {
+    raw.send(&pf(id, dest, body.len() as u64));
+    loop {
+        match raw.recv().unwrap() {
+            Message::FileReady { resumed, .. } => {
+                if resumed {
+                    // Offered what is there already: start over, as an honest sender does
+                    // when it does not check.
+                    raw.send(&Message::Go {
+                        file_id: id,
+                        restart: true,
+                    });
+                }
+                break;
+            }
+            Message::Have(_) => {}
+            other => return other,
+        }
+    }
+    let n = body.len().div_ceil(65536);
+    let mut d = raw.est.keys.file_digest(id, body.len() as u64, 65536);
+    for i in 0..n {
+        let mac = push_chunk(raw, data, id, body, i);
+        d.push(&mac);
+    }
+    if n > 1 {
+        let mut acks = 0;
+        while acks < n {
+            match raw.recv_any().unwrap() {
+                Message::ChunkAck { ok: true, .. } => acks += 1,
+                Message::Progress { .. } => {}
+                other => return other,
+            }
+        }
+    }
+    raw.send(&Message::FileEnd {
+        file_id: id,
+        digest: d.finish(),
+    });
+    loop {
+        match raw.recv_any().unwrap() {
+            Message::Progress { .. } | Message::ChunkAck { .. } => {}
+            m => return m,
+        }
+    }
+}
+
+/// Cross-session poisoning. A key holder plants, under ordinary names, a part file holding
+/// bytes of its choice and a journal whose MACs are those of the *honest* content (it needs
+/// only to know that content, e.g. a published release, and the key: it picks the nonces).
+/// The next honest `zcp send` of that file is offered the journaled chunks, proves them
+/// against its source, answers Go{keep}, and the server commits the planted bytes, reported
+/// verified. SAFE: the stored file is the honest content (or the planted names are refused).
+#[test]
+fn planted_part_and_journal_make_an_honest_push_commit_forged_bytes() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let honest: Vec<u8> = (0..131_072u32).map(|i| (i % 251) as u8).collect();
+    let forged = vec![0x66u8; honest.len()];
+    {
+        let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+        let mut data = raw.data(srv.port, 0).unwrap();
+        // The part name is .zcp-<first 8 bytes of BLAKE3("t.bin")>.part; an attacker computes
+        // it, the test reads it off the disk.
+        raw.send(&pf(0, b"t.bin", honest.len() as u64));
+        assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+        let part = part_in(&root);
+        raw.send(&Message::FileAbort {
+            file_id: 0,
+            code: ErrorCode::Io,
+            message: "never mind".into(),
+        });
+        let journal = part.replace(".part", ".journal");
+        let j = forged_journal(&env.psk(), &honest);
+        std::thread::sleep(Duration::from_millis(300));
+        // zcp's own names are refused for every entry: nothing is planted.
+        for (id, name, body) in [(1, &part, &forged), (2, &journal, &j)] {
+            match push_whole(&mut raw, &mut data, id, name.as_bytes(), body) {
+                Message::FileFailed { code, message, .. } => {
+                    assert_eq!(code, ErrorCode::BadPath);
+                    assert!(message.contains("part files and journals"), "{message}");
+                }
+                other => panic!("GOT THROUGH: planting {name}: {other:?}"),
+            }
+        }
+        assert!(raw_finish(&mut raw, &mut [data]));
+    }
+    eprintln!("planted: {:?}", tree(&root));
+    // The honest user pushes the real file.
+    let src = env.path("src");
+    std::fs::write(&src, &honest).unwrap();
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src,
+        "t.bin",
+        &["--chunk-size", "64K"],
+        30,
+    );
+    eprintln!("honest send: exit {:?}; end {}", o.status.code(), v["end"]);
+    let stored = std::fs::read(root.join("t.bin")).unwrap();
+    assert!(
+        stored == honest,
+        "GOT THROUGH: the honest push exited {:?}, reported {} / verified={}, and t.bin holds the \
+         planted bytes (first byte {:#x}); resume skipped {} bytes",
+        o.status.code(),
+        v["end"]["files"],
+        v["end"]["verified"],
+        stored[0],
+        v["end"]["resume"]["bytes_skipped"]
+    );
+}
+
+/// The journal a key holder forges: the honest content's MACs under nonces it chose.
+fn forged_journal(psk: &zcp_wire::Psk, honest: &[u8]) -> Vec<u8> {
+    use zcp_wire::journal::{JournalHeader, JournalRecord};
+    let (n1, n2, fid) = ([0x11u8; 32], [0x22u8; 32], 7u32);
+    let keys = zcp_wire::SessionKeys::derive(psk, &n1, &n2);
+    let mut j = JournalHeader {
+        size: honest.len() as u64,
+        chunk_size: 65536,
+    }
+    .encode()
+    .to_vec();
+    j.extend(
+        JournalRecord::Session {
+            client_nonce: n1,
+            server_nonce: n2,
+            file_id: fid,
+        }
+        .encode(),
+    );
+    for (i, c) in honest.chunks(65536).enumerate() {
+        let mut h = keys.chunk_hasher(fid, i as u64 * 65536, c.len() as u64);
+        h.update(c);
+        j.extend(
+            JournalRecord::Chunk {
+                session: 0,
+                index: i as u64,
+                mac: *h.finalize().as_bytes(),
+            }
+            .encode(),
+        );
+    }
+    j
+}
+
+/// The same poisoning from a malicious server in a `get -r`: it plants the part file and
+/// journal inside the requested tree; the user's next `get -r` of that tree from an HONEST
+/// server with the same key stores the planted bytes as verified.
+/// (`.zcp-ad589cba5daedaec` is the part key of the name `t.bin`: BLAKE3, first 8 bytes.)
+#[test]
+fn planted_part_and_journal_poison_a_later_honest_pull() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let honest: Vec<u8> = (0..131_072u32).map(|i| (i % 251) as u8).collect();
+    let forged = vec![0x66u8; honest.len()];
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["run42"],
+        &dest,
+        &["-r"],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    evil.send(&Message::MakeDir {
+        path: b"run42".to_vec(),
+    });
+    let a = evil.send_file(0, b"run42/.zcp-ad589cba5daedaec.part", &forged);
+    assert!(
+        matches!(a, Message::FileFailed { .. }),
+        "GOT THROUGH: {a:?}"
+    );
+    let j = forged_journal(&env.psk(), &honest);
+    let a = evil.send_file(1, b"run42/.zcp-ad589cba5daedaec.journal", &j);
+    assert!(
+        matches!(a, Message::FileFailed { .. }),
+        "GOT THROUGH: {a:?}"
+    );
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    assert_eq!(tree(&dest), ["run42"], "nothing planted");
+    // Later: the same tree from an honest server.
+    let root = env.mkdir("root");
+    std::fs::create_dir(root.join("run42")).unwrap();
+    std::fs::write(root.join("run42/t.bin"), &honest).unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let o = run(
+        {
+            let mut c = zcp();
+            c.args(["get", "-i", "0", "-r", "--chunk-size", "64K", "-p"])
+                .arg(srv.port.to_string())
+                .arg("--key-file")
+                .arg(&env.key)
+                .arg("127.0.0.1:run42")
+                .arg(&dest);
+            c
+        },
+        30,
+    );
+    eprintln!("honest pull: exit {:?}: {}", o.status.code(), both(&o));
+    let stored = std::fs::read(dest.join("run42/t.bin")).unwrap();
+    assert!(
+        stored == honest,
+        "GOT THROUGH: honest get exited {:?} and run42/t.bin holds the planted bytes ({:#x}...)",
+        o.status.code(),
+        stored[0]
+    );
+}
+
+/// A malicious server keeps `get --idle-timeout 2` alive without sending one byte:
+/// `mode` 0: a refused PutFile (new id, name not asked for) every 0.7 s;
+/// `mode` 1: a ChunkMac for the next chunk of an announced file every 0.7 s.
+fn pull_idle_held(mode: u8) -> (Option<i32>, Duration, String) {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let t = Instant::now();
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.txt"],
+        &dest,
+        &["--idle-timeout", "2"],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    if mode == 1 {
+        evil.put(0, b"want.txt", b"", 100 << 20);
+        assert!(matches!(evil.next(), Message::FileReady { .. }));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let th = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for i in 0..14u32 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                if mode == 0 {
+                    evil.put(10 + i, format!("other{i}").as_bytes(), b"", 5);
+                } else {
+                    evil.send(&Message::ChunkMac {
+                        file_id: 0,
+                        index: u64::from(i),
+                        mac: [0; 32],
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(700));
+            }
+            evil
+        })
+    };
+    let o = wait_output(child, 30);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = th.join();
+    (o.status.code(), t.elapsed(), both(&o))
+}
+
+#[test]
+fn pull_refused_putfiles_hold_get_past_idle_timeout() {
+    let (code, took, out) = pull_idle_held(0);
+    eprintln!("exit {code:?} after {took:?}: {out}");
+    assert!(
+        took < Duration::from_secs(7),
+        "GOT THROUGH: refused PutFiles kept get --idle-timeout 2 alive {took:?}"
+    );
+}
+
+#[test]
+fn pull_chunk_macs_without_data_hold_get_past_idle_timeout() {
+    let (code, took, out) = pull_idle_held(1);
+    eprintln!("exit {code:?} after {took:?}: {out}");
+    assert!(
+        took < Duration::from_secs(7),
+        "GOT THROUGH: ChunkMacs without a byte kept get --idle-timeout 2 alive {took:?}"
+    );
+}
+
+/// A symlink planted under the journal's name (pointing outside the root), then a file of
+/// several chunks for that target: the journal is never written through the link.
+#[test]
+fn push_journal_name_planted_as_a_link_is_not_followed() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let outside = env.mkdir("outside");
+    std::fs::write(outside.join("victim"), b"original").unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let mut data = raw.data(srv.port, 0).unwrap();
+    raw.send(&pf(0, b"t.bin", 200_000));
+    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+    let part = part_in(&root);
+    raw.send(&Message::FileAbort {
+        file_id: 0,
+        code: ErrorCode::Io,
+        message: "x".into(),
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    for (n, name) in [part.replace(".part", ".journal"), part.clone()]
+        .iter()
+        .enumerate()
+    {
+        raw.send(&Message::MakeLink {
+            path: name.clone().into_bytes(),
+            target: outside.join("victim").to_str().unwrap().as_bytes().to_vec(),
+        });
+        match raw.recv().unwrap() {
+            Message::EntryFailed { message, .. } => {
+                assert!(message.contains("part files and journals"), "{message}")
+            }
+            other => panic!("GOT THROUGH: a link named {name}: {other:?}"),
+        }
+        let body: Vec<u8> = (0..200_000u32).map(|i| (i % 13) as u8).collect();
+        let a = push_whole(&mut raw, &mut data, 1 + n as u32, b"t.bin", &body);
+        assert!(matches!(a, Message::FileCommitted { .. }), "{name}: {a:?}");
+        assert_eq!(std::fs::read(root.join("t.bin")).unwrap(), body);
+    }
+    assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"original");
+    assert_eq!(
+        std::fs::symlink_metadata(outside.join("victim"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o644
+    );
+    eprintln!("{:?} {}", tree(&root), srv.log());
+}
+
+/// Texts a client controls before and around a session, into the server log: an
+/// unauthenticated Error, an unknown engine name, Get paths, EntryFailed in a pull.
+#[test]
+fn log_injection_into_the_server_log() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("want.bin"), vec![1u8; 1000]).unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let nasty = "\x1b[31m\r\nzcp: session 0000000000000000 finished: 9 files\x07";
+    let nasty = nasty.replace("\\x1b", "\x1b").replace("\\x07", "\x07");
+    let nasty = nasty.replace("\\r", "\r").replace("\\n", "\n");
+    // Unknown engine (in Open).
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    raw.send(&Message::Open(zcp_wire::Open {
+        pull: false,
+        recursive: false,
+        streams: 1,
+        idle_ms: 0,
+        recv_engine: nasty.clone(),
+        send_engine: "sendfile".into(),
+        block_size: 0,
+        chunk_size: 0,
+    }));
+    let _ = error_from(&mut raw);
+    // Get paths.
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    raw.send(&open_message(true, 65536));
+    let _ = raw.recv();
+    raw.send(&Message::Get {
+        path: nasty.clone().into_bytes(),
+        dest: nasty.clone().into_bytes(),
+    });
+    raw.send(&Message::GetEnd);
+    let _ = error_from(&mut raw);
+    // A pull whose receiver reports failures and notices with the nasty text.
+    let (mut raw, _d) = raw_open(&srv, &env, true);
+    let id = next_put(&mut raw);
+    raw.send(&Message::FileFailed {
+        file_id: id,
+        code: ErrorCode::Io,
+        message: nasty.clone(),
+    });
+    raw.send(&Message::EntryFailed {
+        path: nasty.clone().into_bytes(),
+        code: ErrorCode::Io,
+        message: nasty.clone(),
+    });
+    raw.send(&Message::Notice {
+        message: nasty.clone(),
+    });
+    raw.send(&Message::Error {
+        code: ErrorCode::Internal,
+        message: nasty.clone(),
+    });
+    let _ = error_from(&mut raw);
+    std::thread::sleep(Duration::from_millis(500));
+    let log = srv.log();
+    eprintln!("{log}");
+    for b in ['\x1b', '\x07', '\r'] {
+        assert!(!log.contains(b), "GOT THROUGH: raw {b:?} in the log");
+    }
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("zcp: session 0000000000000000")),
+        "GOT THROUGH: forged line"
+    );
+}
+
+/// Path spellings for a lone requested file (no -r): only the exact name, normalized, lands.
+#[test]
+fn pull_path_spellings_and_lookalikes() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = victim_dest(&env);
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.txt"],
+        &dest,
+        &[],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let spellings: [&[u8]; 12] = [
+        b"want.txt/",
+        b"want.txt/.",
+        b"want.txt//x",
+        b"./want.txt/../keep.txt",
+        b"want.txt.",
+        b"WANT.TXT",
+        "want.txt\u{200b}".as_bytes(),
+        "w\u{0430}nt.txt".as_bytes(),
+        b"want.txt\xff",
+        b".",
+        b"./",
+        b".//.",
+    ];
+    for (i, d) in spellings.iter().enumerate() {
+        evil.put(10 + i as u32, d, b"", 5);
+        match evil.next() {
+            Message::FileFailed { .. } => {}
+            other => panic!("GOT THROUGH: {d:?} answered {other:?}"),
+        }
+    }
+    for m in [
+        Message::MakeDir {
+            path: b"./want.txt/".to_vec(),
+        },
+        Message::MakeLink {
+            path: b"./want.txt/x".to_vec(),
+            target: b"/".to_vec(),
+        },
+        Message::MakeLink {
+            path: b"keep.txt".to_vec(),
+            target: b"/".to_vec(),
+        },
+        Message::DirTimes {
+            path: b"./".to_vec(),
+            mode: 0o777,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        },
+    ] {
+        evil.send(&m);
+        match evil.next() {
+            Message::EntryFailed { .. } => {}
+            other => panic!("GOT THROUGH: {m:?} answered {other:?}"),
+        }
+    }
+    // A normalised spelling of the requested name is the requested name.
+    let a = evil.send_file(40, b"./want.txt", b"hello");
+    eprintln!("./want.txt: {a:?}");
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_ne!(o.status.code(), Some(0));
+    no_control_bytes(&o);
+    assert_eq!(
+        tree(&dest),
+        vec!["keep.txt", "private", "want.txt"],
+        "{}",
+        both(&o)
+    );
+    assert_eq!(mode(&dest), 0o750);
+    assert_eq!(
+        std::fs::read(dest.join("keep.txt")).unwrap(),
+        b"secret key material"
+    );
+}
+
+/// Two names asked for, one sent: SAFE is a non-zero (partial) exit.
+#[test]
+fn pull_one_of_two_requested_then_finish_is_not_success() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["a.txt", "b.txt"],
+        &dest,
+        &[],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let a = evil.send_file(0, b"a.txt", b"only this one");
+    assert!(matches!(a, Message::FileCommitted { .. }), "{a:?}");
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_eq!(tree(&dest), vec!["a.txt"]);
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "GOT THROUGH: get of a.txt and b.txt exited 0 with b.txt missing: {}",
+        both(&o)
+    );
+}
+
+/// The user's FIFO (or socket) at a requested name: a link of the server's choosing must not
+/// replace it any more than it may replace a regular file.
+#[test]
+fn pull_link_never_replaces_the_users_fifo() {
+    let env = Env::new();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = env.mkdir("dest");
+    let fifo = dest.join("want.pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let child = get(
+        l.local_addr().unwrap().port(),
+        &env.key,
+        &["want.pipe"],
+        &dest,
+        &[],
+    );
+    let mut evil = Evil::accept(&l, &env.psk(), None);
+    evil.send(&Message::MakeLink {
+        path: b"want.pipe".to_vec(),
+        target: b"/etc/passwd".to_vec(),
+    });
+    evil.finish();
+    let o = wait_output(child, 30);
+    let ft = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    eprintln!("exit {:?}: {}", o.status.code(), both(&o));
+    assert!(
+        !ft.is_symlink(),
+        "GOT THROUGH: the user's FIFO want.pipe was replaced by a link to /etc/passwd (exit {:?})",
+        o.status.code()
+    );
+}
+
+/// A push mixing the sequencing games that must be refused; asserts the disk afterwards.
+#[test]
+fn push_sequencing_games_are_refused() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::create_dir(root.join("private")).unwrap();
+    std::fs::set_permissions(root.join("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(root.join("private/key"), b"k").unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let mut data = raw.data(srv.port, 0).unwrap();
+    // A refused file (bad path), then its chunk on the data stream: drained, never written.
+    raw.send(&pf(0, b"../out", 1000));
+    assert!(matches!(raw.recv().unwrap(), Message::FileFailed { .. }));
+    data.write_all(&ChunkHeader::data(0, 0, 1000).encode())
+        .unwrap();
+    data.write_all(&[9u8; 1000]).unwrap();
+    // Implicit directories (made for a file's parents) get no times; a MakeLink cannot
+    // replace a directory; times for an existing directory only narrow it.
+    let a = push_whole(&mut raw, &mut data, 1, b"imp/lied/f", b"abc");
+    assert!(matches!(a, Message::FileCommitted { .. }), "{a:?}");
+    for m in [
+        Message::DirTimes {
+            path: b"imp/lied".to_vec(),
+            mode: 0o777,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        },
+        Message::MakeLink {
+            path: b"private".to_vec(),
+            target: b"/".to_vec(),
+        },
+        Message::MakeLink {
+            path: b"imp//lied/".to_vec(),
+            target: b"/".to_vec(),
+        },
+    ] {
+        raw.send(&m);
+        assert!(
+            matches!(raw.recv().unwrap(), Message::EntryFailed { .. }),
+            "{m:?}"
+        );
+    }
+    raw.send(&Message::MakeDir {
+        path: b"./private//".to_vec(),
+    });
+    raw.send(&Message::DirTimes {
+        path: b"private/.".to_vec(),
+        mode: 0o7777,
+        mtime_sec: 5,
+        mtime_nsec: 0,
+    });
+    // A FileEnd twice for an open (one-chunk, so held) file: protocol error, the session ends, nothing commits.
+    raw.send(&pf(2, b"twice.bin", 1000));
+    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+    raw.send(&Message::FileEnd {
+        file_id: 2,
+        digest: [0; 32],
+    });
+    raw.send(&Message::FileEnd {
+        file_id: 2,
+        digest: [0; 32],
+    });
+    let e = error_from(&mut raw);
+    eprintln!("{e:?}\n{}", srv.log());
+    assert!(e.is_some());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        tree(&root),
+        vec!["imp", "imp/lied", "imp/lied/f", "private", "private/key"]
+    );
+    assert_eq!(mode(&root.join("private")), 0o700);
+    assert_eq!(mode(&root.join("imp/lied")), 0o755);
+    assert!(!env.dir.path().join("out").exists());
+}
+
+/// Log amplification: every peer text is logged, escaped (a control byte becomes up to six
+/// characters), with no rate limit and without being progress. Reports the ratio.
+#[test]
+fn server_log_amplification_by_escaped_notices() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let _d = raw.data(srv.port, 0).unwrap();
+    let text: String = std::iter::repeat_n('\u{1}', 1024).collect();
+    let before = srv.log().len();
+    let mut sent = 0usize;
+    let mut frames = Vec::new();
+    for _ in 0..2000 {
+        let f = raw.est.sealer.seal(&Message::EntryFailed {
+            path: text.clone().into_bytes(),
+            code: ErrorCode::Io,
+            message: text.clone(),
+        });
+        sent += f.len();
+        frames.extend_from_slice(&f);
+    }
+    raw.s.write_all(&frames).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let logged = srv.log().len() - before;
+    eprintln!(
+        "sent {} KiB of frames, the server logged {} KiB ({:.1}x)",
+        sent >> 10,
+        logged >> 10,
+        logged as f64 / sent as f64
+    );
+    assert!(
+        logged < 2 * sent,
+        "GOT THROUGH (amplification): {logged} log bytes for {sent} bytes sent"
+    );
+}
