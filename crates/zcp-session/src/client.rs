@@ -457,6 +457,34 @@ fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
     }
 }
 
+/// Where the walk of a send starts: one regular file is sent scp-style (the destination may
+/// name the file); anything else goes into the destination as a directory. Also says which.
+pub(crate) fn send_tops(sources: &[PathBuf], dest: &[u8]) -> (Vec<Top>, bool) {
+    let lone_file = sources.len() == 1 && std::fs::metadata(&sources[0]).is_ok_and(|m| m.is_file());
+    if lone_file {
+        let top = Top::Local {
+            path: sources[0].clone(),
+            dest: dest.to_vec(),
+            name: basename(&sources[0]),
+        };
+        return (vec![top], true);
+    }
+    let mut v = Vec::new();
+    if dest != b"." {
+        v.push(Top::Dir {
+            dest: dest.to_vec(),
+        });
+    }
+    for s in sources {
+        v.push(Top::Local {
+            path: s.clone(),
+            dest: join(dest, &basename(s)),
+            name: Vec::new(),
+        });
+    }
+    (v, false)
+}
+
 fn basename(p: &Path) -> Vec<u8> {
     p.file_name()
         .map(|n| n.as_bytes().to_vec())
@@ -496,34 +524,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
             });
         }
     }
-    // One regular file is sent scp-style (the destination may name the file); anything else
-    // goes into the destination as a directory.
-    let lone_file = opts.sources.len() == 1
-        && std::fs::metadata(&opts.sources[0])
-            .map(|m| m.is_file())
-            .unwrap_or(false);
-    let tops: Vec<Top> = if lone_file {
-        vec![Top::Local {
-            path: opts.sources[0].clone(),
-            dest: opts.dest.clone(),
-            name: basename(&opts.sources[0]),
-        }]
-    } else {
-        let mut v = Vec::new();
-        if opts.dest != b"." {
-            v.push(Top::Dir {
-                dest: opts.dest.clone(),
-            });
-        }
-        for s in &opts.sources {
-            v.push(Top::Local {
-                path: s.clone(),
-                dest: join(&opts.dest, &basename(s)),
-                name: Vec::new(),
-            });
-        }
-        v
-    };
+    let (tops, lone_file) = send_tops(&opts.sources, &opts.dest);
     let size = if lone_file {
         std::fs::metadata(&opts.sources[0]).ok().map(|m| m.len())
     } else {

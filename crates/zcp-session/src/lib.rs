@@ -18,6 +18,8 @@ mod error;
 mod event;
 pub mod keyfile;
 mod manifest;
+#[cfg(test)]
+mod pair;
 mod recv;
 mod send;
 mod server;

@@ -276,8 +276,10 @@ pub(crate) fn run(
         let r = run_role(&core, events, &reader, observer);
         if r.is_err() {
             core.close();
-            core.ctl.shutdown();
         }
+        // Over either way: after the stats exchange nothing more crosses the control
+        // connection (and the reader wakes at once).
+        core.ctl.shutdown();
         for s in streams {
             let _ = s.join();
         }

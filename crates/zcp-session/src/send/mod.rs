@@ -168,7 +168,7 @@ pub(crate) fn run(
     }
     let report = {
         let tx = std::sync::Mutex::new(tx);
-        Box::new(move |d: Departure| {
+        Arc::new(move |d: Departure| {
             use zcp_engine::sync::Locked;
             let _ = tx.locked().send(d.into());
         })
@@ -204,12 +204,13 @@ pub(crate) fn run(
             helpers.add(&u);
         }
     }
-    if outcome.is_err() {
+    if let Err(e) = outcome {
         s.ctl.shutdown();
+        reader.finish();
+        return Err(e);
     }
-    let reader_usage = reader.finish();
-    outcome?;
-    // Our own stats close the session for the receiver.
+    // Our own stats close the session for the receiver; nothing more crosses the control
+    // connection after them, so it is shut down (which also wakes the reader at once).
     let mut usage = thread_usage().since(&start);
     usage.add(&helpers);
     sm.totals.usage = usage;
@@ -221,6 +222,8 @@ pub(crate) fn run(
         files: sm.totals.files,
     };
     let _ = s.ctl.send(&Message::Stats(mine));
+    s.ctl.shutdown();
+    let reader_usage = reader.finish();
     Ok((sm.totals, reader_usage))
 }
 

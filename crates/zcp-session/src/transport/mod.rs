@@ -68,7 +68,7 @@ pub(crate) struct SendSide {
     /// For staged chunks' MACs.
     pub(crate) keys: SessionKeys,
     pub(crate) chunks: Arc<Queue<OutChunk>>,
-    pub(crate) report: Box<dyn Fn(Departure) + Send + Sync>,
+    pub(crate) report: Arc<dyn Fn(Departure) + Send + Sync>,
 }
 
 /// What the receiving role answers for the data transport.

@@ -1,0 +1,170 @@
+//! A transport that fails where the pair harness says: the source cannot be read (a stream
+//! breaks, as `sendfile` failing with EIO breaks it), or a chunk's write fails with ENOSPC or
+//! EIO (its file fails, as a full or failing disk fails it). Wraps the real TCP streams, so
+//! everything else is what runs in production.
+
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use zcp_engine::Usage;
+use zcp_engine::recv::WriteFailure;
+use zcp_wire::{ChunkHeader, ErrorCode, SessionKeys};
+
+use crate::error::SessionError;
+use crate::recv::Placement;
+use crate::transport::tcp::TcpStreams;
+use crate::transport::{Departure, Landing, OutChunk, Queue, SendSide, Transport, spawn};
+
+/// A disk fault at the `at`-th chunk (from 0) of the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DiskFault {
+    /// Reading the source fails: the stream that would send the chunk breaks.
+    ReadEio,
+    /// Writing the chunk fails: no space.
+    WriteNoSpace,
+    /// Writing the chunk fails: an I/O error.
+    WriteEio,
+}
+
+/// [`TcpStreams`] with one [`DiskFault`].
+pub(crate) struct Faulty {
+    pub(crate) inner: TcpStreams,
+    pub(crate) fault: Option<(usize, DiskFault)>,
+    /// Set when the fault fired.
+    pub(crate) fired: Arc<AtomicBool>,
+}
+
+impl Transport for Faulty {
+    fn counters(&self) -> Vec<Arc<AtomicU64>> {
+        self.inner.counters()
+    }
+
+    fn tcp_sockets(&self) -> Vec<TcpStream> {
+        self.inner.tcp_sockets()
+    }
+
+    fn closer(&self) -> Box<dyn Fn() + Send + Sync> {
+        self.inner.closer()
+    }
+
+    fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError> {
+        let Some((at, DiskFault::ReadEio)) = self.fault else {
+            return Box::new(self.inner).send(side);
+        };
+        // Chunks pass through a pump: the `at`-th one is never sent; its stream breaks.
+        let inner_q: Arc<Queue<OutChunk>> = Queue::new();
+        let (role_q, report) = (side.chunks.clone(), side.report.clone());
+        let close = self.inner.closer();
+        let fired = self.fired.clone();
+        let pump = {
+            let inner_q = inner_q.clone();
+            spawn("pair-read-fault".into(), move || {
+                let mut k = 0;
+                while let Some(c) = role_q.pop() {
+                    if k == at {
+                        fired.store(true, Ordering::Relaxed);
+                        report(Departure::StreamFailed {
+                            stream: 0,
+                            why: "sendfile on the source: Input/output error (os error 5)".into(),
+                        });
+                        close();
+                        break;
+                    }
+                    inner_q.push(c);
+                    k += 1;
+                }
+                inner_q.close();
+                Usage::default()
+            })?
+        };
+        let mut threads = Box::new(self.inner).send(SendSide {
+            chunks: inner_q,
+            ..side
+        })?;
+        threads.push(pump);
+        Ok(threads)
+    }
+
+    fn receive(
+        self: Box<Self>,
+        landing: Arc<dyn Landing>,
+    ) -> Result<Vec<JoinHandle<()>>, SessionError> {
+        let landing: Arc<dyn Landing> = match self.fault {
+            Some((at, f @ (DiskFault::WriteNoSpace | DiskFault::WriteEio))) => {
+                Arc::new(FailWrite {
+                    inner: landing,
+                    at,
+                    no_space: f == DiskFault::WriteNoSpace,
+                    seen: AtomicUsize::new(0),
+                    fired: self.fired.clone(),
+                })
+            }
+            _ => landing,
+        };
+        Box::new(self.inner).receive(landing)
+    }
+}
+
+/// A landing whose `at`-th write fails.
+struct FailWrite {
+    inner: Arc<dyn Landing>,
+    at: usize,
+    no_space: bool,
+    seen: AtomicUsize,
+    fired: Arc<AtomicBool>,
+}
+
+impl Landing for FailWrite {
+    fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>) {
+        self.inner.join(counter, closer);
+    }
+
+    fn place(&self, header: &ChunkHeader) -> Result<Placement, String> {
+        self.inner.place(header)
+    }
+
+    fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>) {
+        let r = if self.seen.fetch_add(1, Ordering::Relaxed) == self.at {
+            self.fired.store(true, Ordering::Relaxed);
+            Err(WriteFailure {
+                no_space: self.no_space,
+                message: if self.no_space {
+                    "No space left on device (os error 28)".into()
+                } else {
+                    "Input/output error (os error 5)".into()
+                },
+            })
+        } else {
+            r
+        };
+        self.inner.written(file, index, r);
+    }
+
+    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]) {
+        self.inner.hashed(file, index, mac);
+    }
+
+    fn keys(&self) -> SessionKeys {
+        self.inner.keys()
+    }
+
+    fn stream_ended(
+        &self,
+        usage: Usage,
+        failed: Option<(ErrorCode, String)>,
+        late: Option<String>,
+    ) {
+        self.inner.stream_ended(usage, failed, late);
+    }
+
+    fn block(&self) -> u64 {
+        self.inner.block()
+    }
+
+    fn idle(&self) -> Duration {
+        self.inner.idle()
+    }
+}

@@ -1,0 +1,397 @@
+//! The in-process pair harness (quinn's `Pair` is the model): a sending role and a receiving
+//! role in one process, over loopback connections, on a temporary source tree and root, wired
+//! exactly as the client and the server wire them (the same [`crate::send::run`] and
+//! [`crate::recv::run`], the same TCP transport and engines). A fault hook can flip, stall or
+//! cut the bytes of any connection at a given byte, run a trigger there (change or truncate
+//! the source), make a chunk's write fail with ENOSPC or EIO, or make reading the source fail;
+//! "killing" a side cuts every connection at a byte, and running the pair again restarts
+//! from what is on disk.
+//!
+//! `tests.rs` holds the role tests that use it; `campaign.rs` the fault campaign.
+
+mod campaign;
+pub(crate) mod faulty;
+pub(crate) mod relay;
+mod tests;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use zcp_engine::fs::Root;
+use zcp_engine::{RecvEngine, SendEngine};
+use zcp_wire::{Opener, Psk, Sealer, SessionKeys, Side};
+
+use crate::confine::Scope;
+use crate::conn::{ControlRx, ControlTx, FrameReader};
+use crate::control::ControlWriter;
+use crate::error::SessionError;
+use crate::event::{Failure, FileOutcome, Observer};
+use crate::manifest::Walker;
+use crate::recv::state::RxConfig;
+use crate::recv::{ReceiverTotals, RxCore, RxEvent, RxSetup};
+use crate::send::{SendSetup, SenderConfig, SenderTotals};
+use crate::transport::tcp::TcpStreams;
+use faulty::{DiskFault, Faulty};
+use relay::{Cutter, WireFault, link};
+
+/// Which connection of a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Conn {
+    /// The control connection, sender to receiver.
+    Control,
+    /// The control connection, receiver to sender (acknowledgements, commits).
+    ControlBack,
+    /// A data stream.
+    Data(u16),
+}
+
+/// How a pair runs, and where it fails.
+#[derive(Debug, Clone)]
+pub(crate) struct Opts {
+    pub(crate) streams: u16,
+    pub(crate) chunk_size: Option<u64>,
+    pub(crate) send_engine: SendEngine,
+    pub(crate) recv_engine: RecvEngine,
+    pub(crate) idle: Duration,
+    pub(crate) recursive: bool,
+    /// A fault on a connection's sender-to-receiver bytes, at a byte.
+    pub(crate) wire: Option<(Conn, u64, WireFault)>,
+    /// A fault at the `n`-th chunk read or written.
+    pub(crate) disk: Option<(usize, DiskFault)>,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            streams: 2,
+            chunk_size: Some(64 << 10),
+            send_engine: SendEngine::Sendfile,
+            recv_engine: RecvEngine::Auto,
+            idle: Duration::from_secs(5),
+            recursive: true,
+            wire: None,
+            disk: None,
+        }
+    }
+}
+
+/// What a role told its observer.
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    pub(crate) done: Vec<FileOutcome>,
+    pub(crate) failures: Vec<Failure>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) engines: Option<(String, String)>,
+}
+
+impl Observer for Notes {
+    fn engines(&mut self, sender: &str, _: Option<&str>, receiver: &str, _: Option<&str>) {
+        self.engines = Some((sender.into(), receiver.into()));
+    }
+
+    fn file_done(&mut self, done: FileOutcome) {
+        if let Some(f) = &done.failure {
+            self.failures.push(f.clone());
+        }
+        self.done.push(done);
+    }
+
+    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
+        self.failures.extend(failure);
+        self.notes.extend(note);
+    }
+
+    fn tick(&mut self) {}
+}
+
+impl Notes {
+    /// Files committed.
+    pub(crate) fn committed(&self) -> usize {
+        self.done.iter().filter(|d| d.failure.is_none()).count()
+    }
+
+    /// Bytes the receiver already held and were not sent again.
+    pub(crate) fn skipped(&self) -> u64 {
+        self.done
+            .iter()
+            .filter(|d| d.failure.is_none())
+            .map(|d| d.skipped)
+            .sum()
+    }
+}
+
+/// How a run of the pair ended.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) sender: Result<SenderTotals, SessionError>,
+    pub(crate) receiver: Result<ReceiverTotals, SessionError>,
+    pub(crate) sent: Notes,
+    pub(crate) received: Notes,
+    /// Payload bytes the sender put on the data streams.
+    pub(crate) bytes_sent: u64,
+    /// Whether the fault asked for fired (its byte or chunk came).
+    pub(crate) fired: bool,
+}
+
+impl Outcome {
+    /// Both roles ended cleanly and nothing failed.
+    pub(crate) fn clean(&self) -> bool {
+        self.sender.is_ok()
+            && self.receiver.is_ok()
+            && self.sent.failures.is_empty()
+            && self.received.failures.is_empty()
+    }
+
+    /// Panics with everything known unless [`Outcome::clean`].
+    #[track_caller]
+    pub(crate) fn assert_clean(&self) {
+        assert!(self.clean(), "{self:#?}");
+    }
+}
+
+/// A source tree and a receiver root in one temporary directory, and a key.
+pub(crate) struct Pair {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) psk: Psk,
+    runs: AtomicU64,
+}
+
+impl Pair {
+    pub(crate) fn new() -> Pair {
+        let dir = tempfile::Builder::new()
+            .prefix("zcp-pair-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir(dir.path().join("src")).expect("src");
+        std::fs::create_dir(dir.path().join("dst")).expect("dst");
+        Pair {
+            dir,
+            psk: Psk::from_bytes([0x5a; 32]),
+            runs: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn src(&self, rel: &str) -> PathBuf {
+        self.dir.path().join("src").join(rel)
+    }
+
+    pub(crate) fn dst(&self, rel: &str) -> PathBuf {
+        self.dir.path().join("dst").join(rel)
+    }
+
+    /// Writes source file `rel` (parents made) with `len` bytes made from `seed`.
+    pub(crate) fn file(&self, rel: &str, len: usize, seed: u64) -> Vec<u8> {
+        let bytes = pseudo_random(len, seed);
+        let p = self.src(rel);
+        std::fs::create_dir_all(p.parent().expect("in src")).expect("parents");
+        std::fs::write(&p, &bytes).expect("write source");
+        bytes
+    }
+
+    /// Whether destination `rel` holds exactly what source `rel` holds.
+    pub(crate) fn same(&self, rel: &str) -> bool {
+        match (std::fs::read(self.src(rel)), std::fs::read(self.dst(rel))) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Sends `sources` (relative to the source tree) into `dest` beneath the root, as
+    /// `zcp send` would, with `o`'s engines and faults.
+    pub(crate) fn push(&self, sources: &[&str], dest: &str, o: &Opts) -> Outcome {
+        let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        // Fresh nonces per run, as every real session has.
+        let mut nonces = ([0u8; 32], [0u8; 32]);
+        nonces.0[..8].copy_from_slice(&n.to_le_bytes());
+        nonces.1[..8].copy_from_slice(&(n ^ u64::MAX).to_le_bytes());
+        let keys = SessionKeys::derive(&self.psk, &nonces.0, &nonces.1);
+        let cutter = Cutter::new(matches!(o.wire, Some((_, _, WireFault::CutAll))));
+        let fault_on = |c: Conn| {
+            o.wire
+                .as_ref()
+                .filter(|(on, _, _)| *on == c)
+                .map(|(_, at, f)| (*at, f.clone()))
+        };
+        let back = fault_on(Conn::ControlBack);
+        let (c_s, c_r, mut relays) = link(fault_on(Conn::Control), back, &cutter);
+        let (mut s_socks, mut r_socks) = (Vec::new(), Vec::new());
+        for i in 0..o.streams {
+            let (s, r, t) = link(fault_on(Conn::Data(i)), None, &cutter);
+            for sock in [&s, &r] {
+                let _ = zcp_engine::sys::set_socket_timeouts(sock, Some(o.idle));
+            }
+            s_socks.push(s);
+            r_socks.push(r);
+            relays.extend(t);
+        }
+        let counters = |n: u16| {
+            (0..n)
+                .map(|_| Arc::new(AtomicU64::new(0)))
+                .collect::<Vec<_>>()
+        };
+        let s_counters = counters(o.streams);
+        let sources: Vec<PathBuf> = sources.iter().map(|s| self.src(s)).collect();
+        let (tops, _) = crate::client::send_tops(&sources, dest.as_bytes());
+        let setup = SendSetup {
+            cfg: SenderConfig {
+                engine: o.send_engine,
+                block: 0,
+                chunk_size: o.chunk_size,
+                idle: o.idle,
+            },
+            ctl: Arc::new(control_tx(&c_s, &keys, Side::Client)),
+            rx: control_rx(c_s, &keys, Side::Client),
+            keys: keys.clone(),
+            nonces,
+            psk: self.psk.clone(),
+            transport: Box::new(Faulty {
+                inner: TcpStreams::new(s_socks, s_counters.clone()),
+                fault: o.disk,
+                fired: cutter.fired.clone(),
+            }),
+            peer: "the receiver".into(),
+        };
+        let walker = Walker::new(tops, o.recursive);
+        let sender = std::thread::spawn(move || {
+            let mut notes = Notes::default();
+            let r = crate::send::run(setup, walker, &mut notes).map(|(t, _)| t);
+            (r, notes)
+        });
+        let receiver = {
+            let root = Arc::new(Root::open(&self.dst("")).expect("the root opens"));
+            let cfg = RxConfig {
+                requested: o.recv_engine,
+                block: 0,
+                idle: o.idle,
+                sender_engine: o.send_engine.name().into(),
+            };
+            let (streams, disk, fired) = (o.streams, o.disk, cutter.fired.clone());
+            std::thread::spawn(move || {
+                let (wake, events) = mpsc::channel::<RxEvent>();
+                let core = RxCore::new(RxSetup {
+                    cfg,
+                    keys: keys.clone(),
+                    nonces,
+                    root,
+                    scope: Scope::push(),
+                    streams,
+                    ctl: Arc::new(control_tx(&c_r, &keys, Side::Server)),
+                    wake: wake.clone(),
+                });
+                let transport = Box::new(Faulty {
+                    inner: TcpStreams::new(r_socks, counters(streams)),
+                    fault: disk,
+                    fired,
+                });
+                let rx = control_rx(c_r, &keys, Side::Server);
+                let mut notes = Notes::default();
+                let r = crate::recv::run(core, (wake, events), rx, Some(transport), &mut notes)
+                    .map(|(t, _)| t);
+                (r, notes)
+            })
+        };
+        let (sender, sent) = sender.join().expect("the sending role does not panic");
+        let (receiver, received) = receiver.join().expect("the receiving role does not panic");
+        let fired = cutter.fired.load(Ordering::Relaxed);
+        cutter.cut();
+        for t in relays {
+            let _ = t.join();
+        }
+        Outcome {
+            fired,
+            sender,
+            receiver,
+            sent,
+            received,
+            bytes_sent: s_counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        }
+    }
+
+    /// Every regular file beneath the root whose name is final (not a part file or journal),
+    /// relative to the root.
+    pub(crate) fn finals(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        walk(&self.dst(""), &self.dst(""), &mut out);
+        out.sort();
+        out
+    }
+
+    /// Bytes the journal beside destination `rel` holds as durable (0 without one).
+    pub(crate) fn journaled(&self, rel: &str) -> u64 {
+        let name = self.dst(rel);
+        let name = name.file_name().expect("a file").as_encoded_bytes();
+        let key = hex::encode(&blake3::hash(name).as_bytes()[..8]);
+        let journal = self.dst(rel).with_file_name(format!(".zcp-{key}.journal"));
+        let Ok(bytes) = std::fs::read(journal) else {
+            return 0;
+        };
+        let Ok(j) = zcp_wire::journal::decode_journal(&bytes) else {
+            return 0;
+        };
+        let Ok(plan) = zcp_wire::ChunkPlan::new(j.header.size, j.header.chunk_size) else {
+            return 0;
+        };
+        let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.1).collect();
+        chunks.iter().map(|i| plan.chunk(*i).1).sum()
+    }
+
+    /// Part files and journals beneath the root.
+    pub(crate) fn partials(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        walk_all(&self.dst(""), &self.dst(""), &mut out);
+        out.retain(|p| {
+            let name = Path::new(p).file_name().expect("a name").as_encoded_bytes();
+            zcp_engine::fs::is_reserved_name(name)
+        });
+        out
+    }
+}
+
+fn control_tx(s: &TcpStream, keys: &SessionKeys, side: Side) -> ControlWriter {
+    ControlWriter::new(ControlTx {
+        stream: s.try_clone().expect("clone"),
+        sealer: Sealer::new(keys, side),
+    })
+}
+
+fn control_rx(s: TcpStream, keys: &SessionKeys, side: Side) -> ControlRx {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(250)));
+    ControlRx {
+        stream: s,
+        opener: Opener::new(keys, side),
+        reader: FrameReader::default(),
+    }
+}
+
+fn walk_all(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let rel = p.strip_prefix(root).expect("beneath").display().to_string();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => walk_all(root, &p, out),
+            _ => out.push(rel),
+        }
+    }
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let mut all = Vec::new();
+    walk_all(root, dir, &mut all);
+    out.extend(all.into_iter().filter(|p| {
+        let name = Path::new(p).file_name().expect("a name").as_encoded_bytes();
+        !zcp_engine::fs::is_reserved_name(name)
+    }));
+}
+
+/// `len` bytes that depend on `seed` (BLAKE3 as a stream), so files differ chunk by chunk.
+pub(crate) fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    blake3::Hasher::new()
+        .update(&seed.to_le_bytes())
+        .finalize_xof()
+        .fill(&mut out);
+    out
+}
