@@ -59,10 +59,13 @@ fn start_slow_send(port: u16, key: &Path, src: &Path, dest: &str) -> Child {
     }
 }
 
+/// The size of [`big_source`].
+const BIG: u64 = 1 << 30;
+
 fn big_source(env: &Env, name: &str) -> std::path::PathBuf {
     let src = env.path(name);
-    // 3 GiB, data every 4 MiB: the slow path needs seconds, the fault lands mid-file.
-    make_file(&src, 3 << 30, 4 << 20, 7);
+    // 1 GiB, data every 4 MiB: the slow path needs a second or more, the fault lands mid-file.
+    make_file(&src, BIG, 4 << 20, 7);
     src
 }
 
@@ -86,7 +89,7 @@ fn killing_the_sender_mid_file_leaves_the_target_untouched_and_resumes() {
     assert!(no_partials(&root, 10), "{:?}", tree(&root));
     let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap();
     let skipped = v["end"]["resume"]["bytes_skipped"].as_u64().unwrap();
-    assert_eq!(sent + skipped, 3 << 30, "{v}");
+    assert_eq!(sent + skipped, BIG, "{v}");
 }
 
 #[test]
@@ -143,7 +146,7 @@ fn a_source_modified_while_sent_is_not_committed() {
     let srv = ServerProc::start(&root, &env.key, &[]);
     let child = start_slow_send(srv.port, &env.key, &src, "t.bin");
     let f = std::fs::File::options().write(true).open(&src).unwrap();
-    for off in [0u64, 1 << 30, (2 << 30) + 12345] {
+    for off in [0u64, BIG / 2, BIG - 12345] {
         f.write_all_at(b"tampered", off).unwrap();
     }
     drop(f);

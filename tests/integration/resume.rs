@@ -52,6 +52,7 @@ fn finish_and_check(
 }
 
 #[test]
+#[ignore = "heavy: real processes killed at random points, its own CI step; the roles' resume is the pair harness's (zcp-session) in the suite"]
 fn the_sender_killed_at_random_points_then_resumed() {
     let env = Env::new();
     let root = env.mkdir("root");
@@ -79,6 +80,7 @@ fn the_sender_killed_at_random_points_then_resumed() {
 }
 
 #[test]
+#[ignore = "heavy: real processes killed at random points, its own CI step; the roles' resume is the pair harness's (zcp-session) in the suite"]
 fn the_receiver_killed_at_random_points_then_resumed() {
     let env = Env::new();
     let root = env.mkdir("root");
@@ -108,6 +110,7 @@ fn the_receiver_killed_at_random_points_then_resumed() {
 }
 
 #[test]
+#[ignore = "heavy: real processes killed at random points, its own CI step; the roles' resume is the pair harness's (zcp-session) in the suite"]
 fn a_source_changed_between_attempts_is_sent_whole() {
     use std::os::unix::fs::FileExt;
     let env = Env::new();

@@ -476,8 +476,8 @@ fn memory_stays_bounded_as_trees_grow() {
             m["receiver"]["max_rss_bytes"].as_u64().unwrap(),
         )
     };
-    let small = rss(2_000);
-    let large = rss(20_000);
+    let small = rss(1_000);
+    let large = rss(10_000);
     // Ten times the files may not cost ten times the memory: the manifest streams and at most
     // a window of files is open on either side.
     assert!(

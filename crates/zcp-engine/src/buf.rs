@@ -1,8 +1,11 @@
-//! Page-aligned heap buffers for O_DIRECT.
+//! Page-aligned buffers for O_DIRECT, from anonymous memory mappings: their pages are zero
+//! and cost no memory until something is written into them, so a ring of large buffers that
+//! only ever sees small chunks stays small.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+
+use rustix::mm::{MapFlags, ProtFlags};
 
 const ALIGN: usize = 4096;
 
@@ -12,7 +15,7 @@ pub struct AlignedBuf {
     len: usize,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); moving it to another
+// SAFETY: AlignedBuf owns its mapping exclusively (like Vec<u8>); moving it to another
 // thread moves that ownership.
 #[allow(unsafe_code)]
 unsafe impl Send for AlignedBuf {}
@@ -21,11 +24,24 @@ impl AlignedBuf {
     /// A buffer of at least `len` bytes (rounded up to 4096, at least 4096).
     pub fn new(len: usize) -> AlignedBuf {
         let len = len.max(1).div_ceil(ALIGN) * ALIGN;
-        let layout = Layout::from_size_align(len, ALIGN).expect("valid layout");
-        // SAFETY: layout has nonzero size.
+        // SAFETY: a fresh private anonymous mapping of `len` bytes at an address the kernel
+        // picks: no existing memory is affected. Its pages read as zero until written.
         #[allow(unsafe_code)]
-        let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let raw = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        };
+        let ptr = raw
+            .ok()
+            .and_then(|p| NonNull::new(p.cast::<u8>()))
+            .unwrap_or_else(|| {
+                let layout = std::alloc::Layout::from_size_align(len, ALIGN).expect("layout");
+                std::alloc::handle_alloc_error(layout)
+            });
         AlignedBuf { ptr, len }
     }
 }
@@ -33,7 +49,8 @@ impl AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: ptr is a live allocation of len initialised (zeroed) bytes owned by self.
+        // SAFETY: ptr is a live mapping of len bytes (zero-filled by the kernel, so
+        // initialised) owned by self.
         #[allow(unsafe_code)]
         unsafe {
             std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
@@ -53,13 +70,11 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with exactly this layout and not freed before.
+        // SAFETY: mapped in `new` with exactly this length and not unmapped before; no slice
+        // of it outlives self.
         #[allow(unsafe_code)]
         unsafe {
-            dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align(self.len, ALIGN).expect("valid layout"),
-            );
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
         }
     }
 }
@@ -82,5 +97,15 @@ mod tests {
         assert!(b.iter().all(|x| *x == 0));
         b[8191] = 1;
         assert_eq!(b[8191], 1);
+    }
+
+    #[test]
+    fn a_large_buffer_costs_only_the_pages_written() {
+        let rss = || crate::sys::process_usage().max_rss_bytes;
+        let before = rss();
+        let mut b = AlignedBuf::new(256 << 20);
+        b[0] = 1;
+        b[(256 << 20) - 1] = 1;
+        assert!(rss() < before + (32 << 20), "{} -> {}", before, rss());
     }
 }

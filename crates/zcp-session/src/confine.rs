@@ -35,6 +35,8 @@ struct DirFacts {
     created: bool,
     /// The peer's `MakeDir` named it.
     named: bool,
+    /// The peer's `MakeLink` made a link there.
+    linked: bool,
 }
 
 /// How `DirTimes` may apply to a directory.
@@ -225,6 +227,12 @@ impl Scope {
     /// session (a repeated `MakeDir` is no progress).
     pub(crate) fn made_dir(&self, path: &RelPath) -> bool {
         self.remember(path, |f| std::mem::replace(&mut f.named, true))
+            .is_some_and(|was| !was)
+    }
+
+    /// Records a link this session made at `path`. Returns whether it is the first there.
+    pub(crate) fn made_link(&self, path: &RelPath) -> bool {
+        self.remember(path, |f| std::mem::replace(&mut f.linked, true))
             .is_some_and(|was| !was)
     }
 

@@ -55,10 +55,12 @@ pub(crate) enum Top {
         dest: Vec<u8>,
         name: Vec<u8>,
     },
-    /// A name in a directory already opened beneath a root (the server in a pull); `display`
-    /// is the path as the client asked for it, raw.
+    /// A name in a directory beneath a root (the server in a pull), opened when the walk
+    /// gets to it (thousands of `Get`s hold no descriptor each); `display` is the path as the
+    /// client asked for it, raw.
     Beneath {
-        parent: OwnedFd,
+        root: std::sync::Arc<fs::Root>,
+        parent: Vec<Vec<u8>>,
         name: Vec<u8>,
         dest: Vec<u8>,
         display: Vec<u8>,
@@ -270,15 +272,22 @@ impl Walker {
                 }
             }
             Top::Beneath {
+                root,
                 parent,
                 name,
                 dest,
                 display,
-            } => match self.visit(&parent, &name, dest, display) {
-                // A path the client asked for that is not there is a failure, not a note.
-                Entry::Skip { display, why, .. } => Self::fail(display, why),
-                other => other,
-            },
+            } => {
+                let parent = match root.open_dir(&parent, false) {
+                    Ok(fd) => fd,
+                    Err(e) => return Self::fail(escape(&display), format!("{e} on the server")),
+                };
+                match self.visit(&parent, &name, dest, display) {
+                    // A path the client asked for that is not there is a failure, not a note.
+                    Entry::Skip { display, why, .. } => Self::fail(display, why),
+                    other => other,
+                }
+            }
         }
     }
 }

@@ -462,8 +462,8 @@ impl Session {
     }
 }
 
-/// Notices (refusals and the peer's own notes) logged per session; past this they are
-/// counted, and the count is logged when the session ends. A peer cannot flood the log.
+/// Notices (failed files, refusals, the peer's own notes) logged per session; past this they
+/// are counted, and the count is logged when the session ends. A peer cannot flood the log.
 const MAX_LOGGED_NOTICES: u64 = 100;
 /// Characters of one peer text (a path, a reason) a log line shows at most.
 const MAX_LOGGED_TEXT: usize = 300;
@@ -521,7 +521,7 @@ impl Observer for ServerObserver<'_> {
                 self.files += 1;
                 self.reporter.event(&ServerEvent::FileDone {
                     session: self.session.clone(),
-                    target: d.path,
+                    target: clip(d.path),
                     bytes: d.bytes,
                     skipped: d.skipped,
                     seconds: d.seconds,
@@ -531,11 +531,16 @@ impl Observer for ServerObserver<'_> {
                 });
             }
             Some(f) => {
+                // A failed file is a notice too: counted against the log's cap, clipped.
                 self.failed(f.code);
+                self.notices += 1;
+                if self.notices > MAX_LOGGED_NOTICES {
+                    return;
+                }
                 self.reporter.event(&ServerEvent::FileFailed {
                     session: self.session.clone(),
-                    target: if f.path.is_empty() { d.path } else { f.path },
-                    reason: f.message,
+                    target: clip(if f.path.is_empty() { d.path } else { f.path }),
+                    reason: clip(f.message),
                 })
             }
         }
@@ -568,16 +573,16 @@ impl Observer for ServerObserver<'_> {
 }
 
 /// Reads the next message on the control connection within `limit`.
-fn next_message(rx: &mut ControlRx, limit: Duration) -> Result<Message, String> {
-    let until = Instant::now() + limit;
+/// The next message on the control connection, before `until` (what a client must send
+/// before the role starts — `Open`, the `Get`s — comes within one handshake timeout).
+fn next_message(rx: &mut ControlRx, until: Instant) -> Result<Message, String> {
     loop {
         match rx.poll() {
             Ok(Some(m)) => return Ok(m),
             Ok(None) if Instant::now() > until => {
-                return Err(format!(
-                    "nothing from the client within {} s",
-                    limit.as_secs()
-                ));
+                return Err(
+                    "the client did not finish its request within the handshake timeout".into(),
+                );
             }
             Ok(None) => {}
             Err(e) => return Err(format!("control connection: {e}")),
@@ -622,7 +627,7 @@ fn run_session(
             ctl.send_error(code, &m);
             m
         };
-        let open = match next_message(&mut rx, ctx.cfg.handshake_timeout)? {
+        let open = match next_message(&mut rx, Instant::now() + ctx.cfg.handshake_timeout)? {
             Message::Open(o) => o,
             other => {
                 return Err(refuse(
@@ -715,10 +720,11 @@ fn run_session(
                 streams,
                 idle_ms: idle.as_millis() as u32,
             })?;
-            // The paths come before the walk: read them now.
+            // The paths come before the walk: read them now, all within one handshake timeout.
+            let gets_until = Instant::now() + ctx.cfg.handshake_timeout;
             let mut tops = Vec::new();
             loop {
-                match next_message(&mut rx, ctx.cfg.handshake_timeout)? {
+                match next_message(&mut rx, gets_until)? {
                     Message::Get { path, dest } => {
                         tops.push(get_top(&ctx.root, &path, &dest).map_err(|(c, m)| refuse(c, m))?)
                     }
@@ -790,8 +796,9 @@ fn run_session(
     code
 }
 
-/// Where a pulled path starts: resolved beneath the root, never through a symlink.
-fn get_top(root: &Root, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, String)> {
+/// Where a pulled path starts: its directory resolved beneath the root now (never through a
+/// symlink), so a path that is not there is refused before the session; reopened by the walk.
+fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, String)> {
     let p = RelPath::parse(path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
     let Some((last, parent)) = p.components().split_last() else {
         return Err((
@@ -799,8 +806,7 @@ fn get_top(root: &Root, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, Str
             "name a path below the server root, not the root itself".into(),
         ));
     };
-    let dir = root
-        .open_dir(parent, false)
+    root.open_dir(parent, false)
         .map_err(|e| (ErrorCode::BadPath, format!("source {e} on the server")))?;
     let dest = if dest.is_empty() {
         last.clone()
@@ -809,7 +815,8 @@ fn get_top(root: &Root, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, Str
     };
     RelPath::parse(&dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
     Ok(Top::Beneath {
-        parent: dir,
+        root: root.clone(),
+        parent: parent.to_vec(),
         name: last.clone(),
         dest,
         display: path.to_vec(),

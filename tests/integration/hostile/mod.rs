@@ -5,10 +5,12 @@
 //!
 //! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `bounds`: what neither
-//! can make a peer hold or keep open; `review`: a second, independent attacker's cases.
+//! can make a peer hold or keep open; `review` and `round3`: the second and third independent
+//! attackers' cases.
 
 mod bounds;
 mod harness;
 mod pull;
 mod push;
 mod review;
+mod round3;

@@ -285,7 +285,7 @@ fn push_control_flood_while_the_server_is_stuck_writing() {
         }));
     }
     raw.s
-        .set_write_timeout(Some(Duration::from_secs(3)))
+        .set_write_timeout(Some(Duration::from_secs(1)))
         .unwrap();
     let _ = raw.s.write_all(&frames);
     // Then big Notices, up to ~1.2 GiB, checking the server's growth as we go.
@@ -347,7 +347,7 @@ fn flood(
     for _ in 0..n_stall {
         frames.extend_from_slice(&sealer.seal(stall));
     }
-    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
     let _ = s.write_all(&frames);
     let notice = Message::Notice {
         message: "n".repeat(60_000),
@@ -826,7 +826,13 @@ fn log_injection_into_the_server_log() {
     let env = Env::new();
     let root = env.mkdir("root");
     std::fs::write(root.join("want.bin"), vec![1u8; 1000]).unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
+    // The pulls below never open their data stream: the server waits for it no longer than
+    // the larger of the handshake and idle timeouts.
+    let srv = ServerProc::start(
+        &root,
+        &env.key,
+        &["--handshake-timeout", "1", "--idle-timeout", "1"],
+    );
     let nasty = "\x1b[31m\r\nzcp: session 0000000000000000 finished: 9 files\x07";
     let nasty = nasty.replace("\\x1b", "\x1b").replace("\\x07", "\x07");
     let nasty = nasty.replace("\\r", "\r").replace("\\n", "\n");

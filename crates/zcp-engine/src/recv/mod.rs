@@ -137,6 +137,8 @@ pub type Completion = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 pub use direct::{DIRECT_ALIGN, DIRECT_DEPTH, DIRECT_WRITERS};
 
 mod direct;
+#[cfg(test)]
+mod large;
 mod readback;
 
 /// The engine a probe settled on for a destination filesystem.
@@ -428,6 +430,8 @@ pub struct StreamReceiver {
     ring: Option<direct::DirectRing>,
     /// The socket's receive timeout, read once (it is the same for every chunk).
     timeout: Option<Option<Duration>>,
+    /// Largest `direct` block ([`StreamReceiver::limit_direct`]).
+    direct_max: Option<usize>,
 }
 
 impl StreamReceiver {
@@ -441,15 +445,27 @@ impl StreamReceiver {
             readback: None,
             ring: None,
             timeout: None,
+            direct_max: None,
         }
     }
 
     fn block_for(&self, engine: RecvEngine) -> usize {
-        if self.block == 0 {
+        let block = if self.block == 0 {
             engine.default_block() as usize
         } else {
             self.block.max(4096)
+        };
+        match (engine, self.direct_max) {
+            (RecvEngine::Direct, Some(max)) => block.min(max),
+            _ => block,
         }
+    }
+
+    /// Caps the `direct` engine's block at `max` bytes (its ring holds [`DIRECT_DEPTH`] of
+    /// them): how a session keeps its rings within a memory budget.
+    pub fn limit_direct(mut self, max: u64) -> StreamReceiver {
+        self.direct_max = Some((max.max(DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN) as usize);
+        self
     }
 
     /// Moves exactly `len` bytes from `sock` to `target` at `offset` with `engine` (already

@@ -164,6 +164,10 @@ impl Landing for FailWrite {
         self.inner.block()
     }
 
+    fn direct_limit(&self) -> u64 {
+        self.inner.direct_limit()
+    }
+
     fn idle(&self) -> Duration {
         self.inner.idle()
     }

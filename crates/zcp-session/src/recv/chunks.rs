@@ -31,9 +31,14 @@ const HASHED: u8 = 4;
 const VERIFIED: u8 = 8;
 const DURABLE: u8 = 16;
 
+/// Times a chunk may fail verification before its file is given up (the sender's limit too).
+pub(crate) const MAX_MISMATCHES: u8 = 4;
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Chunk {
     flags: u8,
+    /// Failed verifications so far (kept across the chunk's resets).
+    mismatches: u8,
     local: [u8; 32],
     expected: Option<[u8; 32]>,
 }
@@ -67,6 +72,8 @@ pub(crate) enum Outcome {
     Verified(u64),
     /// Failed verification and was reset: ask the sender for it again.
     Mismatch(u64),
+    /// Failed verification [`MAX_MISMATCHES`] times: the file is given up.
+    GiveUp(u64),
 }
 
 /// Where the file's journal stands (the journal itself is the I/O side's).
@@ -205,6 +212,7 @@ impl RxFile {
                 if c.flags & DURABLE == 0 {
                     *c = Chunk {
                         flags: CLAIMED | WRITTEN | HASHED | VERIFIED | DURABLE,
+                        mismatches: 0,
                         local: mac,
                         expected: Some(mac),
                     };
@@ -251,9 +259,19 @@ impl RxFile {
                 Outcome::Verified(index)
             }
             Some(_) => {
-                // Forget this attempt entirely: the sender sends the chunk and its MAC again.
-                *c = Chunk::default();
-                Outcome::Mismatch(index)
+                // Forget this attempt entirely: the sender sends the chunk and its MAC again
+                // (its bytes no longer count as written).
+                let mismatches = c.mismatches.saturating_add(1);
+                *c = Chunk {
+                    mismatches,
+                    ..Chunk::default()
+                };
+                self.written = self.written.saturating_sub(self.spec.plan.chunk(index).1);
+                if mismatches >= MAX_MISMATCHES {
+                    Outcome::GiveUp(index)
+                } else {
+                    Outcome::Mismatch(index)
+                }
             }
         }
     }
@@ -497,6 +515,24 @@ mod tests {
         assert_eq!(f.expect(0, [2; 32]), Ok(Outcome::Verified(0)));
         assert!(f.claim(0).is_err(), "a verified chunk is not sent twice");
         assert!(f.expect(5, [0; 32]).is_err());
+    }
+
+    #[test]
+    fn a_chunk_that_never_verifies_is_given_up_and_counts_once_as_written() {
+        let mut f = file(100_000, RecvEngine::ReadWrite, vec![]);
+        for round in 1..=MAX_MISMATCHES {
+            f.claim(1).unwrap();
+            f.written(1);
+            assert!(f.written <= f.plan().size(), "{}", f.written);
+            f.hashed(1, [1; 32]);
+            let want = if round < MAX_MISMATCHES {
+                Outcome::Mismatch(1)
+            } else {
+                Outcome::GiveUp(1)
+            };
+            assert_eq!(f.expect(1, [2; 32]), Ok(want), "round {round}");
+            assert_eq!(f.written, 0, "a failed chunk's bytes are not counted");
+        }
     }
 
     #[test]

@@ -112,7 +112,7 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
     let mut steps: Vec<Step> = Vec::new();
     let mut failed: Decided = Vec::new();
     for job in batch {
-        let part = core.disk.parts.take(job.spec.id);
+        let part = core.disk.take(job.spec.id);
         match finalize(&job, part) {
             Ok(part) => steps.push(Step { job, part }),
             Err(r) => failed.push((job, Err(r))),

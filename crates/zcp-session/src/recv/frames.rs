@@ -143,7 +143,7 @@ impl Receiving {
                         })
                     }));
             }
-            Message::Go { file_id, restart } => return self.go(file_id, restart, now),
+            Message::Go { file_id, restart } => return self.go(file_id, restart),
             Message::ChunkMac {
                 file_id,
                 index,
@@ -186,6 +186,9 @@ impl Receiving {
                     }),
                     None,
                 ));
+                // Giving a file up is no progress: a stream of announce-then-abort cannot hold
+                // the session.
+                return chatter;
             }
             Message::Notice { message } => {
                 let who = if self.scope.is_pull() {
@@ -363,13 +366,12 @@ impl Receiving {
 
     /// The sender's answer to an offer: only for a file offered (`FileReady{resumed}`), once.
     /// A restart empties the part file and its journal *before* any chunk may land.
-    fn go(&mut self, file_id: u32, restart: bool, now: Instant) -> Result<Step, SessionError> {
+    fn go(&mut self, file_id: u32, restart: bool) -> Result<Step, SessionError> {
         let Some(f) = self.open_file(file_id, "Go")? else {
             return Ok(Step::Next);
         };
         let (may, stores, size) = (f.may_go(), f.spec.io.is_some(), f.plan().size());
         may.map_err(|r| self.proto(r))?;
-        self.progress(now);
         if restart && stores {
             return Ok(Step::Fs(FsJob::Reset {
                 file: file_id,
@@ -404,9 +406,11 @@ impl Receiving {
             } => match result {
                 Ok(changed) => {
                     let new = match (act, path) {
-                        // A repeated MakeDir of the same directory is no progress.
+                        // A repeated MakeDir of the same directory is no progress; nor is a
+                        // link made again at a path this session already made one (even to
+                        // another target: flipping a link back and forth is not work).
                         (Act::Dir, Some(p)) => self.scope.made_dir(&p),
-                        (Act::Link, _) => changed,
+                        (Act::Link, Some(p)) => changed && self.scope.made_link(&p),
                         // A directory's times are not an entry of their own.
                         _ => return Ok(()),
                     };
@@ -463,7 +467,8 @@ impl Receiving {
         };
         let f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
         self.files.insert(id, f);
+        // A file made ready is not progress by itself: its bytes, verified chunks and commit
+        // are.
         self.send(ready);
-        self.progress(now);
     }
 }

@@ -45,6 +45,11 @@ pub(crate) use state::{Placement, ReceiverTotals, Receiving, RxConfig, RxJob};
 
 /// Largest block size a sender may ask the receiver for; the `direct` ring holds six.
 pub const MAX_RECV_BLOCK: u64 = 64 << 20;
+/// Memory the `direct` rings of one session may take together, over all its streams: each
+/// stream's block is cut to fit (up to five streams keep the 4 MiB default; 16 streams get
+/// about 1.3 MiB blocks; a client asking for 64 MiB blocks gets what fits). The buffers'
+/// pages cost memory only once data lands in them.
+pub(crate) const RING_BUDGET: u64 = 128 << 20;
 
 /// What wakes the control loop.
 pub(crate) enum RxEvent {
@@ -251,6 +256,11 @@ impl Landing for RxCore {
         self.state.locked().cfg.block
     }
 
+    fn direct_limit(&self) -> u64 {
+        let streams = u64::from(self.state.locked().streams.max(1));
+        RING_BUDGET / (zcp_engine::recv::DIRECT_DEPTH as u64 * streams)
+    }
+
     fn idle(&self) -> Duration {
         self.idle
     }
@@ -278,15 +288,22 @@ pub(crate) fn run(
             core.close();
         }
         // Over either way: after the stats exchange nothing more crosses the control
-        // connection (and the reader wakes at once).
+        // connection (and the reader, and any thread still answering the peer, wake at once).
         core.ctl.shutdown();
         for s in streams {
             let _ = s.join();
         }
         r
     });
+    // What was not committed is dropped now, once nothing more can be written (the streams
+    // have ended, and a part file kept for a resume stays locked until its last queued write
+    // lands): part files without durable chunks are removed, the others kept.
+    let finished = result.is_ok();
+    core.apply(|st, now| st.close(finished, now));
+    deliver(&core, observer);
+    core.disk.clear(core.idle + Duration::from_secs(10));
     let reader_usage = reader.finish();
-    result.map(|t| (t, reader_usage))
+    result.map(|()| (core.state.locked().totals.clone(), reader_usage))
 }
 
 /// The role proper: helper threads, the control loop, and what is left when it ends. A
@@ -296,7 +313,7 @@ fn run_role(
     events: mpsc::Receiver<RxEvent>,
     reader: &Reader,
     observer: &mut dyn Observer,
-) -> Result<ReceiverTotals, SessionError> {
+) -> Result<(), SessionError> {
     let start = thread_usage();
     let (journal_tx, journal_rx) = mpsc::channel();
     *core.journal.locked() = Some(journal_tx);
@@ -338,13 +355,7 @@ fn run_role(
     }
     let _ = journal.join();
     let _ = committer.join();
-    // What was not committed is dropped here: partial files without durable chunks are
-    // removed, the others kept for a resume.
-    let finished = result.is_ok();
-    core.apply(|st, now| st.close(finished, now));
-    deliver(core, observer);
-    core.disk.clear();
-    result.map(|()| core.state.locked().totals.clone())
+    result
 }
 
 /// Hands the role's reports to the observer.
@@ -406,6 +417,7 @@ fn control_loop(
             core.apply(|st, _| st.send_stats(stats, usage));
         }
         observer.tick();
+        core.disk.reap();
         let bytes = core.bytes();
         core.apply(|st, now| st.tick(now, bytes))?;
     }

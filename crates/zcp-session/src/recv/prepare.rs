@@ -27,26 +27,78 @@ const DIR_CACHE: usize = 256;
 /// Below this size `auto` receives with `rw`: see [`Disk::prepare`].
 const SMALL_FILE: u64 = 1 << 20;
 
+/// A part file, with the descriptors the engines write it through: the file's own (held by
+/// a data stream while it moves a chunk in) and, for `direct`, its O_DIRECT one (held by
+/// every buffer queued for the disk).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) part: PartFile,
+    file: Arc<OwnedFd>,
+    direct: Option<Arc<OwnedFd>>,
+}
+
+impl std::ops::Deref for Slot {
+    type Target = PartFile;
+    fn deref(&self) -> &PartFile {
+        &self.part
+    }
+}
+
+impl std::ops::DerefMut for Slot {
+    fn deref_mut(&mut self) -> &mut PartFile {
+        &mut self.part
+    }
+}
+
 /// The part files of the open files. Each sits in a slot of its own: the journal thread works
 /// on it in place ([`Parts::with`]); the committer and a release take it out
 /// ([`Parts::take`]), waiting for whoever is working on it.
 #[derive(Debug, Default)]
-pub(crate) struct Parts(Mutex<HashMap<u32, Arc<Mutex<Option<PartFile>>>>>);
+pub(crate) struct Parts(Mutex<HashMap<u32, Arc<Mutex<Option<Slot>>>>>);
+
+/// Where a part file is: its directory's components and its key.
+type PartAt = (Vec<Vec<u8>>, String);
+
+/// A part file kept for a resume and let go of, still locked until no write can land in it
+/// any more: a data stream moving a chunk in holds the file's descriptor, and every buffer the
+/// `direct` engine queued holds its O_DIRECT one. Unlocked earlier, a later transfer (of this
+/// session or another) could open the same file and have a stale write land over chunks it
+/// already made durable.
+#[derive(Debug)]
+struct Draining {
+    slot: Slot,
+    /// What a new open would name.
+    at: PartAt,
+}
+
+impl Draining {
+    /// No one but the slot (and the part file itself) holds a descriptor any more.
+    fn settled(&self) -> bool {
+        Arc::strong_count(&self.slot.file) == 2
+            && self
+                .slot
+                .direct
+                .as_ref()
+                .is_none_or(|d| Arc::strong_count(d) == 1)
+    }
+}
 
 impl Parts {
-    fn insert(&self, id: u32, part: PartFile) {
-        self.0.locked().insert(id, Arc::new(Mutex::new(Some(part))));
+    fn insert(&self, id: u32, part: PartFile, direct: Option<Arc<OwnedFd>>) {
+        let file = part.shared_fd();
+        let slot = Slot { part, file, direct };
+        self.0.locked().insert(id, Arc::new(Mutex::new(Some(slot))));
     }
 
     /// Runs `f` on the part file of `id`, if it is still there.
     pub(crate) fn with<T>(&self, id: u32, f: impl FnOnce(&mut PartFile) -> T) -> Option<T> {
         let slot = self.0.locked().get(&id).cloned()?;
         let mut g = slot.locked();
-        g.as_mut().map(f)
+        g.as_mut().map(|s| f(&mut s.part))
     }
 
     /// Takes the part file of `id` out.
-    pub(crate) fn take(&self, id: u32) -> Option<PartFile> {
+    pub(crate) fn take(&self, id: u32) -> Option<Slot> {
         let slot = self.0.locked().remove(&id)?;
         slot.locked().take()
     }
@@ -70,6 +122,10 @@ pub(crate) struct Disk {
     engines: Mutex<HashMap<u64, Choice>>,
     /// The part file of each open file that stores.
     pub(crate) parts: Parts,
+    /// Part files let go of, kept, and still locked until their queued writes land.
+    draining: Mutex<Vec<Draining>>,
+    /// Where each open file's part file is (for [`Draining::at`]).
+    places: Mutex<HashMap<u32, PartAt>>,
     /// Directories made since the role last asked (component lists).
     made: Mutex<Vec<Vec<Vec<u8>>>>,
 }
@@ -116,6 +172,8 @@ impl Disk {
             dirs: Mutex::new(HashMap::new()),
             engines: Mutex::new(HashMap::new()),
             parts: Parts::default(),
+            draining: Mutex::new(Vec::new()),
+            places: Mutex::new(HashMap::new()),
             made: Mutex::new(Vec::new()),
         }
     }
@@ -125,17 +183,64 @@ impl Disk {
         std::mem::take(&mut *self.made.locked())
     }
 
-    /// Lets the part file of `file` go; it removes itself unless `keep`.
+    /// Lets the part file of `file` go; it removes itself unless `keep`. A kept one stays
+    /// locked until no queued write can land in it ([`Draining`]); one removed is unlinked at
+    /// once (a late write can only reach the unlinked file).
     pub(crate) fn release(&self, file: u32, keep: bool) {
-        if let Some(mut part) = self.parts.take(file) {
-            part.set_keep(keep);
+        let at = self.places.locked().remove(&file);
+        let Some(mut slot) = self.parts.take(file) else {
+            return;
+        };
+        slot.part.set_keep(keep);
+        if let (true, Some(at)) = (keep, at) {
+            self.draining.locked().push(Draining { slot, at });
+            self.reap();
         }
     }
 
-    /// Lets every part file go (the role ended), after [`Disk::release`] decided each.
-    pub(crate) fn clear(&self) {
+    /// Takes the part file of `file` out for its commit.
+    pub(crate) fn take(&self, file: u32) -> Option<PartFile> {
+        self.places.locked().remove(&file);
+        self.parts.take(file).map(|s| s.part)
+    }
+
+    /// Lets go of the drained part files: those no queued write holds any more.
+    pub(crate) fn reap(&self) {
+        self.draining.locked().retain(|d| !d.settled());
+    }
+
+    /// Waits, up to `limit`, until no part file of `at` is draining: `false` if one still is.
+    fn drained(&self, at: &PartAt, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            self.reap();
+            if !self.draining.locked().iter().any(|d| d.at == *at) {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Lets every part file go (the role ended), after [`Disk::release`] decided each, and
+    /// waits up to `limit` for the kept ones to drain. One that does not (a write held by a
+    /// stalled peer) stays open and locked, never reused while a write may still land.
+    pub(crate) fn clear(&self, limit: Duration) {
         self.parts.0.locked().clear();
         self.dirs.locked().clear();
+        let until = Instant::now() + limit;
+        loop {
+            self.reap();
+            if self.draining.locked().is_empty() || Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for d in self.draining.locked().drain(..) {
+            std::mem::forget(d);
+        }
     }
 
     /// Does `job`. `ctl` carries keep-alives while an existing target is hashed.
@@ -365,6 +470,16 @@ impl Disk {
             };
         }
         let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
+        let at = (comps.clone(), key.clone());
+        if !self.drained(&at, zcp_engine::fs::LOCK_WAIT) {
+            return Err((
+                ErrorCode::Busy,
+                format!(
+                    "'{}' is still being let go of by an earlier attempt; try again",
+                    spec.target
+                ),
+            ));
+        }
         let (mut part, existed) = PartFile::open(dir.fd.clone(), &key).map_err(engine_err)?;
         let mut journal = JournalState {
             kept: plan.count() >= 2,
@@ -415,9 +530,10 @@ impl Disk {
         spec.engine = choice.engine;
         spec.io = Some(Target {
             file: part.shared_fd(),
-            direct,
+            direct: direct.clone(),
         });
-        self.parts.insert(p.file_id, part);
+        self.parts.insert(p.file_id, part, direct);
+        self.places.locked().insert(p.file_id, at);
         Ok(Prepared {
             spec,
             journal,

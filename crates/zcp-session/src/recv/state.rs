@@ -362,6 +362,13 @@ impl Receiving {
                 index: i,
                 ok: false,
             }),
+            Outcome::GiveUp(i) => {
+                let m = format!(
+                    "chunk {i} failed verification {} times; giving up on this file",
+                    super::chunks::MAX_MISMATCHES
+                );
+                self.fail_file(file, ErrorCode::Verify, m, now);
+            }
         }
     }
 
@@ -464,7 +471,6 @@ impl Receiving {
             return;
         };
         f.fail(code, message.clone());
-        self.progress(now);
         self.send(Message::FileFailed {
             file_id: file,
             code,
@@ -527,7 +533,7 @@ impl Receiving {
             if let Some(f) = self.files.values().next() {
                 let m = Message::Progress {
                     file_id: f.id(),
-                    bytes: f.written,
+                    bytes: f.written.min(f.plan().size()),
                 };
                 self.send(m);
             }

@@ -18,6 +18,10 @@ use crate::event::{Failure, FileOutcome, Report};
 /// the open files (2^19) at 1500 entries a message is about 21 MiB.
 pub(crate) const MAX_HELD_HAVE_BYTES: usize = 32 << 20;
 
+/// Bytes a second a receiver hashing an existing target keeps up at least, for its `Progress`
+/// to count (any disk hashes far faster; a peer inching the count up does not).
+const MIN_HASH_RATE: f64 = (1u64 << 20) as f64;
+
 /// What holding `h` costs: the message, and its entries on the heap (with an allocator's
 /// overhead for each of the two allocations).
 fn have_cost(h: &Have) -> usize {
@@ -129,10 +133,14 @@ impl Sending {
         }
         let grew = bytes > f.progress;
         f.progress = f.progress.max(bytes);
+        // A count that grows slower than any disk hashes is not work being done: a byte at a
+        // time cannot hold the session.
+        let since = now.saturating_duration_since(f.started).as_secs_f64();
+        let believable = bytes as f64 >= since * MIN_HASH_RATE;
         let committing = f
             .ending_since
             .is_some_and(|t| now.saturating_duration_since(t) < MAX_COMMIT_WAIT);
-        Ok(grew || committing)
+        Ok((grew && believable) || committing)
     }
 
     /// Holds an offer of chunks for a file not yet ready: each chunk of the file at most once,

@@ -89,6 +89,8 @@ pub(crate) trait Landing: Send + Sync {
     fn stream_ended(&self, usage: Usage, failed: Option<(ErrorCode, String)>, late: Option<String>);
     /// Bytes per engine call (0: each engine's default).
     fn block(&self) -> u64;
+    /// Largest `direct` block: a session's rings stay within its memory budget.
+    fn direct_limit(&self) -> u64;
     /// How long a stream may sit without data.
     fn idle(&self) -> Duration;
 }
