@@ -50,6 +50,14 @@ pub enum SessionError {
         /// Its explanation.
         message: String,
     },
+    /// We refused the peer's request, and told it why.
+    #[error("{message}")]
+    Refusing {
+        /// The class of the refusal.
+        code: ErrorCode,
+        /// What the peer was told.
+        message: String,
+    },
     /// What arrived does not match what was sent; nothing was committed.
     #[error("verification failed: {0}; nothing was committed")]
     Verify(String),
@@ -157,7 +165,9 @@ impl SessionError {
         match self {
             SessionError::Key(_) | SessionError::Auth(_) => exit::AUTH,
             SessionError::Usage(_) => exit::USAGE,
-            SessionError::Refused { code, .. } => exit::for_code(*code),
+            SessionError::Refused { code, .. } | SessionError::Refusing { code, .. } => {
+                exit::for_code(*code)
+            }
             SessionError::Verify(_) | SessionError::SourceChanged { .. } => exit::INTEGRITY,
             _ => exit::FAILURE,
         }

@@ -9,6 +9,8 @@
 //! ends. A stalled or hostile connection only ever holds its own thread, so it cannot block
 //! other sessions. Nothing here prints: events go to a [`ServerReporter`].
 
+mod session;
+
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -21,23 +23,16 @@ use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{random, wait_readable};
-use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{
-    Accepted, Deadline, ErrorCode, Message, Opener, Psk, RelPath, Sealer, SessionId, SessionKeys,
+    Accepted, Deadline, ErrorCode, Message, Opener, Psk, Sealer, SessionId, SessionKeys,
     escape_text,
 };
 
-use crate::confine::Scope;
-use crate::conn::{ControlRx, ControlTx, FrameReader, read_plain};
-use crate::control::ControlWriter;
+use crate::conn::read_plain;
 use crate::error::FrameIoError;
-use crate::event::{Failure, FileOutcome, Observer, ServerEvent, ServerReporter};
-use crate::manifest::{Top, Walker};
-use crate::recv::state::RxConfig;
-use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
-use crate::send::{SendSetup, SenderConfig};
+use crate::event::{ServerEvent, ServerReporter};
+use crate::recv::RxCore;
 use crate::transport::Landing;
-use crate::transport::tcp::TcpStreams;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -212,7 +207,14 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
         Err((code, why)) => reject(&ctx, &mut stream, peer, code, why),
         Ok(Joined::Control(session, sealer, opener, nonces)) => {
             slot.release();
-            let ok = run_session(&ctx, &session, stream, peer, sealer, opener, nonces);
+            let joined = session::Joined {
+                stream,
+                peer,
+                sealer,
+                opener,
+                nonces,
+            };
+            let ok = session::run_session(&ctx, &session, joined);
             let _ = ended.send(ok);
         }
         Ok(Joined::Data(session, index)) => {
@@ -460,365 +462,4 @@ impl Session {
         *self.role.locked() = r;
         self.changed.notify_all();
     }
-}
-
-/// Notices (failed files, refusals, the peer's own notes) logged per session; past this they
-/// are counted, and the count is logged when the session ends. A peer cannot flood the log.
-const MAX_LOGGED_NOTICES: u64 = 100;
-/// Characters of one peer text (a path, a reason) a log line shows at most.
-const MAX_LOGGED_TEXT: usize = 300;
-
-/// `text` cut to [`MAX_LOGGED_TEXT`] characters, saying how much was left out.
-fn clip(text: String) -> String {
-    match text.char_indices().nth(MAX_LOGGED_TEXT) {
-        None => text,
-        Some((at, _)) => format!("{}... ({} bytes more)", &text[..at], text.len() - at),
-    }
-}
-
-/// Turns a role's reports into server events, and keeps what the session's exit code needs.
-struct ServerObserver<'a> {
-    reporter: &'a dyn ServerReporter,
-    session: String,
-    files: u64,
-    /// Failure classes of the entries that failed, in order (the first few), and the first
-    /// integrity failure however late it came: what the session's exit code needs.
-    failures: Vec<&'static str>,
-    /// Notices so far, logged or not.
-    notices: u64,
-}
-
-impl ServerObserver<'_> {
-    /// The session ended: what was not logged is counted.
-    fn finish(&mut self) {
-        if self.notices > MAX_LOGGED_NOTICES {
-            self.reporter.event(&ServerEvent::Note {
-                session: self.session.clone(),
-                message: format!(
-                    "{} more notices in this session not logged",
-                    self.notices - MAX_LOGGED_NOTICES
-                ),
-            });
-        }
-    }
-
-    fn failed(&mut self, code: &'static str) {
-        let integrity = |c: &str| matches!(c, "verify" | "source-changed");
-        if self.failures.len() < 64
-            || (integrity(code) && !self.failures.iter().any(|c| integrity(c)))
-        {
-            self.failures.push(code);
-        }
-    }
-}
-
-impl Observer for ServerObserver<'_> {
-    fn engines(&mut self, _: &str, _: Option<&str>, _: &str, _: Option<&str>) {}
-
-    fn file_done(&mut self, d: FileOutcome) {
-        match d.failure {
-            None => {
-                self.files += 1;
-                self.reporter.event(&ServerEvent::FileDone {
-                    session: self.session.clone(),
-                    target: clip(d.path),
-                    bytes: d.bytes,
-                    skipped: d.skipped,
-                    seconds: d.seconds,
-                    engine: d.engine,
-                    verified: d.verified,
-                    stored: d.stored,
-                });
-            }
-            Some(f) => {
-                // A failed file is a notice too: counted against the log's cap, clipped.
-                self.failed(f.code);
-                self.notices += 1;
-                if self.notices > MAX_LOGGED_NOTICES {
-                    return;
-                }
-                self.reporter.event(&ServerEvent::FileFailed {
-                    session: self.session.clone(),
-                    target: clip(if f.path.is_empty() { d.path } else { f.path }),
-                    reason: clip(f.message),
-                })
-            }
-        }
-    }
-
-    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
-        if let Some(f) = &failure {
-            self.failed(f.code);
-        }
-        self.notices += 1;
-        if self.notices > MAX_LOGGED_NOTICES {
-            return;
-        }
-        if let Some(f) = failure {
-            self.reporter.event(&ServerEvent::FileFailed {
-                session: self.session.clone(),
-                target: clip(f.path),
-                reason: clip(f.message),
-            });
-        }
-        if let Some(message) = note {
-            self.reporter.event(&ServerEvent::Note {
-                session: self.session.clone(),
-                message: clip(message),
-            });
-        }
-    }
-
-    fn tick(&mut self) {}
-}
-
-/// Reads the next message on the control connection within `limit`.
-/// The next message on the control connection, before `until` (what a client must send
-/// before the role starts — `Open`, the `Get`s — comes within one handshake timeout).
-fn next_message(rx: &mut ControlRx, until: Instant) -> Result<Message, String> {
-    loop {
-        match rx.poll() {
-            Ok(Some(m)) => return Ok(m),
-            Ok(None) if Instant::now() > until => {
-                return Err(
-                    "the client did not finish its request within the handshake timeout".into(),
-                );
-            }
-            Ok(None) => {}
-            Err(e) => return Err(format!("control connection: {e}")),
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_session(
-    ctx: &Ctx,
-    session: &Arc<Session>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    sealer: Sealer,
-    opener: Opener,
-    nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
-) -> i32 {
-    let mut files = 0;
-    let mut bytes = 0;
-    let mut observer = ServerObserver {
-        reporter: &*ctx.reporter,
-        session: session.hex.clone(),
-        files: 0,
-        failures: Vec::new(),
-        notices: 0,
-    };
-    let result = (|| -> Result<u64, String> {
-        let read_half = stream.try_clone().map_err(|e| e.to_string())?;
-        stream
-            .set_write_timeout(Some(ctx.cfg.idle_timeout))
-            .map_err(|e| e.to_string())?;
-        read_half
-            .set_read_timeout(Some(Duration::from_millis(250)))
-            .map_err(|e| e.to_string())?;
-        let mut rx = ControlRx {
-            stream: read_half,
-            opener,
-            reader: FrameReader::default(),
-        };
-        let ctl = Arc::new(ControlWriter::new(ControlTx { stream, sealer }));
-        let refuse = |code: ErrorCode, m: String| {
-            ctl.send_error(code, &m);
-            m
-        };
-        let open = match next_message(&mut rx, Instant::now() + ctx.cfg.handshake_timeout)? {
-            Message::Open(o) => o,
-            other => {
-                return Err(refuse(
-                    ErrorCode::Protocol,
-                    format!("expected Open, got {}", other.name()),
-                ));
-            }
-        };
-        let recv = RecvEngine::parse(&open.recv_engine).ok_or_else(|| {
-            let names: Vec<_> = RecvEngine::ALL.iter().map(|e| e.name()).collect();
-            refuse(
-                ErrorCode::Protocol,
-                format!(
-                    "unknown receiver engine '{}' (known: {})",
-                    open.recv_engine,
-                    names.join(", ")
-                ),
-            )
-        })?;
-        let send = SendEngine::parse(&open.send_engine).ok_or_else(|| {
-            let names: Vec<_> = SendEngine::ALL.iter().map(|e| e.name()).collect();
-            refuse(
-                ErrorCode::Protocol,
-                format!(
-                    "unknown sender engine '{}' (known: {})",
-                    open.send_engine,
-                    names.join(", ")
-                ),
-            )
-        })?;
-        if u64::from(open.block_size) > MAX_RECV_BLOCK {
-            return Err(refuse(
-                ErrorCode::Limit,
-                format!(
-                    "block size {} is over the server's limit of {MAX_RECV_BLOCK}",
-                    open.block_size
-                ),
-            ));
-        }
-        if open.chunk_size != 0 {
-            zcp_wire::ChunkPlan::new(0, open.chunk_size)
-                .map_err(|e| refuse(ErrorCode::Limit, e.to_string()))?;
-        }
-        // A client may only tighten the server's limits.
-        let streams = open.streams.clamp(1, ctx.cfg.max_streams);
-        let idle = match open.idle_ms {
-            0 => ctx.cfg.idle_timeout,
-            ms => Duration::from_millis(u64::from(ms)).min(ctx.cfg.idle_timeout),
-        };
-        *session.granted.locked() = streams;
-        *session.joined.locked() = vec![false; usize::from(streams)];
-        *session.counters.locked() = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
-        ctx.reporter.event(&ServerEvent::SessionStart {
-            peer,
-            session: session.hex.clone(),
-            direction: if open.pull { "pull" } else { "push" },
-            streams,
-        });
-        if !open.pull {
-            let (wake, events) = mpsc::channel::<RxEvent>();
-            let core = RxCore::new(RxSetup {
-                cfg: RxConfig {
-                    requested: recv,
-                    block: u64::from(open.block_size),
-                    idle,
-                    sender_engine: send.name().into(),
-                },
-                keys: session.keys.clone(),
-                nonces,
-                root: ctx.root.clone(),
-                scope: Scope::push(),
-                streams,
-                ctl: ctl.clone(),
-                wake: wake.clone(),
-            });
-            session.set_role(SessionRole::Receive(core.clone()));
-            ctl.send(&Message::Opened {
-                streams,
-                idle_ms: idle.as_millis() as u32,
-            })?;
-            // The data streams join on their own connections' threads (`attach`).
-            let r = crate::recv::run(core.clone(), (wake, events), rx, None, &mut observer);
-            let (totals, _) = r.map_err(|e| e.to_string())?;
-            files = totals.files;
-            bytes = totals.peer.bytes.max(core.bytes());
-            Ok(totals.entries)
-        } else {
-            session.set_role(SessionRole::Send((0..streams).map(|_| None).collect()));
-            ctl.send(&Message::Opened {
-                streams,
-                idle_ms: idle.as_millis() as u32,
-            })?;
-            // The paths come before the walk: read them now, all within one handshake timeout.
-            let gets_until = Instant::now() + ctx.cfg.handshake_timeout;
-            let mut tops = Vec::new();
-            loop {
-                match next_message(&mut rx, gets_until)? {
-                    Message::Get { path, dest } => {
-                        tops.push(get_top(&ctx.root, &path, &dest).map_err(|(c, m)| refuse(c, m))?)
-                    }
-                    Message::GetEnd => break,
-                    other => {
-                        return Err(refuse(
-                            ErrorCode::Protocol,
-                            format!("expected Get, got {}", other.name()),
-                        ));
-                    }
-                }
-                if tops.len() > 4096 {
-                    return Err(refuse(
-                        ErrorCode::Limit,
-                        "more than 4096 paths in one get".into(),
-                    ));
-                }
-            }
-            let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(idle))?;
-            let counters = session.counters.locked().clone();
-            let setup = SendSetup {
-                cfg: SenderConfig {
-                    engine: send,
-                    block: u64::from(open.block_size),
-                    chunk_size: (open.chunk_size != 0).then_some(open.chunk_size),
-                    idle,
-                },
-                ctl: ctl.clone(),
-                rx,
-                keys: session.keys.clone(),
-                nonces,
-                psk: ctx.cfg.psk.clone(),
-                transport: Box::new(TcpStreams::new(data, counters.clone())),
-                peer: peer.to_string(),
-            };
-            let walker = Walker::new(tops, open.recursive);
-            let r = crate::send::run(setup, walker, &mut observer).map(|(t, _)| t);
-            let totals = r.map_err(|e| e.to_string())?;
-            files = totals.files;
-            bytes = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
-            Ok(totals.entries)
-        }
-    })();
-    session.set_role(SessionRole::Closed);
-    ctx.sessions
-        .locked()
-        .retain(|_, s| !Arc::ptr_eq(s, session));
-    observer.finish();
-    let stored = match &result {
-        Ok(entries) => files + entries > 0,
-        Err(_) => false,
-    };
-    let mut reason = result.as_ref().err().map(|r| escape_text(r));
-    if result.is_ok() && !stored && observer.failures.is_empty() {
-        // Nothing requested arrived, and nothing failed either: no success to report.
-        reason = Some("the session ended without storing or sending anything".into());
-    }
-    let code = match (&result, &reason) {
-        (Ok(_), None) => crate::exit::for_failures(observer.failures.iter().copied(), stored),
-        _ => crate::exit::FAILURE,
-    };
-    ctx.reporter.event(&ServerEvent::SessionEnd {
-        session: session.hex.clone(),
-        ok: reason.is_none(),
-        reason,
-        files,
-        bytes,
-    });
-    code
-}
-
-/// Where a pulled path starts: its directory resolved beneath the root now (never through a
-/// symlink), so a path that is not there is refused before the session; reopened by the walk.
-fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, String)> {
-    let p = RelPath::parse(path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
-    let Some((last, parent)) = p.components().split_last() else {
-        return Err((
-            ErrorCode::BadPath,
-            "name a path below the server root, not the root itself".into(),
-        ));
-    };
-    root.open_dir(parent, false)
-        .map_err(|e| (ErrorCode::BadPath, format!("source {e} on the server")))?;
-    let dest = if dest.is_empty() {
-        last.clone()
-    } else {
-        dest.to_vec()
-    };
-    RelPath::parse(&dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
-    Ok(Top::Beneath {
-        root: root.clone(),
-        parent: parent.to_vec(),
-        name: last.clone(),
-        dest,
-        display: path.to_vec(),
-    })
 }

@@ -99,97 +99,45 @@ pub(crate) struct Prepared {
 }
 
 impl Receiving {
-    /// Handles one message from the sender.
+    /// Handles one message from the sender. Only real work restarts the idle clock: here,
+    /// the first `Finish`; chunks verified and files committed restart it where they happen.
     pub(crate) fn handle_frame(&mut self, m: Message, now: Instant) -> Result<Step, SessionError> {
-        let chatter = Ok(Step::Next);
         match m {
-            Message::PutFile(p) => return self.put_file(p),
-            Message::MakeDir { path } => {
-                return Ok(self
-                    .entry(path, Act::Dir)
-                    .map_or(Step::Next, |(raw, path, _)| {
-                        Step::Fs(FsJob::MakeDir { raw, path })
-                    }));
-            }
-            Message::MakeLink { path, target } => {
-                return Ok(self
-                    .entry(path, Act::Link)
-                    .map_or(Step::Next, |(raw, path, _)| {
-                        let guard = self.scope.guards_existing(&path);
-                        Step::Fs(FsJob::MakeLink {
-                            raw,
-                            path,
-                            target,
-                            guard,
-                        })
-                    }));
-            }
+            Message::PutFile(p) => self.put_file(p),
+            Message::MakeDir { path } => Ok(self.make_dir(path)),
+            Message::MakeLink { path, target } => Ok(self.make_link(path, target)),
             Message::DirTimes {
                 path,
                 mode,
                 mtime_sec,
                 mtime_nsec,
-            } => {
-                return Ok(self
-                    .entry(path, Act::Times)
-                    .map_or(Step::Next, |(raw, path, how)| {
-                        // A directory that was there before the session can only lose bits.
-                        Step::Fs(FsJob::Times {
-                            raw,
-                            path,
-                            mode,
-                            narrow: how == Times::Existing,
-                            mtime: (mtime_sec, mtime_nsec),
-                        })
-                    }));
-            }
-            Message::Go { file_id, restart } => return self.go(file_id, restart),
+            } => Ok(self.dir_times(path, mode, (mtime_sec, mtime_nsec))),
+            Message::Go { file_id, restart } => self.go(file_id, restart),
             Message::ChunkMac {
                 file_id,
                 index,
                 mac,
             } => {
-                let Some(f) = self.open_file(file_id, "ChunkMac")? else {
-                    return chatter;
-                };
-                let o = f.expect(index, mac);
-                let o = o.map_err(|r| self.proto(r))?;
-                self.outcome(file_id, o, now);
-                // A MAC alone is no progress; the chunk it verifies is.
-                return chatter;
+                if let Some(f) = self.open_file(file_id, "ChunkMac")? {
+                    let o = f.expect(index, mac);
+                    let o = o.map_err(|r| self.proto(r))?;
+                    self.outcome(file_id, o, now);
+                }
+                Ok(Step::Next)
             }
             Message::FileEnd { file_id, digest } => {
-                let Some(f) = self.open_file(file_id, "FileEnd")? else {
-                    return chatter;
-                };
-                let r = f.end(digest);
-                r.map_err(|r| self.proto(r))?;
-                self.settle(file_id, now);
-                // The commit that follows is the progress.
-                return chatter;
+                if let Some(f) = self.open_file(file_id, "FileEnd")? {
+                    let r = f.end(digest);
+                    r.map_err(|r| self.proto(r))?;
+                    self.settle(file_id, now);
+                }
+                Ok(Step::Next)
             }
             Message::FileAbort {
                 file_id,
                 code,
                 message,
-            } => {
-                if self.open_file(file_id, "FileAbort")?.is_none() {
-                    return chatter;
-                }
-                let message = escape_text(&message);
-                let target = self.abandon(file_id).map(|f| f.spec.target);
-                self.report(Report::Notice(
-                    Some(Failure {
-                        path: target.unwrap_or_default(),
-                        code: code.name(),
-                        message,
-                    }),
-                    None,
-                ));
-                // Giving a file up is no progress: a stream of announce-then-abort cannot hold
-                // the session.
-                return chatter;
-            }
+            } => self.file_abort(file_id, code, &message),
             Message::Notice { message } => {
                 let who = if self.scope.is_pull() {
                     "server"
@@ -198,7 +146,7 @@ impl Receiving {
                 };
                 let note = format!("{who}: {}", escape_text(&message));
                 self.report(Report::Notice(None, Some(note)));
-                return chatter;
+                Ok(Step::Next)
             }
             Message::EntryFailed { path, message, .. } => {
                 // A source entry the sender could not send; its path arrives as the sender
@@ -210,35 +158,82 @@ impl Receiving {
                 };
                 self.source_failures += 1;
                 self.report(Report::Notice(Some(failure), None));
-                // Reported, but no step forward: a stream of these cannot hold the session.
-                return chatter;
+                Ok(Step::Next)
             }
             Message::Finish => {
                 // Once: a repeated Finish is chatter.
-                if self.finishing {
-                    return chatter;
+                if !self.finishing {
+                    self.finishing = true;
+                    self.progress(now);
                 }
-                self.finishing = true;
+                Ok(Step::Next)
             }
             Message::Stats(s) if self.stats_sent => {
                 self.totals.peer = s;
-                return Ok(Step::Done);
+                Ok(Step::Done)
             }
-            Message::Error { code, message } => {
-                return Err(SessionError::Refused {
-                    code,
-                    message: format!("{} aborted: {}", self.peer(), escape_text(&message)),
-                });
-            }
-            other => {
-                return Err(self.proto(format!(
-                    "unexpected {} from {}",
-                    other.name(),
-                    self.peer()
-                )));
-            }
+            Message::Error { code, message } => Err(SessionError::Refused {
+                code,
+                message: format!("{} aborted: {}", self.peer(), escape_text(&message)),
+            }),
+            other => Err(self.proto(format!("unexpected {} from {}", other.name(), self.peer()))),
         }
-        self.progress(now);
+    }
+
+    fn make_dir(&mut self, path: Vec<u8>) -> Step {
+        self.entry(path, Act::Dir)
+            .map_or(Step::Next, |(raw, path, _)| {
+                Step::Fs(FsJob::MakeDir { raw, path })
+            })
+    }
+
+    fn make_link(&mut self, path: Vec<u8>, target: Vec<u8>) -> Step {
+        self.entry(path, Act::Link)
+            .map_or(Step::Next, |(raw, path, _)| {
+                let guard = self.scope.guards_existing(&path);
+                Step::Fs(FsJob::MakeLink {
+                    raw,
+                    path,
+                    target,
+                    guard,
+                })
+            })
+    }
+
+    fn dir_times(&mut self, path: Vec<u8>, mode: u32, mtime: (i64, u32)) -> Step {
+        self.entry(path, Act::Times)
+            .map_or(Step::Next, |(raw, path, how)| {
+                // A directory that was there before the session can only lose bits.
+                Step::Fs(FsJob::Times {
+                    raw,
+                    path,
+                    mode,
+                    narrow: how == Times::Existing,
+                    mtime,
+                })
+            })
+    }
+
+    /// The sender gave a file up. No progress: a stream of announce-then-abort cannot hold
+    /// the session.
+    fn file_abort(
+        &mut self,
+        id: u32,
+        code: ErrorCode,
+        message: &str,
+    ) -> Result<Step, SessionError> {
+        if self.open_file(id, "FileAbort")?.is_none() {
+            return Ok(Step::Next);
+        }
+        let target = self.abandon(id).map(|f| f.spec.target);
+        self.report(Report::Notice(
+            Some(Failure {
+                path: target.unwrap_or_default(),
+                code: code.name(),
+                message: escape_text(message),
+            }),
+            None,
+        ));
         Ok(Step::Next)
     }
 

@@ -398,8 +398,8 @@ impl Disk {
         })
     }
 
-    /// Resolves a `PutFile`'s place, opens (or resumes) its part file, hashes an existing
-    /// target of its size, preallocates, and picks the engine.
+    /// Resolves a `PutFile`'s place, checks what is there, picks the engine, and opens (or
+    /// resumes) the file's part file ([`Disk::open_part`]).
     fn prepare(
         &self,
         p: PutFile,
@@ -408,7 +408,7 @@ impl Disk {
     ) -> Result<Prepared, Refusal> {
         let Placed { dir: comps, name } = self.place(&p.dest, &p.name)?;
         let target = display(&comps, &name);
-        let mut spec = FileSpec {
+        let spec = FileSpec {
             id: p.file_id,
             plan,
             engine: self.requested,
@@ -430,28 +430,16 @@ impl Disk {
         let dir = self.dir(&comps, true).map_err(engine_err)?;
         let kind = zcp_engine::fs::entry_kind(&*dir.fd, &spec.name).map_err(engine_err)?;
         let t = &spec.target;
+        let refused = |why: &str| Err((ErrorCode::BadPath, format!("destination '{t}' {why}")));
         match kind {
             EntryKind::Missing | EntryKind::File => {}
-            EntryKind::Dir => {
-                return Err((
-                    ErrorCode::BadPath,
-                    format!("destination '{t}' is a directory"),
-                ));
-            }
+            EntryKind::Dir => return refused("is a directory"),
             EntryKind::Symlink => {
-                return Err((
-                    ErrorCode::BadPath,
-                    format!(
-                        "destination '{t}' is a symlink on the receiver; zcp never follows or replaces symlinks there"
-                    ),
-                ));
+                return refused(
+                    "is a symlink on the receiver; zcp never follows or replaces symlinks there",
+                );
             }
-            EntryKind::Other => {
-                return Err((
-                    ErrorCode::BadPath,
-                    format!("destination '{t}' is a device, FIFO or socket"),
-                ));
-            }
+            EntryKind::Other => return refused("is a device, FIFO or socket"),
         }
         let mut choice = self.engine_for(&dir).map_err(engine_err)?;
         if choice.engine != RecvEngine::ReadWrite
@@ -469,8 +457,24 @@ impl Disk {
                 )),
             };
         }
+        let existing = kind == EntryKind::File;
+        self.open_part(spec, (&dir, &comps), existing, choice, ctl)
+    }
+
+    /// Opens the file's part file (waiting while an earlier attempt's is still draining),
+    /// reads its journal, offers an existing target of the same size, preallocates, and opens
+    /// the O_DIRECT descriptor for `direct`.
+    fn open_part(
+        &self,
+        mut spec: FileSpec,
+        (dir, comps): (&Dir, &[Vec<u8>]),
+        existing: bool,
+        mut choice: Choice,
+        ctl: &ControlWriter,
+    ) -> Result<Prepared, Refusal> {
+        let (id, plan, size) = (spec.id, spec.plan, spec.plan.size());
         let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
-        let at = (comps.clone(), key.clone());
+        let at = (comps.to_vec(), key.clone());
         if !self.drained(&at, zcp_engine::fs::LOCK_WAIT) {
             return Err((
                 ErrorCode::Busy,
@@ -487,31 +491,31 @@ impl Disk {
         };
         let mut offers = Vec::new();
         if existed {
-            offers = resume(&mut part, &plan, &mut journal, p.size)?;
+            offers = resume(&mut part, &plan, &mut journal, size)?;
         }
         // A target already there with the file's size: offer its chunks, hashed under this
         // session's key, as held. If the sender's source proves every one, no byte is sent and
         // the target is kept (mode and mtime set in place); any difference sends it whole.
         let mut in_place = false;
-        if offers.is_empty() && kind == EntryKind::File && p.size > 0 {
-            if let Some(macs) = self.hash_target(&dir, &spec.name, p.file_id, &plan, ctl) {
+        if offers.is_empty() && existing && size > 0 {
+            if let Some(macs) = self.hash_target(dir, &spec.name, id, &plan, ctl) {
                 offers.push(Offer {
                     nonces: self.nonces,
-                    old_file_id: p.file_id,
+                    old_file_id: id,
                     entries: macs,
                 });
                 in_place = true;
             }
         }
-        if p.size >= SMALL_FILE && !in_place {
+        if size >= SMALL_FILE && !in_place {
             // Claims the space now, so a full filesystem fails the file before any byte
             // moves. A small file skips it: on ext4 it costs more than the write (unwritten
             // extents to convert, a partial block zeroed), and a full disk still fails its
             // write at once.
-            part.preallocate(p.size).map_err(engine_err)?;
+            part.preallocate(size).map_err(engine_err)?;
         }
-        let direct = if choice.engine == RecvEngine::Direct {
-            match part.open_direct() {
+        let direct = match choice.engine {
+            RecvEngine::Direct => match part.open_direct() {
                 Ok(fd) => Some(Arc::new(fd)),
                 Err(e) => {
                     choice = Choice {
@@ -523,17 +527,16 @@ impl Disk {
                     };
                     None
                 }
-            }
-        } else {
-            None
+            },
+            _ => None,
         };
         spec.engine = choice.engine;
         spec.io = Some(Target {
             file: part.shared_fd(),
             direct: direct.clone(),
         });
-        self.parts.insert(p.file_id, part, direct);
-        self.places.locked().insert(p.file_id, at);
+        self.parts.insert(id, part, direct);
+        self.places.locked().insert(id, at);
         Ok(Prepared {
             spec,
             journal,

@@ -1,0 +1,434 @@
+//! The client: `zcp send` (push: the client sends) and `zcp get` (pull: the server sends).
+//!
+//! Both connect, authenticate, ask for a session with `Open`, open the data streams the server
+//! granted (the client always connects, so a firewall need only let one port in), and then
+//! run a role: the [`crate::sender`] for a push, the [`crate::receiver`] for a pull. A
+//! [`ClientObserver`] turns what the role reports into [`Event`]s, adds the interval reports
+//! from the streams' counters and `TCP_INFO`, and builds the [`Summary`].
+
+mod observer;
+mod open;
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::Root;
+use zcp_engine::sys::{process_usage, thread_usage};
+use zcp_engine::{RecvEngine, SendEngine};
+use zcp_wire::{Message, Psk, escape};
+
+use crate::confine::{Requested, Scope};
+use crate::conn::ClientSession;
+use crate::control::ControlWriter;
+use crate::error::SessionError;
+use crate::event::{Cpu, Observer, Reporter, Summary};
+use crate::manifest::{Top, Walker, join};
+use crate::recv::state::RxConfig;
+use crate::recv::{RxCore, RxEvent, RxSetup};
+use crate::send::{SendSetup, SenderConfig};
+use crate::transport::tcp::TcpStreams;
+use observer::{ClientObserver, Measured};
+use open::{Opened, open_message, open_session, start_event};
+
+/// Connection settings shared by `send` and `get`.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// Server host name or address.
+    pub host: String,
+    /// Server port.
+    pub port: u16,
+    /// The pre-shared key.
+    pub psk: Psk,
+    /// Time allowed to connect and authenticate.
+    pub connect_timeout: Duration,
+    /// A transfer with no progress and no word from the peer for this long fails.
+    pub idle_timeout: Duration,
+}
+
+/// How bytes move, shared by `send` and `get`.
+#[derive(Debug, Clone)]
+pub struct Transfer {
+    /// Sender engine to try first.
+    pub engine: SendEngine,
+    /// Receiver engine to ask for.
+    pub recv_engine: RecvEngine,
+    /// Bytes per engine call (0: each engine's default), on both sides.
+    pub block_size: u64,
+    /// Chunk size; `None` picks one per file from its size.
+    pub chunk_size: Option<u64>,
+    /// Data streams to ask for.
+    pub streams: u16,
+    /// Descend into directories.
+    pub recursive: bool,
+    /// Interval between reports; `None` for none.
+    pub interval: Option<Duration>,
+}
+
+/// `zcp send`: what to send and where.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// How to reach the server.
+    pub conn: Connection,
+    /// How to move the bytes.
+    pub transfer: Transfer,
+    /// Files and directories to send.
+    pub sources: Vec<PathBuf>,
+    /// Destination relative to the server root (raw bytes).
+    pub dest: Vec<u8>,
+}
+
+/// `zcp get`: what to fetch and where to put it.
+#[derive(Debug, Clone)]
+pub struct GetOptions {
+    /// How to reach the server.
+    pub conn: Connection,
+    /// How to move the bytes.
+    pub transfer: Transfer,
+    /// Paths relative to the server root.
+    pub paths: Vec<Vec<u8>>,
+    /// Local destination: a directory (created if missing), or for one path a new name.
+    pub dest: PathBuf,
+}
+
+/// Where the walk of a send starts: one regular file is sent scp-style (the destination may
+/// name the file); anything else goes into the destination as a directory. Also says which.
+pub(crate) fn send_tops(sources: &[PathBuf], dest: &[u8]) -> (Vec<Top>, bool) {
+    let lone_file = sources.len() == 1 && std::fs::metadata(&sources[0]).is_ok_and(|m| m.is_file());
+    if lone_file {
+        let top = Top::Local {
+            path: sources[0].clone(),
+            dest: dest.to_vec(),
+            name: basename(&sources[0]),
+        };
+        return (vec![top], true);
+    }
+    let mut v = Vec::new();
+    if dest != b"." {
+        v.push(Top::Dir {
+            dest: dest.to_vec(),
+        });
+    }
+    for s in sources {
+        v.push(Top::Local {
+            path: s.clone(),
+            dest: join(dest, &basename(s)),
+            name: Vec::new(),
+        });
+    }
+    (v, false)
+}
+
+fn basename(p: &Path) -> Vec<u8> {
+    p.file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_else(|| b".".to_vec())
+}
+
+/// Sends files and trees; returns once every entry is committed or failed and the session
+/// has ended. The summary is also pushed to `reporter`.
+pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
+    let t = &opts.transfer;
+    zcp_wire::RelPath::parse(&opts.dest).map_err(|e| {
+        SessionError::Usage(format!("invalid destination '{}': {e}", escape(&opts.dest)))
+    })?;
+    if opts.sources.is_empty() {
+        return Err(SessionError::Source {
+            path: String::new(),
+            reason: "nothing to send".into(),
+        });
+    }
+    // What cannot be sent at all is said before connecting.
+    for s in &opts.sources {
+        let shown = escape(s.as_os_str().as_bytes());
+        let m = std::fs::metadata(s).map_err(|e| SessionError::Source {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        if m.is_dir() && !t.recursive {
+            return Err(SessionError::Source {
+                path: shown,
+                reason: "is a directory; send directories with -r".into(),
+            });
+        }
+        if !m.is_dir() && !m.is_file() {
+            return Err(SessionError::Source {
+                path: shown,
+                reason: "is not a regular file or directory (device, FIFO or socket)".into(),
+            });
+        }
+    }
+    let (tops, lone_file) = send_tops(&opts.sources, &opts.dest);
+    let size = if lone_file {
+        std::fs::metadata(&opts.sources[0]).ok().map(|m| m.len())
+    } else {
+        None
+    };
+    let source_shown: Vec<String> = opts
+        .sources
+        .iter()
+        .map(|p| escape(p.as_os_str().as_bytes()))
+        .collect();
+
+    let usage0 = thread_usage();
+    let Opened {
+        cs,
+        streams,
+        idle,
+        data,
+        capped,
+    } = open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
+    let peer = cs.peer.to_string();
+    let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let start = start_event(
+        &cs,
+        "send",
+        source_shown.join(" "),
+        escape(&opts.dest),
+        size,
+        t,
+        streams,
+    );
+    let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    obs.notice(None, capped);
+    let ClientSession {
+        tx,
+        rx,
+        keys,
+        nonces,
+        ..
+    } = cs;
+    let setup = SendSetup {
+        cfg: SenderConfig {
+            engine: t.engine,
+            block: t.block_size,
+            chunk_size: t.chunk_size,
+            idle,
+        },
+        ctl: Arc::new(ControlWriter::new(tx)),
+        rx,
+        keys,
+        nonces,
+        psk: opts.conn.psk.clone(),
+        transport: Box::new(TcpStreams::new(data, counters.clone())),
+        peer,
+    };
+    let walker = Walker::new(tops, t.recursive);
+    let (totals, reader_usage) = crate::send::run(setup, walker, &mut obs)?;
+    obs.flush_start();
+    obs.last_interval(totals.send_end.unwrap_or_else(Instant::now));
+    let mut usage = thread_usage().since(&usage0);
+    usage.add(&reader_usage);
+    usage.add(&totals.usage);
+    let end = totals.last_commit.unwrap_or_else(Instant::now);
+    let peer = &totals.peer;
+    Ok(obs.summary(Measured {
+        entries: totals.entries,
+        resent_chunks: totals.resent,
+        end,
+        send_end: totals.send_end.unwrap_or(end),
+        sender_engine: totals.engine.unwrap_or(t.engine).name().into(),
+        receiver_engine: (totals.receiver_engine.clone())
+            .unwrap_or_else(|| t.recv_engine.name().into()),
+        sender_cpu: Cpu::new(usage.user, usage.sys),
+        sender_data_cpu: Cpu::new(totals.data_usage.user, totals.data_usage.sys),
+        receiver_cpu: peer_cpu(peer),
+        sender_max_rss: process_usage().max_rss_bytes,
+        receiver_max_rss: peer.max_rss_bytes,
+        target: escape(&opts.dest),
+    }))
+}
+
+/// The CPU time a peer reported in its `Stats`.
+fn peer_cpu(s: &zcp_wire::SideStats) -> Cpu {
+    Cpu::new(
+        Duration::from_micros(s.cpu_user_us),
+        Duration::from_micros(s.cpu_sys_us),
+    )
+}
+
+/// What a `get` asks for and where it goes, checked before connecting.
+struct PullPlan {
+    /// The name each path takes locally: the server may send these and (with `-r`) what is
+    /// beneath them, nothing else.
+    names: Vec<Vec<u8>>,
+    /// The local directory the names are in.
+    root_path: PathBuf,
+    /// One path, stored under the new name the destination gives it.
+    one_new_name: bool,
+}
+
+/// Checks a `get`'s paths and destination: one path into something that is not a
+/// directory takes that name; otherwise everything goes into the destination directory.
+fn pull_plan(opts: &GetOptions) -> Result<PullPlan, SessionError> {
+    if opts.paths.is_empty() {
+        return Err(SessionError::Source {
+            path: String::new(),
+            reason: "nothing to get".into(),
+        });
+    }
+    for p in &opts.paths {
+        let rel = zcp_wire::RelPath::parse(p)
+            .map_err(|e| SessionError::Usage(format!("cannot fetch '{}': {e}", escape(p))))?;
+        if rel.components().is_empty() {
+            return Err(SessionError::Usage(format!(
+                "cannot fetch '{}': name a path below the server root, not the root itself",
+                escape(p)
+            )));
+        }
+    }
+    // One path into something that is not a directory: that is its new name. Otherwise
+    // everything goes into the destination directory, made if missing.
+    let dest_is_dir = opts.dest.is_dir() || opts.dest.as_os_str().as_bytes().ends_with(b"/");
+    let one_new_name = opts.paths.len() == 1 && !dest_is_dir;
+    let names: Vec<Vec<u8>> = if one_new_name {
+        vec![basename(&opts.dest)]
+    } else {
+        opts.paths
+            .iter()
+            .map(|p| basename(Path::new(std::ffi::OsStr::from_bytes(p))))
+            .collect()
+    };
+    // The names are ours: the server may send these and (with -r) what is beneath them,
+    // nothing else.
+    for n in &names {
+        zcp_wire::RelPath::check_name(n).map_err(|e| {
+            SessionError::Usage(format!(
+                "cannot fetch into {}: {e}",
+                escape(opts.dest.as_os_str().as_bytes())
+            ))
+        })?;
+    }
+    let root_path = if one_new_name {
+        opts.dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    } else {
+        opts.dest.clone()
+    };
+    Ok(PullPlan {
+        names,
+        root_path,
+        one_new_name,
+    })
+}
+
+/// Fetches paths from the server; returns once every entry is committed or failed and the
+/// session has ended. The summary is also pushed to `reporter`.
+pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
+    let t = &opts.transfer;
+    let PullPlan {
+        names,
+        root_path,
+        one_new_name,
+    } = pull_plan(opts)?;
+    let scope = Scope::pull(Requested {
+        names: names.clone(),
+        recursive: t.recursive,
+    });
+    // A destination directory that is not there yet is made only once the server answered:
+    // a refused or failed connection leaves nothing behind.
+    let early = (one_new_name || root_path.is_dir())
+        .then(|| Root::open(&root_path))
+        .transpose()?;
+    let usage0 = thread_usage();
+    let Opened {
+        cs,
+        streams,
+        idle,
+        data,
+        capped,
+    } = open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+    let root = Arc::new(match early {
+        Some(root) => root,
+        None => {
+            std::fs::create_dir_all(&root_path).map_err(|source| SessionError::Io {
+                what: format!("creating {}", root_path.display()),
+                source,
+            })?;
+            Root::open(&root_path)?
+        }
+    });
+    let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
+    let start = start_event(
+        &cs,
+        "get",
+        shown.join(" "),
+        escape(opts.dest.as_os_str().as_bytes()),
+        None,
+        t,
+        streams,
+    );
+    let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    obs.notice(None, capped);
+    let ClientSession {
+        tx,
+        rx,
+        keys,
+        nonces,
+        ..
+    } = cs;
+    let ctl = Arc::new(ControlWriter::new(tx));
+    let cork = ctl.cork();
+    for (path, name) in opts.paths.iter().zip(names) {
+        ctl.send(&Message::Get {
+            path: path.clone(),
+            dest: name,
+        })
+        .map_err(|reason| SessionError::Connection {
+            peer: "the server".into(),
+            reason,
+        })?;
+    }
+    ctl.send(&Message::GetEnd)
+        .map_err(|reason| SessionError::Connection {
+            peer: "the server".into(),
+            reason,
+        })?;
+    drop(cork);
+    let (wake, events) = mpsc::channel::<RxEvent>();
+    let core = RxCore::new(RxSetup {
+        cfg: RxConfig {
+            requested: t.recv_engine,
+            block: t.block_size,
+            idle,
+            sender_engine: t.engine.name().into(),
+        },
+        keys,
+        nonces,
+        root,
+        scope,
+        streams,
+        ctl,
+        wake: wake.clone(),
+    });
+    let transport = Box::new(TcpStreams::new(data, counters.clone()));
+    let (totals, mut reader_usage) =
+        crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)?;
+    obs.flush_start();
+    obs.last_interval(Instant::now());
+    reader_usage.add(&thread_usage().since(&usage0));
+    let mut usage = totals.usage;
+    usage.add(&reader_usage);
+    let end = Instant::now();
+    Ok(obs.summary(Measured {
+        entries: totals.entries,
+        resent_chunks: 0,
+        end,
+        send_end: end,
+        sender_engine: (obs.sender_engine.clone()).unwrap_or_else(|| t.engine.name().into()),
+        receiver_engine: (obs.receiver_engine.clone())
+            .unwrap_or_else(|| t.recv_engine.name().into()),
+        sender_cpu: peer_cpu(&totals.peer),
+        sender_data_cpu: Cpu::default(),
+        receiver_cpu: Cpu::new(usage.user, usage.sys),
+        sender_max_rss: totals.peer.max_rss_bytes,
+        receiver_max_rss: process_usage().max_rss_bytes,
+        target: escape(opts.dest.as_os_str().as_bytes()),
+    }))
+}

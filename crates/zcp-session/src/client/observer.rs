@@ -1,0 +1,283 @@
+//! The client's observer: turns a role's reports into [`Event`]s, adds the interval reports
+//! from the streams' counters and `TCP_INFO`, and builds the [`Summary`].
+
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use zcp_engine::RecvEngine;
+use zcp_engine::sys::tcp_info;
+
+use crate::event::{
+    Cpu, Event, Failure, FileOutcome, Interval, Observer, Reporter, Start, StreamInterval, Summary,
+};
+
+/// Failures kept in a summary (all are counted).
+const MAX_FAILURES_KEPT: usize = 100;
+
+/// What the summary needs beyond what the observer saw: both sides' engines and costs, and
+/// when the data and the transfer ended.
+pub(super) struct Measured {
+    pub(super) entries: u64,
+    pub(super) resent_chunks: u64,
+    pub(super) end: Instant,
+    pub(super) send_end: Instant,
+    pub(super) sender_engine: String,
+    pub(super) receiver_engine: String,
+    pub(super) sender_cpu: Cpu,
+    pub(super) sender_data_cpu: Cpu,
+    pub(super) receiver_cpu: Cpu,
+    pub(super) sender_max_rss: u64,
+    pub(super) receiver_max_rss: u64,
+    pub(super) target: String,
+}
+
+/// Turns a role's reports into events, and adds intervals.
+pub(super) struct ClientObserver<'a> {
+    pub(super) reporter: &'a mut dyn Reporter,
+    start: Option<Start>,
+    pub(super) t0: Instant,
+    interval: Option<Duration>,
+    last_tick: Instant,
+    counters: Vec<Arc<AtomicU64>>,
+    socks: Vec<TcpStream>,
+    at_tick: Vec<(u64, u32)>,
+    first_retrans: Vec<u32>,
+    failures: Vec<Failure>,
+    failed: u64,
+    skipped: u64,
+    files: u64,
+    bytes: u64,
+    verified: bool,
+    stored: bool,
+    digest: Option<[u8; 32]>,
+    pub(super) receiver_engine: Option<String>,
+    pub(super) sender_engine: Option<String>,
+    /// Notices and failures that came before the engines were known; shown right after the
+    /// `Start` they would otherwise have forced out early.
+    early: Vec<Event>,
+}
+
+/// Early events kept before `Start` at most; more force it out.
+const MAX_EARLY: usize = 1000;
+
+impl<'a> ClientObserver<'a> {
+    pub(super) fn new(
+        reporter: &'a mut dyn Reporter,
+        start: Start,
+        interval: Option<Duration>,
+        streams: &[TcpStream],
+        counters: Vec<Arc<AtomicU64>>,
+    ) -> Self {
+        let socks: Vec<TcpStream> = streams.iter().filter_map(|s| s.try_clone().ok()).collect();
+        let first_retrans: Vec<u32> = socks
+            .iter()
+            .map(|s| tcp_info(s).map_or(0, |t| t.total_retrans))
+            .collect();
+        let now = Instant::now();
+        ClientObserver {
+            reporter,
+            start: Some(start),
+            t0: now,
+            interval,
+            last_tick: now,
+            at_tick: first_retrans.iter().map(|r| (0, *r)).collect(),
+            first_retrans,
+            counters,
+            socks,
+            failures: Vec::new(),
+            failed: 0,
+            skipped: 0,
+            files: 0,
+            bytes: 0,
+            verified: true,
+            stored: true,
+            digest: None,
+            receiver_engine: None,
+            sender_engine: None,
+            early: Vec::new(),
+        }
+    }
+
+    /// Shows `e` now, or keeps it until `Start` is out.
+    fn emit(&mut self, e: Event) {
+        if self.start.is_some() && self.early.len() < MAX_EARLY {
+            self.early.push(e);
+        } else {
+            self.flush_start();
+            self.reporter.event(&e);
+        }
+    }
+
+    /// Emits the pending `Start` (once), then what waited for it; intervals count from here.
+    pub(super) fn flush_start(&mut self) {
+        if let Some(s) = self.start.take() {
+            self.reporter.event(&Event::Start(s));
+            for e in std::mem::take(&mut self.early) {
+                self.reporter.event(&e);
+            }
+            self.t0 = Instant::now();
+            self.last_tick = self.t0;
+        }
+    }
+
+    fn interval(&mut self, now: Instant) {
+        let mut streams = Vec::with_capacity(self.counters.len());
+        for (i, c) in self.counters.iter().enumerate() {
+            let bytes = c.load(Ordering::Relaxed);
+            let tcp = self.socks.get(i).and_then(tcp_info);
+            let (b0, r0) = self.at_tick[i];
+            let retrans = tcp.map_or(r0, |t| t.total_retrans);
+            streams.push(StreamInterval {
+                id: i as u16,
+                bytes: bytes - b0,
+                tcp,
+                retransmits: retrans.saturating_sub(r0),
+            });
+            self.at_tick[i] = (bytes, retrans);
+        }
+        self.reporter.event(&Event::Interval(Interval {
+            start: self.last_tick.duration_since(self.t0).as_secs_f64(),
+            end: now.duration_since(self.t0).as_secs_f64(),
+            streams,
+        }));
+        self.last_tick = now;
+    }
+
+    /// The final partial interval, ending when the data did, when anything moved since the
+    /// last one.
+    pub(super) fn last_interval(&mut self, end: Instant) {
+        if self.interval.is_some() && self.start.is_none() {
+            let moved = self
+                .counters
+                .iter()
+                .enumerate()
+                .any(|(i, c)| c.load(Ordering::Relaxed) != self.at_tick[i].0);
+            if moved {
+                self.interval(end.max(self.last_tick));
+            }
+        }
+    }
+
+    fn retransmits(&self) -> u32 {
+        self.socks
+            .iter()
+            .zip(&self.first_retrans)
+            .map(|(s, r0)| tcp_info(s).map_or(0, |t| t.total_retrans.saturating_sub(*r0)))
+            .sum()
+    }
+
+    /// The transfer's summary, pushed to the reporter too.
+    pub(super) fn summary(&mut self, m: Measured) -> Summary {
+        let bytes_sent = self
+            .counters
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum();
+        let since = |t: Instant| t.saturating_duration_since(self.t0).as_secs_f64();
+        let summary = Summary {
+            bytes: self.bytes,
+            bytes_sent,
+            bytes_skipped: self.skipped,
+            files: self.files,
+            entries: m.entries,
+            resent_chunks: m.resent_chunks,
+            seconds: since(m.end),
+            send_seconds: since(m.send_end),
+            sender_engine: m.sender_engine,
+            receiver_engine: m.receiver_engine,
+            sender_cpu: m.sender_cpu,
+            sender_data_cpu: m.sender_data_cpu,
+            receiver_cpu: m.receiver_cpu,
+            sender_max_rss: m.sender_max_rss,
+            receiver_max_rss: m.receiver_max_rss,
+            retransmits: self.retransmits(),
+            verified: self.files > 0 && self.verified,
+            stored: self.files > 0 && self.stored,
+            digest: self.digest.map(hex::encode),
+            target: m.target,
+            failed: self.failed,
+            failures: self.failures.clone(),
+        };
+        self.reporter.event(&Event::Summary(summary.clone()));
+        summary
+    }
+
+    fn record_failure(&mut self, f: Failure) {
+        self.failed += 1;
+        if self.failures.len() < MAX_FAILURES_KEPT {
+            self.failures.push(f.clone());
+        }
+        self.emit(Event::Failed(f));
+    }
+}
+
+impl Observer for ClientObserver<'_> {
+    fn engines(
+        &mut self,
+        sender: &str,
+        sender_note: Option<&str>,
+        receiver: &str,
+        receiver_note: Option<&str>,
+    ) {
+        self.receiver_engine = Some(receiver.to_string());
+        self.sender_engine = Some(sender.to_string());
+        if let Some(s) = self.start.as_mut() {
+            s.sender_engine = sender.to_string();
+            s.sender_note = sender_note.map(str::to_string);
+            s.receiver_engine = receiver.to_string();
+            s.receiver_note = receiver_note.map(str::to_string);
+            s.verify = receiver != RecvEngine::Null.name();
+        }
+        self.flush_start();
+    }
+
+    fn file_done(&mut self, done: FileOutcome) {
+        match done.failure {
+            Some(mut f) => {
+                if f.path.is_empty() {
+                    f.path = done.path;
+                }
+                self.record_failure(f);
+            }
+            None => {
+                self.files += 1;
+                self.bytes += done.bytes;
+                self.skipped += done.skipped;
+                self.verified &= done.verified;
+                self.stored &= done.stored;
+                self.digest = (self.files == 1 && done.verified).then_some(done.digest);
+                // A file kept whole (an existing target proven equal) is counted in the
+                // summary's resumed bytes; a line each would bury a re-run tree's output.
+                if done.skipped > 0 && done.skipped < done.bytes {
+                    self.emit(Event::Notice(format!(
+                        "{}: resumed; {} bytes were already on the receiver and not sent again",
+                        done.path, done.skipped
+                    )));
+                }
+            }
+        }
+    }
+
+    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
+        if let Some(f) = failure {
+            self.record_failure(f);
+        }
+        if let Some(n) = note {
+            self.emit(Event::Notice(n));
+        }
+    }
+
+    fn tick(&mut self) {
+        if self.start.is_some() {
+            return;
+        }
+        if let Some(i) = self.interval {
+            let now = Instant::now();
+            if now >= self.last_tick + i {
+                self.interval(now);
+            }
+        }
+    }
+}

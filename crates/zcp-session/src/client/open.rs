@@ -1,0 +1,164 @@
+//! Opening a session from the client: connect, authenticate, `Open`, check what the server
+//! granted, open the data streams.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use zcp_engine::RecvEngine;
+use zcp_engine::sys::random;
+use zcp_wire::{ErrorCode, Message, Open, escape_text};
+
+use super::{Connection, Transfer};
+use crate::conn::{ClientSession, authenticate, connect, open_data};
+use crate::error::{FrameIoError, SessionError};
+use crate::event::Start;
+
+/// An open session: the control connection, the data streams, what was granted.
+pub(super) struct Opened {
+    pub(super) cs: ClientSession,
+    pub(super) streams: u16,
+    pub(super) idle: Duration,
+    pub(super) data: Vec<TcpStream>,
+    /// Said when the server allows fewer streams than asked for.
+    pub(super) capped: Option<String>,
+}
+
+/// Connects, authenticates and opens the session and its data streams. A server that grants
+/// more streams than asked for (or none, or no idle time) breaks the protocol: nothing is
+/// opened for it.
+pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionError> {
+    let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
+    control.set_read_timeout(Some(conn.connect_timeout)).ok();
+    control.set_write_timeout(Some(conn.connect_timeout)).ok();
+    let nonce = random().map_err(|source| SessionError::Io {
+        what: "getrandom".into(),
+        source,
+    })?;
+    let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
+    let peer = cs.peer.to_string();
+    // The server said its limit in Welcome; ask for no more, and say so.
+    let wanted = open.streams.max(1);
+    open.streams = wanted.min(cs.max_streams.max(1));
+    let capped = (open.streams < wanted).then(|| {
+        format!(
+            "asked for {wanted} streams; the server allows at most {}, so {} are used",
+            cs.max_streams, open.streams
+        )
+    });
+    let asked_streams = open.streams;
+    cs.tx
+        .send(&Message::Open(open))
+        .map_err(|e| FrameIoError::from(e).into_session(&peer))?;
+    cs.rx
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(250)))
+        .ok();
+    let asked = Instant::now();
+    let (streams, idle_ms) = loop {
+        match cs.rx.poll().map_err(|e| e.into_session(&peer))? {
+            Some(Message::Opened { streams, idle_ms }) => break (streams, idle_ms),
+            Some(Message::Error { code, message }) => {
+                return Err(SessionError::Refused {
+                    code,
+                    message: escape_text(&message),
+                });
+            }
+            Some(other) => {
+                return Err(SessionError::Protocol {
+                    peer,
+                    reason: format!("expected Opened, got {}", other.name()),
+                });
+            }
+            None if asked.elapsed() > conn.connect_timeout => {
+                return Err(SessionError::Connection {
+                    peer,
+                    reason: "no answer to Open within the timeout".into(),
+                });
+            }
+            None => {}
+        }
+    };
+    let granted_wrong = match (streams, idle_ms) {
+        (0, _) => Some("the server granted no data streams".to_string()),
+        (n, _) if n > asked_streams => Some(format!(
+            "the server granted {n} data streams, more than the {asked_streams} asked for"
+        )),
+        (_, 0) => Some("the server granted an idle timeout of 0".to_string()),
+        _ => None,
+    };
+    if let Some(reason) = granted_wrong {
+        let _ = cs.tx.send(&Message::Error {
+            code: ErrorCode::Protocol,
+            message: reason.clone(),
+        });
+        return Err(SessionError::Protocol { peer, reason });
+    }
+    let idle = Duration::from_millis(u64::from(idle_ms)).min(conn.idle_timeout);
+    let mut data = Vec::with_capacity(usize::from(streams));
+    for i in 0..streams {
+        let nonce = random().map_err(|source| SessionError::Io {
+            what: "getrandom".into(),
+            source,
+        })?;
+        let s = open_data(
+            cs.peer,
+            &cs.keys,
+            cs.session_id,
+            i,
+            nonce,
+            conn.connect_timeout,
+        )?;
+        s.set_read_timeout(Some(idle)).ok();
+        zcp_engine::sys::set_socket_timeouts(&s, Some(idle)).ok();
+        data.push(s);
+    }
+    cs.tx.stream.set_write_timeout(Some(idle)).ok();
+    Ok(Opened {
+        cs,
+        streams,
+        idle,
+        data,
+        capped,
+    })
+}
+
+pub(super) fn start_event(
+    cs: &ClientSession,
+    direction: &'static str,
+    source: String,
+    target: String,
+    size: Option<u64>,
+    t: &Transfer,
+    streams: u16,
+) -> Start {
+    Start {
+        local: cs.local,
+        remote: cs.peer,
+        session: hex::encode(cs.session_id),
+        direction,
+        source,
+        target,
+        size,
+        chunk_size: t.chunk_size.unwrap_or(0),
+        block_size: t.block_size,
+        streams,
+        sender_engine: t.engine.name().into(),
+        sender_note: None,
+        receiver_engine: t.recv_engine.name().into(),
+        receiver_note: None,
+        verify: t.recv_engine != RecvEngine::Null,
+    }
+}
+
+pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
+    Open {
+        pull,
+        recursive: t.recursive,
+        streams: t.streams.max(1),
+        idle_ms: idle.as_millis().min(u128::from(u32::MAX)) as u32,
+        recv_engine: t.recv_engine.name().into(),
+        send_engine: t.engine.name().into(),
+        block_size: t.block_size.min(u64::from(u32::MAX)) as u32,
+        chunk_size: t.chunk_size.unwrap_or(0),
+    }
+}

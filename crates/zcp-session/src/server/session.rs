@@ -1,0 +1,490 @@
+//! One authenticated session on the server: its `Open` read and granted (a client may only
+//! tighten the server's limits), then the receiving role for a push or the sending role for
+//! a pull, its outcome logged and turned into an exit code (`serve --once`).
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use zcp_engine::fs::Root;
+use zcp_engine::sync::Locked;
+use zcp_engine::{RecvEngine, SendEngine};
+use zcp_wire::{ErrorCode, Message, Nonce, Open, Opener, RelPath, Sealer, escape_text};
+
+use super::{Ctx, Session, SessionRole};
+use crate::confine::Scope;
+use crate::conn::{ControlRx, ControlTx, FrameReader};
+use crate::control::ControlWriter;
+use crate::error::SessionError;
+use crate::event::{Failure, FileOutcome, Observer, ServerEvent, ServerReporter};
+use crate::manifest::{Top, Walker};
+use crate::recv::state::RxConfig;
+use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
+use crate::send::{SendSetup, SenderConfig};
+use crate::transport::tcp::TcpStreams;
+
+/// Paths one `get` may ask for.
+const MAX_GETS: usize = 4096;
+
+/// Notices (failed files, refusals, the peer's own notes) logged per session; past this they
+/// are counted, and the count is logged when the session ends. A peer cannot flood the log.
+const MAX_LOGGED_NOTICES: u64 = 100;
+/// Characters of one peer text (a path, a reason) a log line shows at most.
+const MAX_LOGGED_TEXT: usize = 300;
+
+/// `text` cut to [`MAX_LOGGED_TEXT`] characters, saying how much was left out.
+fn clip(text: String) -> String {
+    match text.char_indices().nth(MAX_LOGGED_TEXT) {
+        None => text,
+        Some((at, _)) => format!("{}... ({} bytes more)", &text[..at], text.len() - at),
+    }
+}
+
+/// Turns a role's reports into server events, and keeps what the session's exit code needs.
+struct ServerObserver<'a> {
+    reporter: &'a dyn ServerReporter,
+    session: String,
+    files: u64,
+    /// Failure classes of the entries that failed, in order (the first few), and the first
+    /// integrity failure however late it came: what the session's exit code needs.
+    failures: Vec<&'static str>,
+    /// Notices so far, logged or not.
+    notices: u64,
+}
+
+impl ServerObserver<'_> {
+    /// The session ended: what was not logged is counted.
+    fn finish(&mut self) {
+        if self.notices > MAX_LOGGED_NOTICES {
+            self.reporter.event(&ServerEvent::Note {
+                session: self.session.clone(),
+                message: format!(
+                    "{} more notices in this session not logged",
+                    self.notices - MAX_LOGGED_NOTICES
+                ),
+            });
+        }
+    }
+
+    fn failed(&mut self, code: &'static str) {
+        let integrity = |c: &str| matches!(c, "verify" | "source-changed");
+        if self.failures.len() < 64
+            || (integrity(code) && !self.failures.iter().any(|c| integrity(c)))
+        {
+            self.failures.push(code);
+        }
+    }
+}
+
+impl Observer for ServerObserver<'_> {
+    fn engines(&mut self, _: &str, _: Option<&str>, _: &str, _: Option<&str>) {}
+
+    fn file_done(&mut self, d: FileOutcome) {
+        match d.failure {
+            None => {
+                self.files += 1;
+                self.reporter.event(&ServerEvent::FileDone {
+                    session: self.session.clone(),
+                    target: clip(d.path),
+                    bytes: d.bytes,
+                    skipped: d.skipped,
+                    seconds: d.seconds,
+                    engine: d.engine,
+                    verified: d.verified,
+                    stored: d.stored,
+                });
+            }
+            Some(f) => {
+                // A failed file is a notice too: counted against the log's cap, clipped.
+                self.failed(f.code);
+                self.notices += 1;
+                if self.notices > MAX_LOGGED_NOTICES {
+                    return;
+                }
+                self.reporter.event(&ServerEvent::FileFailed {
+                    session: self.session.clone(),
+                    target: clip(if f.path.is_empty() { d.path } else { f.path }),
+                    reason: clip(f.message),
+                })
+            }
+        }
+    }
+
+    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
+        if let Some(f) = &failure {
+            self.failed(f.code);
+        }
+        self.notices += 1;
+        if self.notices > MAX_LOGGED_NOTICES {
+            return;
+        }
+        if let Some(f) = failure {
+            self.reporter.event(&ServerEvent::FileFailed {
+                session: self.session.clone(),
+                target: clip(f.path),
+                reason: clip(f.message),
+            });
+        }
+        if let Some(message) = note {
+            self.reporter.event(&ServerEvent::Note {
+                session: self.session.clone(),
+                message: clip(message),
+            });
+        }
+    }
+
+    fn tick(&mut self) {}
+}
+
+/// A session's control connection, before its role takes it over.
+struct Control {
+    ctl: Arc<ControlWriter>,
+    rx: ControlRx,
+}
+
+impl Control {
+    fn new(
+        stream: TcpStream,
+        sealer: Sealer,
+        opener: Opener,
+        idle: Duration,
+    ) -> Result<Control, SessionError> {
+        let io = |source| SessionError::Io {
+            what: "the control connection".into(),
+            source,
+        };
+        let read_half = stream.try_clone().map_err(io)?;
+        stream.set_write_timeout(Some(idle)).map_err(io)?;
+        read_half
+            .set_read_timeout(Some(Duration::from_millis(250)))
+            .map_err(io)?;
+        Ok(Control {
+            ctl: Arc::new(ControlWriter::new(ControlTx { stream, sealer })),
+            rx: ControlRx {
+                stream: read_half,
+                opener,
+                reader: FrameReader::default(),
+            },
+        })
+    }
+
+    /// The next message, before `until` (what a client must send before its role starts —
+    /// `Open`, the `Get`s — comes within one handshake timeout, however it is spread).
+    fn next(&mut self, until: Instant) -> Result<Message, SessionError> {
+        loop {
+            match self.rx.poll() {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) if Instant::now() > until => {
+                    return Err(SessionError::Connection {
+                        peer: "the client".into(),
+                        reason:
+                            "the client did not finish its request within the handshake timeout"
+                                .into(),
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => return Err(e.into_session("the client")),
+            }
+        }
+    }
+
+    /// Tells the client why, and ends the session.
+    fn refuse(&self, code: ErrorCode, message: String) -> SessionError {
+        self.ctl.send_error(code, &message);
+        SessionError::Refusing { code, message }
+    }
+
+    fn opened(&self, g: &Grant) -> Result<(), SessionError> {
+        self.ctl
+            .send(&Message::Opened {
+                streams: g.streams,
+                idle_ms: g.idle.as_millis() as u32,
+            })
+            .map_err(|reason| SessionError::Connection {
+                peer: "the client".into(),
+                reason,
+            })
+    }
+}
+
+/// What the server granted a session, from its `Open`.
+struct Grant {
+    pull: bool,
+    recursive: bool,
+    recv: RecvEngine,
+    send: SendEngine,
+    block: u64,
+    chunk_size: Option<u64>,
+    streams: u16,
+    idle: Duration,
+}
+
+/// Checks an `Open` and grants the server's limits, or the client's tighter ones.
+fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
+    let unknown = |what: &str, name: &str, known: Vec<&str>| {
+        c.refuse(
+            ErrorCode::Protocol,
+            format!(
+                "unknown {what} engine '{name}' (known: {})",
+                known.join(", ")
+            ),
+        )
+    };
+    let recv = RecvEngine::parse(&open.recv_engine).ok_or_else(|| {
+        let names = RecvEngine::ALL.iter().map(|e| e.name()).collect();
+        unknown("receiver", &open.recv_engine, names)
+    })?;
+    let send = SendEngine::parse(&open.send_engine).ok_or_else(|| {
+        let names = SendEngine::ALL.iter().map(|e| e.name()).collect();
+        unknown("sender", &open.send_engine, names)
+    })?;
+    if u64::from(open.block_size) > MAX_RECV_BLOCK {
+        return Err(c.refuse(
+            ErrorCode::Limit,
+            format!(
+                "block size {} is over the server's limit of {MAX_RECV_BLOCK}",
+                open.block_size
+            ),
+        ));
+    }
+    if open.chunk_size != 0 {
+        zcp_wire::ChunkPlan::new(0, open.chunk_size)
+            .map_err(|e| c.refuse(ErrorCode::Limit, e.to_string()))?;
+    }
+    // A client may only tighten the server's limits.
+    Ok(Grant {
+        pull: open.pull,
+        recursive: open.recursive,
+        recv,
+        send,
+        block: u64::from(open.block_size),
+        chunk_size: (open.chunk_size != 0).then_some(open.chunk_size),
+        streams: open.streams.clamp(1, ctx.cfg.max_streams),
+        idle: match open.idle_ms {
+            0 => ctx.cfg.idle_timeout,
+            ms => Duration::from_millis(u64::from(ms)).min(ctx.cfg.idle_timeout),
+        },
+    })
+}
+
+/// What a session did: files committed, directories and links, bytes on the data streams.
+#[derive(Debug, Default)]
+struct Served {
+    files: u64,
+    entries: u64,
+    bytes: u64,
+}
+
+/// An authenticated control connection's keys and nonces, and who it is.
+pub(super) struct Joined {
+    pub(super) stream: TcpStream,
+    pub(super) peer: SocketAddr,
+    pub(super) sealer: Sealer,
+    pub(super) opener: Opener,
+    pub(super) nonces: (Nonce, Nonce),
+}
+
+/// Runs one session to its end; its exit code (0 only when every entry arrived).
+pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
+    let mut observer = ServerObserver {
+        reporter: &*ctx.reporter,
+        session: session.hex.clone(),
+        files: 0,
+        failures: Vec::new(),
+        notices: 0,
+    };
+    let result = serve(ctx, session, j, &mut observer);
+    session.set_role(SessionRole::Closed);
+    ctx.sessions
+        .locked()
+        .retain(|_, s| !Arc::ptr_eq(s, session));
+    observer.finish();
+    end(ctx, session, result, &observer)
+}
+
+/// Logs how the session ended; its exit code.
+fn end(
+    ctx: &Ctx,
+    session: &Session,
+    result: Result<Served, SessionError>,
+    o: &ServerObserver<'_>,
+) -> i32 {
+    let served = result.as_ref().ok();
+    let stored = served.is_some_and(|s| s.files + s.entries > 0);
+    let mut reason = result.as_ref().err().map(|e| escape_text(&e.to_string()));
+    if result.is_ok() && !stored && o.failures.is_empty() {
+        // Nothing requested arrived, and nothing failed either: no success to report.
+        reason = Some("the session ended without storing or sending anything".into());
+    }
+    let code = match reason {
+        None => crate::exit::for_failures(o.failures.iter().copied(), stored),
+        Some(_) => crate::exit::FAILURE,
+    };
+    ctx.reporter.event(&ServerEvent::SessionEnd {
+        session: session.hex.clone(),
+        ok: reason.is_none(),
+        reason,
+        files: served.map_or(0, |s| s.files),
+        bytes: served.map_or(0, |s| s.bytes),
+    });
+    code
+}
+
+/// The session: its `Open`, then the role.
+fn serve(
+    ctx: &Ctx,
+    session: &Arc<Session>,
+    j: Joined,
+    observer: &mut ServerObserver<'_>,
+) -> Result<Served, SessionError> {
+    let mut c = Control::new(j.stream, j.sealer, j.opener, ctx.cfg.idle_timeout)?;
+    let open = match c.next(Instant::now() + ctx.cfg.handshake_timeout)? {
+        Message::Open(o) => o,
+        other => {
+            let m = format!("expected Open, got {}", other.name());
+            return Err(c.refuse(ErrorCode::Protocol, m));
+        }
+    };
+    let g = grant(ctx, &c, open)?;
+    *session.granted.locked() = g.streams;
+    *session.joined.locked() = vec![false; usize::from(g.streams)];
+    *session.counters.locked() = (0..g.streams)
+        .map(|_| Arc::new(AtomicU64::new(0)))
+        .collect();
+    ctx.reporter.event(&ServerEvent::SessionStart {
+        peer: j.peer,
+        session: session.hex.clone(),
+        direction: if g.pull { "pull" } else { "push" },
+        streams: g.streams,
+    });
+    if g.pull {
+        serve_pull(ctx, session, c, &g, (j.peer, j.nonces), observer)
+    } else {
+        serve_push(ctx, session, c, &g, j.nonces, observer)
+    }
+}
+
+/// A push: the receiving role; the data streams join on their own connections' threads.
+fn serve_push(
+    ctx: &Ctx,
+    session: &Arc<Session>,
+    c: Control,
+    g: &Grant,
+    nonces: (Nonce, Nonce),
+    observer: &mut ServerObserver<'_>,
+) -> Result<Served, SessionError> {
+    let (wake, events) = mpsc::channel::<RxEvent>();
+    let core = RxCore::new(RxSetup {
+        cfg: RxConfig {
+            requested: g.recv,
+            block: g.block,
+            idle: g.idle,
+            sender_engine: g.send.name().into(),
+        },
+        keys: session.keys.clone(),
+        nonces,
+        root: ctx.root.clone(),
+        scope: Scope::push(),
+        streams: g.streams,
+        ctl: c.ctl.clone(),
+        wake: wake.clone(),
+    });
+    session.set_role(SessionRole::Receive(core.clone()));
+    c.opened(g)?;
+    let (totals, _) = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer)?;
+    Ok(Served {
+        files: totals.files,
+        entries: totals.entries,
+        bytes: totals.peer.bytes.max(core.bytes()),
+    })
+}
+
+/// A pull: the paths (within one handshake timeout), the data streams, the sending role.
+fn serve_pull(
+    ctx: &Ctx,
+    session: &Arc<Session>,
+    mut c: Control,
+    g: &Grant,
+    (peer, nonces): (SocketAddr, (Nonce, Nonce)),
+    observer: &mut ServerObserver<'_>,
+) -> Result<Served, SessionError> {
+    session.set_role(SessionRole::Send((0..g.streams).map(|_| None).collect()));
+    c.opened(g)?;
+    let until = Instant::now() + ctx.cfg.handshake_timeout;
+    let mut tops = Vec::new();
+    loop {
+        match c.next(until)? {
+            Message::Get { path, dest } => {
+                let top =
+                    get_top(&ctx.root, &path, &dest).map_err(|(code, m)| c.refuse(code, m))?;
+                tops.push(top);
+            }
+            Message::GetEnd => break,
+            other => {
+                let m = format!("expected Get, got {}", other.name());
+                return Err(c.refuse(ErrorCode::Protocol, m));
+            }
+        }
+        if tops.len() > MAX_GETS {
+            let m = format!("more than {MAX_GETS} paths in one get");
+            return Err(c.refuse(ErrorCode::Limit, m));
+        }
+    }
+    let data = session
+        .take_send_streams(ctx.cfg.handshake_timeout.max(g.idle))
+        .map_err(|reason| SessionError::Connection {
+            peer: "the client".into(),
+            reason,
+        })?;
+    let counters = session.counters.locked().clone();
+    let setup = SendSetup {
+        cfg: SenderConfig {
+            engine: g.send,
+            block: g.block,
+            chunk_size: g.chunk_size,
+            idle: g.idle,
+        },
+        ctl: c.ctl.clone(),
+        rx: c.rx,
+        keys: session.keys.clone(),
+        nonces,
+        psk: ctx.cfg.psk.clone(),
+        transport: Box::new(TcpStreams::new(data, counters.clone())),
+        peer: peer.to_string(),
+    };
+    let walker = Walker::new(tops, g.recursive);
+    let (totals, _) = crate::send::run(setup, walker, observer)?;
+    Ok(Served {
+        files: totals.files,
+        entries: totals.entries,
+        bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+    })
+}
+
+/// Where a pulled path starts: its directory resolved beneath the root now (never through a
+/// symlink), so a path that is not there is refused before the session; reopened by the walk.
+fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, String)> {
+    let p = RelPath::parse(path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    let Some((last, parent)) = p.components().split_last() else {
+        return Err((
+            ErrorCode::BadPath,
+            "name a path below the server root, not the root itself".into(),
+        ));
+    };
+    root.open_dir(parent, false)
+        .map_err(|e| (ErrorCode::BadPath, format!("source {e} on the server")))?;
+    let dest = if dest.is_empty() {
+        last.clone()
+    } else {
+        dest.to_vec()
+    };
+    RelPath::parse(&dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    Ok(Top::Beneath {
+        root: root.clone(),
+        parent: parent.to_vec(),
+        name: last.clone(),
+        dest,
+        display: path.to_vec(),
+    })
+}
