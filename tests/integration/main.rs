@@ -9,6 +9,7 @@ mod doctor;
 mod engines;
 mod faults;
 mod hostile;
+mod killed;
 mod netns;
 mod paths;
 mod protocol;
