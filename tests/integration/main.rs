@@ -1,5 +1,6 @@
 //! zcp's integration tests: one binary, one file per topic (as in ripgrep). They drive the
-//! real `zcp` binary over loopback; root-only tests skip with a printed reason.
+//! real `zcp` binary over loopback; root-only tests skip with a printed reason when not root,
+//! and fail when root cannot set up their fixture.
 
 #![allow(unreachable_pub)]
 

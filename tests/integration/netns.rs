@@ -1,7 +1,7 @@
 //! Two hosts on one machine: `scripts/testbed.sh` makes two network namespaces joined by a
 //! veth pair; a zcp server runs in one, clients in the other. Root only (CI runs as root); the
-//! tests skip with a printed reason otherwise. The namespaces are removed when the testbed is
-//! dropped, also when a test fails.
+//! tests skip with a printed reason otherwise, and fail if root cannot make the testbed. The
+//! namespaces are removed when the testbed is dropped, also when a test fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +23,8 @@ pub struct Testbed {
 }
 
 impl Testbed {
-    /// Creates a testbed, or prints why not and returns `None` (the test then returns).
+    /// Creates a testbed; `None`, with the reason printed, when not root (the test then
+    /// returns). As root the testbed must come up: a failure panics with the script's words.
     pub fn up(mtu: u32, mtu_b: u32, rate: Option<&str>) -> Option<Testbed> {
         if !is_root() {
             println!("skipped: network namespaces need root");
@@ -48,13 +49,11 @@ impl Testbed {
             c.args(["--rate", r]);
         }
         let o = run(c, 30);
-        if !o.status.success() {
-            println!(
-                "skipped: the testbed could not be made: {}",
-                text(&o.stderr)
-            );
-            return None;
-        }
+        assert!(
+            o.status.success(),
+            "running as root, but the testbed could not be made: {}",
+            text(&o.stderr)
+        );
         Some(Testbed { name })
     }
 

@@ -645,16 +645,19 @@ impl SmallFs {
     }
 
     /// [`SmallFs::mount`] for a test that needs it: `None`, with the reason printed, when not
-    /// root or when the mount fails (the test then returns, skipped).
+    /// root (the test then returns, skipped). As root the fixture must work: a mount that
+    /// fails panics, so a broken fixture never passes as "skipped".
     pub fn for_test(at: &Path, size: &str) -> Option<SmallFs> {
         if !is_root() {
             println!("skipped: mounting a small filesystem needs root");
             return None;
         }
         let fs = SmallFs::mount(at, size);
-        if fs.is_none() {
-            println!("skipped: could not mount a tmpfs");
-        }
+        assert!(
+            fs.is_some(),
+            "running as root, but a {size} tmpfs could not be mounted at {}",
+            at.display()
+        );
         fs
     }
 

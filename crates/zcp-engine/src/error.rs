@@ -34,6 +34,37 @@ pub(crate) fn classify(e: Errno) -> ErrClass {
     }
 }
 
+/// What a failed read or write on one of std's sockets means. Code outside the engine that
+/// reads sockets through `std::io` (the session's control frames, chunk headers, the
+/// handshake) asks this instead of matching error kinds itself, so errors are classified in
+/// one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoClass {
+    /// Interrupted by a signal: call again.
+    Interrupted,
+    /// The socket's timeout expired (or the kernel gave up on the peer): nothing arrived.
+    TimedOut,
+    /// The connection failed.
+    Failed,
+}
+
+/// Classifies a `std::io` socket error (see [`IoClass`]).
+pub fn io_class(e: &io::Error) -> IoClass {
+    match e.raw_os_error().map(Errno::from_raw_os_error) {
+        Some(Errno::TIMEDOUT) => IoClass::TimedOut,
+        Some(errno) => match classify(errno) {
+            ErrClass::Retry => IoClass::Interrupted,
+            ErrClass::Timeout => IoClass::TimedOut,
+            ErrClass::Soft | ErrClass::Hard => IoClass::Failed,
+        },
+        None => match e.kind() {
+            io::ErrorKind::Interrupted => IoClass::Interrupted,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => IoClass::TimedOut,
+            _ => IoClass::Failed,
+        },
+    }
+}
+
 /// How many soft errors in a row a loop tolerates before it gives up.
 pub(crate) const SOFT_RETRIES: u32 = 50;
 /// Pause after a soft error.
@@ -152,6 +183,29 @@ pub(crate) fn retry<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn std_socket_errors_are_classified_here() {
+        let os = |e: Errno| io::Error::from_raw_os_error(e.raw_os_error());
+        assert_eq!(io_class(&os(Errno::INTR)), IoClass::Interrupted);
+        assert_eq!(io_class(&os(Errno::AGAIN)), IoClass::TimedOut);
+        assert_eq!(io_class(&os(Errno::TIMEDOUT)), IoClass::TimedOut);
+        assert_eq!(io_class(&os(Errno::CONNRESET)), IoClass::Failed);
+        assert_eq!(io_class(&os(Errno::NOBUFS)), IoClass::Failed);
+        let kind = |k: io::ErrorKind| io::Error::from(k);
+        assert_eq!(
+            io_class(&kind(io::ErrorKind::WouldBlock)),
+            IoClass::TimedOut
+        );
+        assert_eq!(
+            io_class(&kind(io::ErrorKind::Interrupted)),
+            IoClass::Interrupted
+        );
+        assert_eq!(
+            io_class(&kind(io::ErrorKind::UnexpectedEof)),
+            IoClass::Failed
+        );
+    }
 
     #[test]
     fn classification() {

@@ -24,7 +24,7 @@ pub mod sync;
 pub mod sys;
 
 pub use buf::AlignedBuf;
-pub use error::EngineError;
+pub use error::{EngineError, IoClass, io_class};
 pub use recv::{Choice, RecvEngine, StreamReceiver};
 pub use send::{FileSender, SendEngine};
 pub use sys::{TcpStats, Usage};

@@ -175,129 +175,151 @@ impl FileSender {
             at: offset,
             expected: u64::MAX,
         })?;
-        let timeout = socket_timeout(sock);
+        let out = Out {
+            sock,
+            timeout: socket_timeout(sock),
+            progress,
+        };
         match self.engine {
-            SendEngine::Sendfile => {
-                let mut pos = offset;
-                while pos < end {
-                    let want = (end - pos).min(self.block) as usize;
-                    let mut off = pos;
-                    let n = retry("sendfile", "socket", timeout, || {
-                        rustix::fs::sendfile(sock, file, Some(&mut off), want)
-                    })?;
-                    if n == 0 {
-                        return Err(EngineError::SourceShort {
-                            at: pos,
-                            expected: end,
-                        });
-                    }
-                    pos += n as u64;
-                    progress.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                Ok(())
-            }
-            SendEngine::ReadWrite => {
-                let mut pos = offset;
-                while pos < end {
-                    let want = (end - pos).min(self.block) as usize;
-                    let n = retry("pread", "source file", None, || {
-                        rustix::io::pread(file, &mut self.buf[..want], pos)
-                    })?;
-                    if n == 0 {
-                        return Err(EngineError::SourceShort {
-                            at: pos,
-                            expected: end,
-                        });
-                    }
-                    send_all(sock, &self.buf[..n], false, progress)?;
-                    pos += n as u64;
-                }
-                Ok(())
-            }
-            SendEngine::Splice => {
-                if self.pipe.is_none() {
-                    self.pipe = Some(Pipe::new(self.block as usize)?);
-                }
-                let pipe = self.pipe.as_ref().expect("made above");
-                let mut pos = offset;
-                while pos < end {
-                    let want = (end - pos).min(pipe.cap as u64) as usize;
-                    let mut off = pos;
-                    let n = retry("splice(file -> pipe)", "source file", None, || {
-                        rustix::pipe::splice(
-                            file,
-                            Some(&mut off),
-                            &pipe.w,
-                            None,
-                            want,
-                            SpliceFlags::MOVE,
-                        )
-                    })?;
-                    if n == 0 {
-                        return Err(EngineError::SourceShort {
-                            at: pos,
-                            expected: end,
-                        });
-                    }
-                    let more = if pos + (n as u64) < end {
-                        SpliceFlags::MOVE | SpliceFlags::MORE
-                    } else {
-                        SpliceFlags::MOVE
-                    };
-                    let mut left = n;
-                    while left > 0 {
-                        let m = retry("splice(pipe -> socket)", "socket", timeout, || {
-                            rustix::pipe::splice(&pipe.r, None, sock, None, left, more)
-                        })?;
-                        if m == 0 {
-                            let e = Errno::PIPE;
-                            return Err(EngineError::sys("splice(pipe -> socket)", "socket", e));
-                        }
-                        left -= m;
-                        progress.fetch_add(m as u64, Ordering::Relaxed);
-                    }
-                    pos += n as u64;
-                }
-                Ok(())
-            }
-            SendEngine::Mmap => {
-                let mut pos = offset;
-                let mut result = Ok(());
-                // The kernel reads the mapping inside send(2); a truncated source makes send
-                // fail with EFAULT rather than raise SIGBUS, and the guard covers the rest.
-                crate::map::visit_mapped(file, offset, len, |bytes| {
-                    if result.is_err() {
-                        return;
-                    }
-                    for piece in bytes.chunks(self.block as usize) {
-                        if let Err(e) = send_all(sock, piece, false, progress) {
-                            result = Err(e);
-                            return;
-                        }
-                        pos += piece.len() as u64;
-                    }
-                })
-                .map_err(|e| match e {
-                    EngineError::SourceChanged(_) => EngineError::SourceShort {
-                        at: pos,
-                        expected: end,
-                    },
-                    other => other,
-                })?;
-                result.map_err(|e| match e {
-                    EngineError::Sys { source, .. }
-                        if source.raw_os_error() == Some(libc::EFAULT) =>
-                    {
-                        EngineError::SourceShort {
-                            at: pos,
-                            expected: end,
-                        }
-                    }
-                    other => other,
-                })
-            }
+            SendEngine::Sendfile => self.sendfile(file, &out, offset, end),
+            SendEngine::ReadWrite => self.read_write(file, &out, offset, end),
+            SendEngine::Splice => self.splice(file, &out, offset, end),
+            SendEngine::Mmap => self.mmap(file, &out, offset, end),
         }
     }
+
+    fn sendfile(
+        &mut self,
+        file: BorrowedFd<'_>,
+        out: &Out<'_>,
+        mut pos: u64,
+        end: u64,
+    ) -> Result<(), EngineError> {
+        while pos < end {
+            let want = (end - pos).min(self.block) as usize;
+            let mut off = pos;
+            let n = retry("sendfile", "socket", out.timeout, || {
+                rustix::fs::sendfile(out.sock, file, Some(&mut off), want)
+            })?;
+            if n == 0 {
+                return Err(short(pos, end));
+            }
+            pos += n as u64;
+            out.progress.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn read_write(
+        &mut self,
+        file: BorrowedFd<'_>,
+        out: &Out<'_>,
+        mut pos: u64,
+        end: u64,
+    ) -> Result<(), EngineError> {
+        while pos < end {
+            let want = (end - pos).min(self.block) as usize;
+            let buf = &mut self.buf[..want];
+            let n = retry("pread", "source file", None, || {
+                rustix::io::pread(file, &mut *buf, pos)
+            })?;
+            if n == 0 {
+                return Err(short(pos, end));
+            }
+            send_all(out.sock, &self.buf[..n], false, out.progress)?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    fn splice(
+        &mut self,
+        file: BorrowedFd<'_>,
+        out: &Out<'_>,
+        mut pos: u64,
+        end: u64,
+    ) -> Result<(), EngineError> {
+        let pipe = match &mut self.pipe {
+            Some(pipe) => pipe,
+            pipe => pipe.insert(Pipe::new(self.block as usize)?),
+        };
+        while pos < end {
+            let want = (end - pos).min(pipe.cap as u64) as usize;
+            let mut off = pos;
+            let n = retry("splice(file -> pipe)", "source file", None, || {
+                rustix::pipe::splice(file, Some(&mut off), &pipe.w, None, want, SpliceFlags::MOVE)
+            })?;
+            if n == 0 {
+                return Err(short(pos, end));
+            }
+            let more = if pos + (n as u64) < end {
+                SpliceFlags::MOVE | SpliceFlags::MORE
+            } else {
+                SpliceFlags::MOVE
+            };
+            let mut left = n;
+            while left > 0 {
+                let m = retry("splice(pipe -> socket)", "socket", out.timeout, || {
+                    rustix::pipe::splice(&pipe.r, None, out.sock, None, left, more)
+                })?;
+                if m == 0 {
+                    let e = Errno::PIPE;
+                    return Err(EngineError::sys("splice(pipe -> socket)", "socket", e));
+                }
+                left -= m;
+                out.progress.fetch_add(m as u64, Ordering::Relaxed);
+            }
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    fn mmap(
+        &mut self,
+        file: BorrowedFd<'_>,
+        out: &Out<'_>,
+        offset: u64,
+        end: u64,
+    ) -> Result<(), EngineError> {
+        let mut pos = offset;
+        let mut result = Ok(());
+        // The kernel reads the mapping inside send(2); a truncated source makes send fail
+        // with EFAULT rather than raise SIGBUS, and the guard covers the rest.
+        crate::map::visit_mapped(file, offset, end - offset, |bytes| {
+            if result.is_err() {
+                return;
+            }
+            for piece in bytes.chunks(self.block as usize) {
+                if let Err(e) = send_all(out.sock, piece, false, out.progress) {
+                    result = Err(e);
+                    return;
+                }
+                pos += piece.len() as u64;
+            }
+        })
+        .map_err(|e| match e {
+            EngineError::SourceChanged(_) => short(pos, end),
+            other => other,
+        })?;
+        result.map_err(|e| match e {
+            EngineError::Sys { source, .. } if source.raw_os_error() == Some(libc::EFAULT) => {
+                short(pos, end)
+            }
+            other => other,
+        })
+    }
+}
+
+/// Where a sender engine writes, and what it counts.
+struct Out<'a> {
+    sock: BorrowedFd<'a>,
+    timeout: Option<std::time::Duration>,
+    progress: &'a AtomicU64,
+}
+
+/// The source ended at `at`, before `end`.
+fn short(at: u64, end: u64) -> EngineError {
+    EngineError::SourceShort { at, expected: end }
 }
 
 /// Chunks up to this size are read once into a buffer (see [`FileSender::send_staged`]).

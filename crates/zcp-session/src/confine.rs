@@ -17,6 +17,7 @@
 //!   made only where no file or directory is: no server can swap the user's file for a link
 //!   ([`Scope::guards_existing`]).
 
+use crate::error::Refusal;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -76,14 +77,14 @@ impl Act {
 /// Refuses a path (and a file's own `name`, when given) that names one of zcp's own files
 /// ([`zcp_engine::fs::is_reserved_name`]): a peer could otherwise plant a journal that makes a
 /// later honest transfer "resume" bytes it never sent, or swap a part file for a link.
-pub(crate) fn not_reserved(path: &RelPath, name: &[u8]) -> Result<(), (ErrorCode, String)> {
+pub(crate) fn not_reserved(path: &RelPath, name: &[u8]) -> Result<(), Refusal> {
     let named = path.components().iter().map(Vec::as_slice);
     match named
         .chain(std::iter::once(name))
         .find(|c| zcp_engine::fs::is_reserved_name(c))
     {
         None => Ok(()),
-        Some(c) => Err((
+        Some(c) => Err(Refusal::new(
             ErrorCode::BadPath,
             format!(
                 "'{path}' names '{}', a name zcp keeps for its own part files and journals; refused, nothing written",
@@ -156,10 +157,10 @@ impl Scope {
 
     /// Whether the session may `act` on `path`; the refusal names the path, escaped. For
     /// [`Act::Times`], how the times apply.
-    pub(crate) fn check(&self, path: &RelPath, act: Act) -> Result<Times, (ErrorCode, String)> {
+    pub(crate) fn check(&self, path: &RelPath, act: Act) -> Result<Times, Refusal> {
         let comps = path.components();
         if comps.is_empty() {
-            return Err((
+            return Err(Refusal::new(
                 ErrorCode::BadPath,
                 format!(
                     "a {} entry may not name the root itself ('.'); entries go beneath it",
@@ -172,7 +173,7 @@ impl Scope {
             let at = req.names.iter().position(|n| *n == comps[0]);
             let inside = at.is_some();
             if !inside || (comps.len() > 1 && !req.recursive) {
-                return Err((
+                return Err(Refusal::new(
                     ErrorCode::BadPath,
                     format!(
                         "the server sent a {} '{path}' that was not asked for; refused, nothing written",
@@ -182,7 +183,7 @@ impl Scope {
             }
             let plain = matches!(act, Act::File | Act::Link);
             if comps.len() == 1 && !plain && !req.recursive {
-                return Err((
+                return Err(Refusal::new(
                     ErrorCode::BadPath,
                     format!(
                         "the server sent a {} for '{path}', which was asked for without -r; refused, nothing written",
@@ -207,7 +208,7 @@ impl Scope {
         match dirs.get(&key(path)) {
             Some(f) if f.named && f.created => Ok(Times::Created),
             Some(f) if f.named => Ok(Times::Existing),
-            _ => Err((
+            _ => Err(Refusal::new(
                 ErrorCode::BadPath,
                 format!(
                     "directory times for '{path}', a directory this session did not create or send; left as it is"
@@ -274,8 +275,8 @@ mod tests {
         for root in [&b"."[..], b"./", b"./.", b".//"] {
             for act in [Act::File, Act::Dir, Act::Link, Act::Times] {
                 let e = s.check(&p(root), act).unwrap_err();
-                assert_eq!(e.0, ErrorCode::BadPath);
-                assert!(e.1.contains("root"), "{}", e.1);
+                assert_eq!(e.code, ErrorCode::BadPath);
+                assert!(e.message.contains("root"), "{}", e.message);
             }
         }
         assert!(s.check(&p(b"a/b"), Act::File).is_ok());
@@ -291,7 +292,11 @@ mod tests {
         ] {
             for act in [Act::File, Act::Dir, Act::Link, Act::Times] {
                 let e = s.check(&p(bad), act).unwrap_err();
-                assert!(e.1.contains("part files and journals"), "{}", e.1);
+                assert!(
+                    e.message.contains("part files and journals"),
+                    "{}",
+                    e.message
+                );
             }
         }
     }
@@ -329,7 +334,7 @@ mod tests {
         assert!(one.guards_existing(&p(b"want.txt")));
         for act in [Act::Dir, Act::Times] {
             let e = one.check(&p(b"want.txt"), act).unwrap_err();
-            assert!(e.1.contains("without -r"), "{}", e.1);
+            assert!(e.message.contains("without -r"), "{}", e.message);
         }
         for bad in [
             &b".ssh/authorized_keys"[..],
@@ -338,7 +343,7 @@ mod tests {
             b"want",
         ] {
             let e = one.check(&p(bad), Act::File).unwrap_err();
-            assert!(e.1.contains("not asked for"), "{}", e.1);
+            assert!(e.message.contains("not asked for"), "{}", e.message);
         }
         let tree = Scope::pull(Requested {
             names: vec![b"run42".to_vec(), b"b".to_vec()],

@@ -14,6 +14,7 @@ use zcp_wire::{
 };
 
 use crate::error::{FrameIoError, SessionError};
+use zcp_engine::IoClass;
 
 /// Reads one frame: header, then exactly its (bounded) payload.
 pub(crate) fn read_frame(r: &mut impl Read) -> Result<(FrameHeader, Vec<u8>), FrameIoError> {
@@ -309,16 +310,11 @@ impl FrameReader {
             match r.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(FrameIoError::Closed),
                 Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Ok(None);
-                }
-                Err(e) => return Err(e.into()),
+                Err(e) => match zcp_engine::io_class(&e) {
+                    IoClass::Interrupted => {}
+                    IoClass::TimedOut => return Ok(None),
+                    IoClass::Failed => return Err(e.into()),
+                },
             }
         }
     }

@@ -15,7 +15,7 @@ use zcp_engine::sys::thread_usage;
 use zcp_wire::Message;
 
 use crate::conn::{ControlRx, ControlTx};
-use crate::error::FrameIoError;
+use crate::error::{FrameIoError, SessionError};
 
 /// The sending half of the control connection, shared.
 ///
@@ -37,14 +37,29 @@ struct Inner {
     pending: Vec<u8>,
     corks: usize,
     /// Set once a write failed; every later send fails with it.
-    broken: Option<String>,
+    broken: Option<Broken>,
+}
+
+/// The control connection could not be written: every later send fails the same way.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot write to the peer: {0}")]
+pub(crate) struct Broken(Arc<std::io::Error>);
+
+impl Broken {
+    /// The session's error for a broken control connection to `peer`.
+    pub(crate) fn into_session(self, peer: &str) -> SessionError {
+        SessionError::Connection {
+            peer: peer.into(),
+            reason: self.to_string(),
+        }
+    }
 }
 
 /// Sealed frames held back while corked, at most.
 pub(crate) const CORK_LIMIT: usize = 256 * 1024;
 
 impl Inner {
-    fn flush(&mut self) -> Result<(), String> {
+    fn flush(&mut self) -> Result<(), Broken> {
         if let Some(why) = &self.broken {
             return Err(why.clone());
         }
@@ -54,7 +69,7 @@ impl Inner {
         let r = self.tx.stream.write_all(&self.pending);
         self.pending.clear();
         r.map_err(|e| {
-            let why = format!("cannot write to the peer: {e}");
+            let why = Broken(Arc::new(e));
             self.broken = Some(why.clone());
             why
         })
@@ -141,7 +156,7 @@ impl ControlWriter {
     }
 
     /// Seals and sends one message (or queues it, while corked).
-    pub(crate) fn send(&self, m: &Message) -> Result<(), String> {
+    pub(crate) fn send(&self, m: &Message) -> Result<(), Broken> {
         let mut g = self.lock();
         if let Some(why) = &g.broken {
             return Err(why.clone());

@@ -98,6 +98,40 @@ pub enum SessionError {
     },
 }
 
+/// A refusal this side tells its peer: the class on the wire and the words. Refusals of an
+/// entry fail that entry; a refusal of the session ends it as [`SessionError::Refusing`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct Refusal {
+    /// The class, as sent in `Error`, `FileFailed` or `EntryFailed`.
+    pub(crate) code: ErrorCode,
+    /// What the peer is told.
+    pub(crate) message: String,
+}
+
+impl Refusal {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The peer broke the protocol.
+    pub(crate) fn protocol(message: impl Into<String>) -> Refusal {
+        Refusal::new(ErrorCode::Protocol, message)
+    }
+}
+
+impl From<Refusal> for SessionError {
+    fn from(r: Refusal) -> SessionError {
+        SessionError::Refusing {
+            code: r.code,
+            message: r.message,
+        }
+    }
+}
+
 /// Exit codes of the `zcp` binary, by failure class.
 pub mod exit {
     use zcp_wire::ErrorCode;
@@ -217,12 +251,7 @@ impl FrameIoError {
                 peer: peer.into(),
                 reason: "the peer closed the connection".into(),
             },
-            FrameIoError::Io(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
+            FrameIoError::Io(e) if zcp_engine::io_class(&e) == zcp_engine::IoClass::TimedOut => {
                 SessionError::Connection {
                     peer: peer.into(),
                     reason: "no answer within the timeout (peer stalled or gone)".into(),

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
+use zcp_engine::IoClass;
 use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::fs::Root;
@@ -29,7 +30,7 @@ use zcp_wire::{
 };
 
 use crate::conn::read_plain;
-use crate::error::FrameIoError;
+use crate::error::{FrameIoError, Refusal, SessionError};
 use crate::event::{ServerEvent, ServerReporter};
 use crate::recv::RxCore;
 use crate::transport::Landing;
@@ -204,7 +205,7 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
         return reject(&ctx, &mut stream, peer, ErrorCode::Busy, why);
     }
     match handshake(&ctx, &mut stream) {
-        Err((code, why)) => reject(&ctx, &mut stream, peer, code, why),
+        Err(Refusal { code, message }) => reject(&ctx, &mut stream, peer, code, message),
         Ok(Joined::Control(session, sealer, opener, nonces)) => {
             slot.release();
             let joined = session::Joined {
@@ -237,48 +238,38 @@ enum Joined {
     Data(Arc<Session>, u16),
 }
 
-fn random_or<const N: usize>(what: &str) -> Result<[u8; N], (ErrorCode, String)> {
-    random().map_err(|e| (ErrorCode::Internal, format!("getrandom ({what}): {e}")))
+fn random_or<const N: usize>(what: &str) -> Result<[u8; N], Refusal> {
+    random().map_err(|e| Refusal::new(ErrorCode::Internal, format!("getrandom ({what}): {e}")))
 }
 
 /// Runs a connection's handshake under the deadline. Errors carry the code and the reason
 /// to send back and log.
-fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, String)> {
+fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
     let deadline = Deadline::new(Instant::now(), ctx.cfg.handshake_timeout);
-    let arm = |s: &TcpStream| -> Result<(), (ErrorCode, String)> {
+    let arm = |s: &TcpStream| -> Result<(), Refusal> {
         let left = deadline
             .remaining(Instant::now())
-            .map_err(|e| (ErrorCode::Limit, e.to_string()))?;
+            .map_err(|e| Refusal::new(ErrorCode::Limit, e.to_string()))?;
         s.set_read_timeout(Some(left))
             .and_then(|_| s.set_write_timeout(Some(left)))
-            .map_err(|e| (ErrorCode::Internal, e.to_string()))
+            .map_err(|e| Refusal::new(ErrorCode::Internal, e.to_string()))
     };
     let frame_err = |e: FrameIoError| match e {
-        FrameIoError::Io(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            (
-                ErrorCode::Limit,
-                format!(
-                    "handshake not finished within {:?}",
-                    ctx.cfg.handshake_timeout
-                ),
-            )
-        }
-        FrameIoError::Closed => (
-            ErrorCode::Protocol,
-            "closed the connection during the handshake".to_string(),
+        FrameIoError::Io(e) if zcp_engine::io_class(&e) == IoClass::TimedOut => Refusal::new(
+            ErrorCode::Limit,
+            format!(
+                "handshake not finished within {:?}",
+                ctx.cfg.handshake_timeout
+            ),
         ),
-        other => (ErrorCode::Protocol, other.to_string()),
+        FrameIoError::Closed => Refusal::protocol("closed the connection during the handshake"),
+        other => Refusal::protocol(other.to_string()),
     };
     let write = |s: &mut TcpStream, frame: &[u8]| {
         s.write_all(frame)
-            .map_err(|e| (ErrorCode::Protocol, e.to_string()))
+            .map_err(|e| Refusal::new(ErrorCode::Protocol, e.to_string()))
     };
 
     arm(stream)?;
@@ -286,20 +277,20 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
         // Whatever fails to decode as the first frame is most likely not zcp at all (an HTTP
         // probe, a port scanner): say so, with the decoder's detail.
         FrameIoError::Decode(_) => {
-            let (code, why) = frame_err(e);
-            (code, format!("not a zcp client: {why}"))
+            let r = frame_err(e);
+            Refusal::new(r.code, format!("not a zcp client: {}", r.message))
         }
         other => frame_err(other),
     })?;
     let (state, reply) = zcp_wire::accept(&ctx.cfg.psk, hello, random_or::<32>("nonce")?)
-        .map_err(|e| (e.code(), e.to_string()))?;
+        .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
     write(stream, &reply.encode_frame())?;
     arm(stream)?;
     let msg = read_plain(stream).map_err(frame_err)?;
     if let Message::Error { message, .. } = msg {
         // The client gave up on us (for example: our proof did not match its key). Its words
         // go to the log, escaped.
-        return Err((
+        return Err(Refusal::new(
             ErrorCode::Auth,
             format!("the client gave up: {}", escape_text(&message)),
         ));
@@ -309,11 +300,14 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
             let session_id: SessionId = random_or::<16>("session id")?;
             let (est, welcome) = await_proof
                 .on_proof(msg, session_id, ctx.cfg.max_streams)
-                .map_err(|e| (e.code(), e.to_string()))?;
+                .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
             let session = {
                 let mut sessions = ctx.sessions.locked();
                 if sessions.len() >= ctx.cfg.max_sessions {
-                    return Err((ErrorCode::Busy, "too many sessions; try again later".into()));
+                    return Err(Refusal::new(
+                        ErrorCode::Busy,
+                        "too many sessions; try again later",
+                    ));
                 }
                 let session = Arc::new(Session::new(session_id, est.keys.clone()));
                 sessions.insert(session_id, session.clone());
@@ -333,21 +327,19 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, (ErrorCode, St
         Accepted::Data(await_join) => {
             let req = await_join
                 .on_join(msg)
-                .map_err(|e| (e.code(), e.to_string()))?;
+                .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
             let session = ctx.sessions.locked().get(&req.session_id).cloned();
             // An unknown session and a bad proof get the same answer: the peer learns nothing
             // about which sessions exist.
             let refused = || {
-                (
+                Refusal::new(
                     ErrorCode::Auth,
-                    "data connection proof does not match any session".to_string(),
+                    "data connection proof does not match any session",
                 )
             };
             let session = session.ok_or_else(refused)?;
             req.verify(&session.keys).map_err(|_| refused())?;
-            session
-                .join(req.stream)
-                .map_err(|e| (ErrorCode::Limit, e))?;
+            session.join(req.stream)?;
             write(stream, &Message::DataAccept.encode_frame())?;
             Ok(Joined::Data(session, req.stream))
         }
@@ -390,19 +382,20 @@ impl Session {
         }
     }
 
-    fn join(&self, stream: u16) -> Result<(), String> {
+    fn join(&self, stream: u16) -> Result<(), Refusal> {
         let granted = *self.granted.locked();
+        let limit = |m: String| Err(Refusal::new(ErrorCode::Limit, m));
         if matches!(*self.role.locked(), SessionRole::Closed) {
-            return Err("the session has ended".into());
+            return limit("the session has ended".into());
         }
         let mut joined = self.joined.locked();
         if stream >= granted {
-            return Err(format!(
+            return limit(format!(
                 "stream index {stream} is over the {granted} streams this session was granted"
             ));
         }
         if joined[usize::from(stream)] {
-            return Err(format!("stream {stream} already joined this session"));
+            return limit(format!("stream {stream} already joined this session"));
         }
         joined[usize::from(stream)] = true;
         Ok(())
@@ -440,7 +433,7 @@ impl Session {
     }
 
     /// For a pull: waits until every granted stream joined; the sockets in index order.
-    fn take_send_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, String> {
+    fn take_send_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, SessionError> {
         let mut role = self.changed.wait_while_for(
             self.role.locked(),
             timeout,
@@ -451,10 +444,13 @@ impl Session {
                 .iter_mut()
                 .map(|s| s.take().expect("checked"))
                 .collect()),
-            _ => Err(format!(
-                "not every data stream joined within {} s",
-                timeout.as_secs()
-            )),
+            _ => Err(SessionError::Connection {
+                peer: "the client".into(),
+                reason: format!(
+                    "not every data stream joined within {} s",
+                    timeout.as_secs()
+                ),
+            }),
         }
     }
 

@@ -243,9 +243,27 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
         .as_deref()
         .map(|d| format!(" (driver {d})"))
         .unwrap_or_default();
-    let mut out = Vec::new();
+    let nodes = numa_nodes(host);
+    let local = host
+        .read(&format!("{base}/device/local_cpulist"))
+        .ok()
+        .and_then(|l| cpu_list(&l).map(|set| (l, set)));
+    vec![
+        mtu(host, iface, sec, &base),
+        speed(host, iface, sec, t),
+        rings(host, iface, sec, &drv),
+        offloads(host, iface, sec, &drv),
+        numa(host, sec, &base, nodes, &local),
+        irq_affinity(host, iface, sec, nodes, &local),
+    ]
+}
 
-    out.push(match host.read(&format!("{base}/mtu")).map(|m| m.trim().parse::<u32>()) {
+/// The NIC's local CPUs, as listed and as a set.
+type Local = Option<(String, Vec<u32>)>;
+
+/// Jumbo frames.
+fn mtu(host: &HostView, iface: &str, sec: &str, base: &str) -> Check {
+    match host.read(&format!("{base}/mtu")).map(|m| m.trim().parse::<u32>()) {
         Ok(Ok(m)) if m >= 9000 => Check::new(sec, "mtu", m.to_string(), Status::Ok).want("9000"),
         Ok(Ok(m)) => Check::new(sec, "mtu", m.to_string(), Status::Tune)
             .want("9000")
@@ -253,9 +271,12 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
             .fix(format!("ip link set dev {iface} mtu 9000")),
         Ok(Err(_)) => Check::unknown(sec, "mtu", format!("{base}/mtu is not a number")),
         Err(e) => Check::unknown(sec, "mtu", e).want("9000"),
-    });
+    }
+}
 
-    out.push(match speed_mbps(host, iface) {
+/// The link against the target rate.
+fn speed(host: &HostView, iface: &str, sec: &str, t: &Target) -> Check {
+    match speed_mbps(host, iface) {
         Ok(mbps) if mbps * 1_000_000 >= t.rate_bps => {
             Check::new(sec, "link speed", units::rate(mbps * 1_000_000), Status::Ok)
                 .want(format!(">= {}", units::rate(t.rate_bps)))
@@ -269,9 +290,12 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
         .want(format!(">= {}", units::rate(t.rate_bps)))
         .note("the link is slower than the target rate: no setting on this host changes that"),
         Err(e) => Check::unknown(sec, "link speed", e),
-    });
+    }
+}
 
-    out.push(match host.probes().rings(iface) {
+/// NIC ring sizes against their maximum.
+fn rings(host: &HostView, iface: &str, sec: &str, drv: &str) -> Check {
+    match host.probes().rings(iface) {
         Ok(r) if r.rx_max == 0 && r.tx_max == 0 => Check::new(
             sec,
             "rings rx/tx",
@@ -297,9 +321,12 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
             r.rx_max, r.tx_max
         )),
         Err(e) => Check::unknown(sec, "rings rx/tx", format!("{e}{drv}")),
-    });
+    }
+}
 
-    out.push(match host.probes().offloads(iface) {
+/// GRO, GSO and TSO.
+fn offloads(host: &HostView, iface: &str, sec: &str, drv: &str) -> Check {
+    match host.probes().offloads(iface) {
         Ok(o) => {
             let on = |b: bool| if b { "on" } else { "off" };
             let cur = format!("gro {} gso {} tso {}", on(o.gro), on(o.gso), on(o.tso));
@@ -324,18 +351,16 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
             }
         }
         Err(e) => Check::unknown(sec, "offloads", format!("{e}{drv}")),
-    });
+    }
+}
 
-    let nodes = numa_nodes(host);
+/// The NIC's NUMA node.
+fn numa(host: &HostView, sec: &str, base: &str, nodes: Option<usize>, local: &Local) -> Check {
     let node = host
         .read(&format!("{base}/device/numa_node"))
         .ok()
         .and_then(|n| n.trim().parse::<i32>().ok());
-    let local = host
-        .read(&format!("{base}/device/local_cpulist"))
-        .ok()
-        .and_then(|l| cpu_list(&l).map(|set| (l, set)));
-    out.push(match (nodes, node, &local) {
+    match (nodes, node, local) {
         (Some(n), _, _) if n <= 1 => Check::new(sec, "numa node", "single node", Status::Info)
             .want("-")
             .note("one NUMA node: every core is local to the NIC"),
@@ -354,9 +379,18 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
             "numa node",
             format!("{base}/device/numa_node or local_cpulist is missing or -1 (no PCI device)"),
         ),
-    });
+    }
+}
 
-    out.push(match irqs(host, iface) {
+/// Whether the NIC's interrupts are served on its own node.
+fn irq_affinity(
+    host: &HostView,
+    iface: &str,
+    sec: &str,
+    nodes: Option<usize>,
+    local: &Local,
+) -> Check {
+    match irqs(host, iface) {
         Err(e) => Check::unknown(sec, "irq affinity", e),
         Ok(list) => {
             let mut by_aff: BTreeMap<String, Vec<u32>> = BTreeMap::new();
@@ -375,8 +409,12 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
                 })
                 .collect::<Vec<_>>()
                 .join("; ");
-            let summary = if summary.is_empty() { "unreadable".to_string() } else { summary };
-            match (nodes, &local) {
+            let summary = if summary.is_empty() {
+                "unreadable".to_string()
+            } else {
+                summary
+            };
+            match (nodes, local) {
                 (Some(n), _) if n <= 1 => Check::new(sec, "irq affinity", summary, Status::Info)
                     .want("-")
                     .note("one NUMA node: any core may serve the NIC"),
@@ -397,17 +435,21 @@ pub(crate) fn interface(host: &HostView, iface: &str, t: &Target) -> Vec<Check> 
                             .note("interrupts served on another node cross the interconnect for every packet (document 002, Fig. 2); stop irqbalance first or it moves them back");
                         for (_, ns) in off {
                             for n in ns {
-                                c = c.fix(format!("echo {llist} > /proc/irq/{n}/smp_affinity_list"));
+                                c = c
+                                    .fix(format!("echo {llist} > /proc/irq/{n}/smp_affinity_list"));
                             }
                         }
                         c
                     }
                 }
-                _ => Check::unknown(sec, "irq affinity", format!("{summary}; the NIC's local CPUs are unknown")),
+                _ => Check::unknown(
+                    sec,
+                    "irq affinity",
+                    format!("{summary}; the NIC's local CPUs are unknown"),
+                ),
             }
         }
-    });
-    out
+    }
 }
 
 #[cfg(test)]

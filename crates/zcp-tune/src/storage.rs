@@ -128,7 +128,32 @@ pub(crate) fn checks(host: &HostView, path: &Path) -> Vec<Check> {
     } else {
         Check::new(SEC, "filesystem", fs_cur, Status::Info).want("-")
     });
-    out.push(match (mount, &ms) {
+    out.push(mount_options(mount, &ms, &d.path));
+    match disk_of(host, d.dev, mount.map(|m| m.source.as_str())) {
+        Err(e) => out.push(Check::unknown(SEC, "block device", e)),
+        Ok(disk) => out.extend(block_device(host, &disk)),
+    }
+    out.push(free_space(d.fs.free_bytes, d.total_bytes));
+    out.push(match &d.direct {
+        Ok(()) => Check::new(SEC, "O_DIRECT", "works", Status::Ok).want("works"),
+        Err(e) => Check::new(SEC, "O_DIRECT", "fails", Status::Info)
+            .want("works")
+            .note(format!(
+                "{e}; zcp's receiver falls back to splice or read/write here"
+            )),
+    });
+    out.push(match &d.splice {
+        Ok(()) => Check::new(SEC, "splice", "works", Status::Ok).want("works"),
+        Err(e) => Check::new(SEC, "splice", "fails", Status::Info)
+            .want("works")
+            .note(format!("{e}; zcp's receiver falls back to read/write here")),
+    });
+    out
+}
+
+/// Mount options that make every write wait, or every read write.
+fn mount_options(mount: Option<&Mount>, ms: &Result<Vec<Mount>, String>, path: &Path) -> Check {
+    match (mount, ms) {
         (Some(m), _) => {
             let opts: Vec<&str> = m.options.split(',').collect();
             if opts.iter().any(|o| *o == "sync" || *o == "dirsync") {
@@ -150,107 +175,95 @@ pub(crate) fn checks(host: &HostView, path: &Path) -> Vec<Check> {
         (None, Ok(_)) => Check::unknown(
             SEC,
             "mount options",
-            format!("no mount in /proc/self/mountinfo holds {}", d.path.display()),
+            format!("no mount in /proc/self/mountinfo holds {}", path.display()),
         ),
-    });
-    match disk_of(host, d.dev, mount.map(|m| m.source.as_str())) {
-        Err(e) => {
-            out.push(Check::unknown(SEC, "block device", e));
-        }
-        Ok(disk) => {
-            let q = format!("/sys/block/{disk}/queue");
-            let rotational = host.read(&format!("{q}/rotational")).ok();
-            let kind = match rotational.as_deref().map(str::trim) {
-                Some("1") => "rotating disk",
-                Some("0") => "solid state",
-                _ => "kind unknown",
-            };
-            out.push(
-                Check::new(
-                    SEC,
-                    "block device",
-                    format!("{disk} ({kind})"),
-                    Status::Info,
-                )
-                .want("-"),
-            );
-            let want = if kind == "rotating disk" {
-                "mq-deadline"
-            } else {
-                "none"
-            };
-            out.push(match host.read(&format!("{q}/scheduler")) {
-                Ok(s) => {
-                    let cur = s
-                        .split_whitespace()
-                        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
-                        .unwrap_or(s.trim())
-                        .to_string();
-                    let offered = s
-                        .split_whitespace()
-                        .any(|w| w.trim_matches(['[', ']']) == want);
-                    if cur == want || !offered {
-                        Check::new(SEC, "io scheduler", cur, Status::Ok).want(want)
-                    } else {
-                        Check::new(SEC, "io scheduler", cur, Status::Tune)
-                            .want(want)
-                            .note(format!(
-                                "for a {kind}, {want} adds the least latency; offered: {}",
-                                s.trim()
-                            ))
-                            .fix(format!("echo {want} > {q}/scheduler"))
-                    }
-                }
-                Err(e) => Check::unknown(SEC, "io scheduler", e).want(want),
-            });
-            out.push(
-                match host.read(&format!("{q}/read_ahead_kb")).map(|r| r.trim().parse::<u64>()) {
-                    Ok(Ok(kb)) if kb >= READ_AHEAD_KB => {
-                        Check::new(SEC, "read-ahead", format!("{kb} KiB"), Status::Ok)
-                            .want(format!(">= {READ_AHEAD_KB} KiB"))
-                    }
-                    Ok(Ok(kb)) => Check::new(SEC, "read-ahead", format!("{kb} KiB"), Status::Tune)
-                        .want(format!(">= {READ_AHEAD_KB} KiB"))
-                        .note("large sequential reads of files not in the page cache keep more of a striped disk busy")
-                        .fix(format!("echo {READ_AHEAD_KB} > {q}/read_ahead_kb")),
-                    Ok(Err(_)) => Check::unknown(SEC, "read-ahead", format!("{q}/read_ahead_kb is not a number")),
-                    Err(e) => Check::unknown(SEC, "read-ahead", e),
-                },
-            );
-        }
     }
-    let pct = if d.total_bytes > 0 {
-        d.fs.free_bytes as f64 * 100.0 / d.total_bytes as f64
+}
+
+/// The disk under the directory: its kind, scheduler and read-ahead.
+fn block_device(host: &HostView, disk: &str) -> Vec<Check> {
+    let mut out = Vec::new();
+    let q = format!("/sys/block/{disk}/queue");
+    let rotational = host.read(&format!("{q}/rotational")).ok();
+    let kind = match rotational.as_deref().map(str::trim) {
+        Some("1") => "rotating disk",
+        Some("0") => "solid state",
+        _ => "kind unknown",
+    };
+    out.push(
+        Check::new(
+            SEC,
+            "block device",
+            format!("{disk} ({kind})"),
+            Status::Info,
+        )
+        .want("-"),
+    );
+    let want = if kind == "rotating disk" {
+        "mq-deadline"
+    } else {
+        "none"
+    };
+    out.push(match host.read(&format!("{q}/scheduler")) {
+        Ok(s) => {
+            let cur = s
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+                .unwrap_or(s.trim())
+                .to_string();
+            let offered = s
+                .split_whitespace()
+                .any(|w| w.trim_matches(['[', ']']) == want);
+            if cur == want || !offered {
+                Check::new(SEC, "io scheduler", cur, Status::Ok).want(want)
+            } else {
+                Check::new(SEC, "io scheduler", cur, Status::Tune)
+                    .want(want)
+                    .note(format!(
+                        "for a {kind}, {want} adds the least latency; offered: {}",
+                        s.trim()
+                    ))
+                    .fix(format!("echo {want} > {q}/scheduler"))
+            }
+        }
+        Err(e) => Check::unknown(SEC, "io scheduler", e).want(want),
+    });
+    out.push(
+            match host.read(&format!("{q}/read_ahead_kb")).map(|r| r.trim().parse::<u64>()) {
+                Ok(Ok(kb)) if kb >= READ_AHEAD_KB => {
+                    Check::new(SEC, "read-ahead", format!("{kb} KiB"), Status::Ok)
+                        .want(format!(">= {READ_AHEAD_KB} KiB"))
+                }
+                Ok(Ok(kb)) => Check::new(SEC, "read-ahead", format!("{kb} KiB"), Status::Tune)
+                    .want(format!(">= {READ_AHEAD_KB} KiB"))
+                    .note("large sequential reads of files not in the page cache keep more of a striped disk busy")
+                    .fix(format!("echo {READ_AHEAD_KB} > {q}/read_ahead_kb")),
+                Ok(Err(_)) => Check::unknown(SEC, "read-ahead", format!("{q}/read_ahead_kb is not a number")),
+                Err(e) => Check::unknown(SEC, "read-ahead", e),
+            },
+        );
+    out
+}
+
+/// Room left on the filesystem.
+fn free_space(free: u64, total: u64) -> Check {
+    let pct = if total > 0 {
+        free as f64 * 100.0 / total as f64
     } else {
         0.0
     };
-    let free = format!(
+    let shown = format!(
         "{} of {} ({pct:.0}%)",
-        units::bytes(d.fs.free_bytes),
-        units::bytes(d.total_bytes)
+        units::bytes(free),
+        units::bytes(total)
     );
-    out.push(if d.total_bytes > 0 && pct < 10.0 {
-        Check::new(SEC, "free space", free, Status::Tune)
+    if total > 0 && pct < 10.0 {
+        Check::new(SEC, "free space", shown, Status::Tune)
             .want(">= 10% free")
             .note("nearly full filesystems fragment large files and slow every write")
     } else {
-        Check::new(SEC, "free space", free, Status::Info).want("room for the largest transfer")
-    });
-    out.push(match &d.direct {
-        Ok(()) => Check::new(SEC, "O_DIRECT", "works", Status::Ok).want("works"),
-        Err(e) => Check::new(SEC, "O_DIRECT", "fails", Status::Info)
-            .want("works")
-            .note(format!(
-                "{e}; zcp's receiver falls back to splice or read/write here"
-            )),
-    });
-    out.push(match &d.splice {
-        Ok(()) => Check::new(SEC, "splice", "works", Status::Ok).want("works"),
-        Err(e) => Check::new(SEC, "splice", "fails", Status::Info)
-            .want("works")
-            .note(format!("{e}; zcp's receiver falls back to read/write here")),
-    });
-    out
+        Check::new(SEC, "free space", shown, Status::Info).want("room for the largest transfer")
+    }
 }
 
 #[cfg(test)]

@@ -209,7 +209,67 @@ fn a_hostile_client_can_neither_chmod_the_root_nor_forge_log_lines_nor_idle_fore
     let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "2"]);
     let (mut raw, _data) = raw_open(&srv, &env, false);
     let nasty = "\x1b[31mred\x07\r\nzcp: session 0000000000000000 finished: 9 files";
-    for m in [
+    for m in root_and_log_attacks(nasty) {
+        raw.send(&m);
+    }
+    // Only chatter from here on: the session ends at the idle timeout all the same. The
+    // same link again changes nothing, so it is chatter too.
+    let t = Instant::now();
+    let mut closed = false;
+    let chatter = chatter();
+    let mut turn = 0;
+    while t.elapsed() < Duration::from_secs(10) {
+        raw.send(&chatter[turn % chatter.len()]);
+        turn += 1;
+        raw.s
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        match raw.recv_any() {
+            Ok(Message::Error { .. }) => {}
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+    }
+    assert!(closed, "chatter kept the session open");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert!(srv.wait_log("no progress", 5), "{}", srv.log());
+    assert_eq!(mode(&root), 0o755);
+    assert_eq!(mtime(&root), root_mtime);
+    assert_eq!(mode(&root.join("private")), 0o700);
+    let secs = |p: &Path| {
+        mtime(p)
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert_eq!(secs(&root.join("private")), 1_000_000);
+    assert_eq!(mode(&root.join("area/fresh")), 0o777);
+    assert_eq!(secs(&root.join("area/fresh")), 1_000_000);
+    assert_eq!(
+        std::fs::read_link(root.join("area/l")).unwrap(),
+        Path::new("t")
+    );
+    let log = srv.log();
+    for b in ['\x1b', '\x07', '\r'] {
+        assert!(!log.contains(b), "raw {b:?} in the log: {log:?}");
+    }
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("zcp: session 0000000000000000")),
+        "{log}"
+    );
+    assert!(log.contains("\\u{1b}[31mred"), "{log}");
+    assert_eq!(tree(&root), vec!["area", "area/fresh", "area/l", "private"]);
+}
+
+/// Entries that name the root, a private directory, special mode bits, and text made to
+/// forge log lines.
+fn root_and_log_attacks(nasty: &str) -> Vec<Message> {
+    vec![
         Message::DirTimes {
             path: b".".to_vec(),
             mode: 0o777,
@@ -261,14 +321,12 @@ fn a_hostile_client_can_neither_chmod_the_root_nor_forge_log_lines_nor_idle_fore
             path: b"area/l".to_vec(),
             target: b"t".to_vec(),
         },
-    ] {
-        raw.send(&m);
-    }
-    // Only chatter from here on: the session ends at the idle timeout all the same. The
-    // same link again changes nothing, so it is chatter too.
-    let t = Instant::now();
-    let mut closed = false;
-    let chatter = [
+    ]
+}
+
+/// Messages that change nothing: none of them may count as progress.
+fn chatter() -> [Message; 5] {
+    [
         Message::Notice {
             message: "chatter".into(),
         },
@@ -285,54 +343,7 @@ fn a_hostile_client_can_neither_chmod_the_root_nor_forge_log_lines_nor_idle_fore
         Message::MakeDir {
             path: b"area/fresh".to_vec(),
         },
-    ];
-    let mut turn = 0;
-    while t.elapsed() < Duration::from_secs(10) {
-        raw.send(&chatter[turn % chatter.len()]);
-        turn += 1;
-        raw.s
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        match raw.recv_any() {
-            Ok(Message::Error { .. }) => {}
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => {
-                closed = true;
-                break;
-            }
-        }
-    }
-    assert!(closed, "chatter kept the session open");
-    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
-    assert!(srv.wait_log("no progress", 5), "{}", srv.log());
-    assert_eq!(mode(&root), 0o755);
-    assert_eq!(mtime(&root), root_mtime);
-    assert_eq!(mode(&root.join("private")), 0o700);
-    let secs = |p: &Path| {
-        mtime(p)
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-    };
-    assert_eq!(secs(&root.join("private")), 1_000_000);
-    assert_eq!(mode(&root.join("area/fresh")), 0o777);
-    assert_eq!(secs(&root.join("area/fresh")), 1_000_000);
-    assert_eq!(
-        std::fs::read_link(root.join("area/l")).unwrap(),
-        Path::new("t")
-    );
-    let log = srv.log();
-    for b in ['\x1b', '\x07', '\r'] {
-        assert!(!log.contains(b), "raw {b:?} in the log: {log:?}");
-    }
-    assert!(
-        !log.lines()
-            .any(|l| l.starts_with("zcp: session 0000000000000000")),
-        "{log}"
-    );
-    assert!(log.contains("\\u{1b}[31mred"), "{log}");
-    assert_eq!(tree(&root), vec!["area", "area/fresh", "area/l", "private"]);
+    ]
 }
 
 #[test]

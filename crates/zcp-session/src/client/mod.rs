@@ -380,16 +380,10 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
             path: path.clone(),
             dest: name,
         })
-        .map_err(|reason| SessionError::Connection {
-            peer: "the server".into(),
-            reason,
-        })?;
+        .map_err(|e| e.into_session("the server"))?;
     }
     ctl.send(&Message::GetEnd)
-        .map_err(|reason| SessionError::Connection {
-            peer: "the server".into(),
-            reason,
-        })?;
+        .map_err(|e| e.into_session("the server"))?;
     drop(cork);
     let (wake, events) = mpsc::channel::<RxEvent>();
     let core = RxCore::new(RxSetup {

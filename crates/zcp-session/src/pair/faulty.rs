@@ -3,6 +3,7 @@
 //! EIO (its file fails, as a full or failing disk fails it). Wraps the real TCP streams, so
 //! everything else is what runs in production.
 
+use crate::error::Refusal;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use zcp_engine::Usage;
 use zcp_engine::recv::WriteFailure;
-use zcp_wire::{ChunkHeader, ErrorCode, SessionKeys};
+use zcp_wire::{ChunkHeader, SessionKeys};
 
 use crate::error::SessionError;
 use crate::recv::Placement;
@@ -122,7 +123,7 @@ impl Landing for FailWrite {
         self.inner.join(counter, closer);
     }
 
-    fn place(&self, header: &ChunkHeader) -> Result<Placement, String> {
+    fn place(&self, header: &ChunkHeader) -> Result<Placement, Refusal> {
         self.inner.place(header)
     }
 
@@ -151,12 +152,7 @@ impl Landing for FailWrite {
         self.inner.keys()
     }
 
-    fn stream_ended(
-        &self,
-        usage: Usage,
-        failed: Option<(ErrorCode, String)>,
-        late: Option<String>,
-    ) {
+    fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>) {
         self.inner.stream_ended(usage, failed, late);
     }
 

@@ -9,6 +9,7 @@
 //! and the whole-file digests agree: the verified ranges then cover exactly `[0, size)`,
 //! because the plan admits each chunk once, at one offset, with one length.
 
+use crate::error::Refusal;
 use std::time::Instant;
 
 use zcp_engine::RecvEngine;
@@ -60,7 +61,7 @@ pub(crate) enum Settle {
     /// Every chunk durable and the digests agree: commit with this digest.
     Commit([u8; 32]),
     /// The file failed: tell the sender.
-    Fail(ErrorCode, String),
+    Fail(Refusal),
 }
 
 /// What the caller must do after a chunk changed state.
@@ -125,7 +126,7 @@ pub(crate) struct RxFile {
     /// Chunks held from an earlier session, offered in `Have`, until `Go`.
     offered: Vec<(u64, [u8; 32])>,
     durable: u64,
-    failed: Option<(ErrorCode, String)>,
+    failed: Option<Refusal>,
     /// The sender's whole-file digest, once `FileEnd` arrived.
     end: Option<[u8; 32]>,
     /// Handed to the committer (or failed): nothing more to decide.
@@ -173,30 +174,30 @@ impl RxFile {
 
     /// Marks the file failed (the first failure wins).
     pub(crate) fn fail(&mut self, code: ErrorCode, message: String) {
-        self.failed.get_or_insert((code, message));
+        self.failed.get_or_insert(Refusal::new(code, message));
     }
 
     /// The failure, if the file failed.
-    pub(crate) fn failure(&self) -> Option<&(ErrorCode, String)> {
+    pub(crate) fn failure(&self) -> Option<&Refusal> {
         self.failed.as_ref()
     }
 
     /// Whether the sender may answer `Go` now: only a file that was offered for resume
     /// (`FileReady{resumed}`), and only once.
-    pub(crate) fn may_go(&self) -> Result<(), String> {
+    pub(crate) fn may_go(&self) -> Result<(), Refusal> {
         if self.phase == Phase::AwaitGo {
             Ok(())
         } else {
-            Err(format!(
+            Err(Refusal::protocol(format!(
                 "Go for file {}, which was not offered for resume or was answered already",
                 self.id()
-            ))
+            )))
         }
     }
 
     /// The sender's answer to the chunks offered for resume: keep them, or start over, which
     /// discards every chunk's state. Returns the bytes kept.
-    pub(crate) fn go(&mut self, restart: bool) -> Result<u64, String> {
+    pub(crate) fn go(&mut self, restart: bool) -> Result<u64, Refusal> {
         self.may_go()?;
         let mut kept = 0;
         if restart {
@@ -229,19 +230,19 @@ impl RxFile {
 
     /// Claims chunk `index` for a stream; refuses a chunk that is already being received or
     /// done, and any before `Go`.
-    pub(crate) fn claim(&mut self, index: u64) -> Result<(), String> {
+    pub(crate) fn claim(&mut self, index: u64) -> Result<(), Refusal> {
         if self.phase != Phase::Open {
-            return Err(format!(
+            return Err(Refusal::protocol(format!(
                 "chunk {index} of file {} arrived before Go",
                 self.id()
-            ));
+            )));
         }
         let c = &mut self.chunks[index as usize];
         if c.flags & CLAIMED != 0 {
-            return Err(format!(
+            return Err(Refusal::protocol(format!(
                 "chunk {index} of file {} was sent twice",
                 self.id()
-            ));
+            )));
         }
         c.flags |= CLAIMED;
         Ok(())
@@ -295,20 +296,20 @@ impl RxFile {
     }
 
     /// Records the sender's MAC of chunk `index`.
-    pub(crate) fn expect(&mut self, index: u64, mac: [u8; 32]) -> Result<Outcome, String> {
+    pub(crate) fn expect(&mut self, index: u64, mac: [u8; 32]) -> Result<Outcome, Refusal> {
         if index >= self.spec.plan.count() {
-            return Err(format!(
+            return Err(Refusal::protocol(format!(
                 "MAC for chunk {index}, but file {} has {} chunks",
                 self.id(),
                 self.spec.plan.count()
-            ));
+            )));
         }
         let c = &mut self.chunks[index as usize];
         if c.expected.is_some() {
-            return Err(format!(
+            return Err(Refusal::protocol(format!(
                 "MAC for chunk {index} of file {} sent twice",
                 self.id()
-            ));
+            )));
         }
         c.expected = Some(mac);
         Ok(self.check(index))
@@ -337,9 +338,12 @@ impl RxFile {
     }
 
     /// Records the sender's `FileEnd` digest. Refuses a second one.
-    pub(crate) fn end(&mut self, digest: [u8; 32]) -> Result<(), String> {
+    pub(crate) fn end(&mut self, digest: [u8; 32]) -> Result<(), Refusal> {
         match self.end {
-            Some(_) => Err(format!("FileEnd for file {} sent twice", self.id())),
+            Some(_) => Err(Refusal::protocol(format!(
+                "FileEnd for file {} sent twice",
+                self.id()
+            ))),
             None => {
                 self.end = Some(digest);
                 Ok(())
@@ -360,9 +364,9 @@ impl RxFile {
         let Some(sent) = self.end else {
             return Settle::Wait;
         };
-        if let Some((code, message)) = self.failed.clone() {
+        if let Some(refusal) = self.failed.clone() {
             self.settled = true;
-            return Settle::Fail(code, message);
+            return Settle::Fail(refusal);
         }
         let count = self.spec.plan.count();
         if self.durable < count {
@@ -371,13 +375,10 @@ impl RxFile {
                 return Settle::Wait;
             }
             self.settled = true;
-            return Settle::Fail(
-                ErrorCode::Protocol,
-                format!(
-                    "FileEnd with {} of {count} chunks acknowledged",
-                    self.durable
-                ),
-            );
+            return Settle::Fail(Refusal::protocol(format!(
+                "FileEnd with {} of {count} chunks acknowledged",
+                self.durable
+            )));
         }
         self.settled = true;
         if !self.verify {
@@ -392,7 +393,10 @@ impl RxFile {
         if d == sent {
             Settle::Commit(d)
         } else {
-            Settle::Fail(ErrorCode::Verify, "the whole-file digests differ".into())
+            Settle::Fail(Refusal::new(
+                ErrorCode::Verify,
+                "the whole-file digests differ",
+            ))
         }
     }
 }
@@ -470,7 +474,7 @@ mod tests {
         f.end(digest_of(&f, &[[7; 32], [8; 32]])).unwrap();
         assert!(matches!(
             f.settle(&keys()),
-            Settle::Fail(ErrorCode::Protocol, m) if m.contains("1 of 2")
+            Settle::Fail(Refusal { code: ErrorCode::Protocol, message: m }) if m.contains("1 of 2")
         ));
         assert_eq!(f.settle(&keys()), Settle::Wait, "decided once");
     }
@@ -497,7 +501,10 @@ mod tests {
         f.durable(0);
         assert!(matches!(
             f.settle(&keys()),
-            Settle::Fail(ErrorCode::Verify, _)
+            Settle::Fail(Refusal {
+                code: ErrorCode::Verify,
+                ..
+            })
         ));
     }
 
@@ -576,7 +583,7 @@ mod tests {
         f.durable(0);
         assert!(f.may_go().is_err());
         let e = f.go(true).unwrap_err();
-        assert!(e.contains("not offered"), "{e}");
+        assert!(e.message.contains("not offered"), "{e}");
         assert!(f.holds_resumable(), "the durable chunk is untouched");
         assert!(f.claim(0).is_err(), "and still done");
     }
@@ -593,7 +600,10 @@ mod tests {
         f.end([0; 32]).unwrap();
         assert!(matches!(
             f.settle(&keys()),
-            Settle::Fail(ErrorCode::NoSpace, _)
+            Settle::Fail(Refusal {
+                code: ErrorCode::NoSpace,
+                ..
+            })
         ));
         let mut f = file(0, RecvEngine::Direct, vec![]);
         f.end(digest_of(&f, &[])).unwrap();

@@ -129,9 +129,10 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
         _ => zcp_engine::fs::syncfs(core.disk.root.fd()),
     };
     if let Err(e) = synced {
-        let (c, m) = engine_err(e);
+        let r = engine_err(e);
         for s in steps.drain(..) {
-            failed.push((s.job, Err((c, format!("commit failed: {m}")))));
+            let why = Refusal::new(r.code, format!("commit failed: {}", r.message));
+            failed.push((s.job, Err(why)));
         }
     }
     // Each directory once (files of one directory share its descriptor).
@@ -151,8 +152,9 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
                 renamed.push(s.job);
             }
             Err(e) => {
-                let (c, m) = engine_err(e);
-                failed.push((s.job, Err((c, format!("rename failed: {m}")))));
+                let r = engine_err(e);
+                let why = Refusal::new(r.code, format!("rename failed: {}", r.message));
+                failed.push((s.job, Err(why)));
             }
         }
     }
@@ -164,10 +166,8 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
         .map(|job| {
             // Renamed but not durably: say so rather than claim success.
             let r = dir_sync.as_ref().map_err(|e| {
-                (
-                    ErrorCode::Io,
-                    format!("syncing the directory after the rename failed: {e}"),
-                )
+                let why = format!("syncing the directory after the rename failed: {e}");
+                Refusal::new(ErrorCode::Io, why)
             });
             (job, r.copied())
         })

@@ -120,7 +120,7 @@ impl Receiving {
             } => {
                 if let Some(f) = self.open_file(file_id, "ChunkMac")? {
                     let o = f.expect(index, mac);
-                    let o = o.map_err(|r| self.proto(r))?;
+                    let o = o.map_err(|r| self.proto(r.message))?;
                     self.outcome(file_id, o, now);
                 }
                 Ok(Step::Next)
@@ -128,7 +128,7 @@ impl Receiving {
             Message::FileEnd { file_id, digest } => {
                 if let Some(f) = self.open_file(file_id, "FileEnd")? {
                     let r = f.end(digest);
-                    r.map_err(|r| self.proto(r))?;
+                    r.map_err(|r| self.proto(r.message))?;
                     self.settle(file_id, now);
                 }
                 Ok(Step::Next)
@@ -241,7 +241,7 @@ impl Receiving {
     /// and reported here (`None`).
     fn entry(&mut self, raw: Vec<u8>, act: Act) -> Option<(Vec<u8>, RelPath, Times)> {
         let checked = RelPath::parse(&raw)
-            .map_err(|e| (ErrorCode::BadPath, e.to_string()))
+            .map_err(|e| Refusal::new(ErrorCode::BadPath, e.to_string()))
             .and_then(|p| self.scope.check(&p, act).map(|how| (p, how)));
         match checked {
             Ok((p, how)) => Some((raw, p, how)),
@@ -252,7 +252,7 @@ impl Receiving {
         }
     }
 
-    fn entry_failed(&mut self, raw: &[u8], (code, message): Refusal) {
+    fn entry_failed(&mut self, raw: &[u8], Refusal { code, message }: Refusal) {
         self.report(Report::Notice(
             Some(Failure {
                 path: escape(raw),
@@ -297,10 +297,10 @@ impl Receiving {
     }
 
     fn admit(&self, p: &PutFile) -> Result<ChunkPlan, Refusal> {
-        let plan =
-            ChunkPlan::new(p.size, p.chunk_size).map_err(|e| (ErrorCode::Limit, e.to_string()))?;
+        let plan = ChunkPlan::new(p.size, p.chunk_size)
+            .map_err(|e| Refusal::new(ErrorCode::Limit, e.to_string()))?;
         if plan.count() > MAX_CHUNKS {
-            return Err((
+            return Err(Refusal::new(
                 ErrorCode::Limit,
                 format!(
                     "{} chunks is over the limit of {MAX_CHUNKS}; use a larger chunk size",
@@ -309,14 +309,14 @@ impl Receiving {
             ));
         }
         if self.files.len() >= MAX_OPEN_FILES {
-            return Err((
+            return Err(Refusal::new(
                 ErrorCode::Limit,
                 format!("more than {MAX_OPEN_FILES} files open in one session"),
             ));
         }
         let open: u64 = self.files.values().map(|f| f.plan().count()).sum();
         if open + plan.count() > MAX_SESSION_CHUNKS {
-            return Err((
+            return Err(Refusal::new(
                 ErrorCode::Limit,
                 format!(
                     "{} chunks with the {open} of the files open is over the session's limit of {MAX_SESSION_CHUNKS}",
@@ -324,12 +324,13 @@ impl Receiving {
                 ),
             ));
         }
-        let dest = RelPath::parse(&p.dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+        let dest =
+            RelPath::parse(&p.dest).map_err(|e| Refusal::new(ErrorCode::BadPath, e.to_string()))?;
         crate::confine::not_reserved(&dest, &p.name)?;
         if self.scope.is_pull() {
             // The client chose every name itself: a name of the server's choosing is refused.
             if !p.name.is_empty() {
-                return Err((
+                return Err(Refusal::new(
                     ErrorCode::BadPath,
                     format!(
                         "the server sent file '{}' under a name of its own ('{}'); refused, nothing written",
@@ -343,7 +344,7 @@ impl Receiving {
         Ok(plan)
     }
 
-    fn refuse_file(&mut self, id: u32, shown: String, (code, message): Refusal) {
+    fn refuse_file(&mut self, id: u32, shown: String, Refusal { code, message }: Refusal) {
         self.report(Report::Notice(
             Some(Failure {
                 path: shown,
@@ -366,7 +367,7 @@ impl Receiving {
             return Ok(Step::Next);
         };
         let (may, stores, size) = (f.may_go(), f.spec.io.is_some(), f.plan().size());
-        may.map_err(|r| self.proto(r))?;
+        may.map_err(|r| self.proto(r.message))?;
         if restart && stores {
             return Ok(Step::Fs(FsJob::Reset {
                 file: file_id,
@@ -378,7 +379,7 @@ impl Receiving {
 
     fn go_now(&mut self, file_id: u32, restart: bool) -> Result<Step, SessionError> {
         if let Some(f) = self.files.get_mut(&file_id) {
-            f.go(restart).map_err(|r| self.proto(r))?;
+            f.go(restart).map_err(|r| self.proto(r.message))?;
         }
         Ok(Step::Next)
     }
@@ -420,7 +421,10 @@ impl Receiving {
                 Ok(()) => {
                     self.go_now(file, true)?;
                 }
-                Err((c, m)) => self.fail_file(file, c, m, now),
+                Err(Refusal {
+                    code: c,
+                    message: m,
+                }) => self.fail_file(file, c, m, now),
             },
         }
         Ok(())

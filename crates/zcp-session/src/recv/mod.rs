@@ -22,6 +22,7 @@ pub(crate) mod frames;
 mod prepare;
 pub(crate) mod state;
 
+use crate::error::Refusal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -187,7 +188,7 @@ impl Landing for RxCore {
         }
     }
 
-    fn place(&self, h: &ChunkHeader) -> Result<Placement, String> {
+    fn place(&self, h: &ChunkHeader) -> Result<Placement, Refusal> {
         // Placing produces no outputs: it runs under the lock directly, and waits under it
         // while the file waits for the sender's `Go` (up to the idle timeout).
         let until = Instant::now() + self.idle;
@@ -199,10 +200,10 @@ impl Landing for RxCore {
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
+                return Err(Refusal::protocol(format!(
                     "no Go for file {} within {:?}",
                     h.file_id, self.idle
-                ));
+                )));
             }
             st = self.changed.wait_for(st, left);
         }
@@ -215,7 +216,7 @@ impl Landing for RxCore {
             } else {
                 ErrorCode::Io
             };
-            (code, w.message)
+            Refusal::new(code, w.message)
         });
         self.apply(|st, now| st.written(file, index, r, now));
     }
@@ -228,26 +229,24 @@ impl Landing for RxCore {
         self.state.locked().keys.clone()
     }
 
-    fn stream_ended(
-        &self,
-        usage: Usage,
-        failed: Option<(ErrorCode, String)>,
-        late: Option<String>,
-    ) {
+    fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>) {
         self.usage.locked().add(&usage);
         let closed = self.closed.load(Ordering::Relaxed);
         self.apply(|st, _| {
             if let Some(e) = &late {
                 st.fail_open_files(ErrorCode::Io, e);
             }
-            if let Some((code, why)) = &failed {
+            if let Some(Refusal { code, message: why }) = &failed {
                 // A broken stream leaves chunks missing: fail what is open, so the sender
                 // hears at once instead of at the idle timeout; and say why.
                 st.fail_open_files(*code, &format!("data stream failed: {why}"));
             }
-            let why = failed
-                .filter(|_| !closed)
-                .map(|(c, w)| format!("{w} [{}]", c.name()));
+            let why = failed.filter(|_| !closed).map(
+                |Refusal {
+                     code: c,
+                     message: w,
+                 }| format!("{w} [{}]", c.name()),
+            );
             st.stream_ended(why);
         });
     }

@@ -132,13 +132,13 @@ pub(crate) struct Disk {
 
 pub(crate) fn engine_err(e: EngineError) -> Refusal {
     match e {
-        EngineError::NoSpace(m) => (
+        EngineError::NoSpace(m) => Refusal::new(
             ErrorCode::NoSpace,
             format!("no space for the destination: {m}"),
         ),
-        EngineError::Path(m) => (ErrorCode::BadPath, format!("destination {m}")),
-        EngineError::Busy(m) => (ErrorCode::Busy, m),
-        other => (ErrorCode::Io, other.to_string()),
+        EngineError::Path(m) => Refusal::new(ErrorCode::BadPath, format!("destination {m}")),
+        EngineError::Busy(m) => Refusal::new(ErrorCode::Busy, m),
+        other => Refusal::new(ErrorCode::Io, other.to_string()),
     }
 }
 
@@ -301,7 +301,7 @@ impl Disk {
                 EntryKind::File => "file",
                 _ => "FIFO, socket or device",
             };
-            return Err((
+            return Err(Refusal::new(
                 ErrorCode::BadPath,
                 format!(
                     "the server sent a link for '{p}', where your {what} '{p}' is; nothing of yours is replaced by a link of the server's choosing; refused, nothing written"
@@ -358,7 +358,7 @@ impl Disk {
 
     /// Where an entry goes: its directory (resolved beneath the root) and its final name.
     fn place(&self, dest: &[u8], name: &[u8]) -> Result<Placed, Refusal> {
-        let bad_path = |e: zcp_wire::PathError| (ErrorCode::BadPath, e.to_string());
+        let bad_path = |e: zcp_wire::PathError| Refusal::new(ErrorCode::BadPath, e.to_string());
         let dest = RelPath::parse(dest).map_err(bad_path)?;
         if !name.is_empty() {
             RelPath::check_name(name).map_err(bad_path)?;
@@ -367,7 +367,7 @@ impl Disk {
         // receives the file under the source's name; otherwise the destination is the file.
         if dest.names_directory() {
             if name.is_empty() {
-                return Err((
+                return Err(Refusal::new(
                     ErrorCode::BadPath,
                     format!("destination '{dest}' names a directory"),
                 ));
@@ -430,7 +430,12 @@ impl Disk {
         let dir = self.dir(&comps, true).map_err(engine_err)?;
         let kind = zcp_engine::fs::entry_kind(&*dir.fd, &spec.name).map_err(engine_err)?;
         let t = &spec.target;
-        let refused = |why: &str| Err((ErrorCode::BadPath, format!("destination '{t}' {why}")));
+        let refused = |why: &str| {
+            Err(Refusal::new(
+                ErrorCode::BadPath,
+                format!("destination '{t}' {why}"),
+            ))
+        };
         match kind {
             EntryKind::Missing | EntryKind::File => {}
             EntryKind::Dir => return refused("is a directory"),
@@ -476,7 +481,7 @@ impl Disk {
         let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
         let at = (comps.to_vec(), key.clone());
         if !self.drained(&at, zcp_engine::fs::LOCK_WAIT) {
-            return Err((
+            return Err(Refusal::new(
                 ErrorCode::Busy,
                 format!(
                     "'{}' is still being let go of by an earlier attempt; try again",

@@ -37,7 +37,7 @@ pub(crate) struct RxConfig {
 }
 
 /// A refusal to send back: its class and what to fix.
-pub(crate) type Refusal = (ErrorCode, String);
+pub(crate) use crate::error::Refusal;
 
 /// What a finished receiving role reports.
 #[derive(Debug, Default, Clone)]
@@ -248,14 +248,20 @@ impl Receiving {
 
     /// A chunk header arrived on a data stream: where its bytes go. Claims the chunk. An error
     /// is a protocol error that closes the stream.
-    pub(crate) fn place(&mut self, h: &ChunkHeader) -> Result<Placement, String> {
+    pub(crate) fn place(&mut self, h: &ChunkHeader) -> Result<Placement, Refusal> {
         let f = match self.lookup(h.file_id) {
             Lookup::Open(f) => f,
             Lookup::Gone => return Ok(Placement::Drop),
-            Lookup::Unknown => return Err(format!("chunk for unknown file {}", h.file_id)),
+            Lookup::Unknown => {
+                return Err(Refusal::protocol(format!(
+                    "chunk for unknown file {}",
+                    h.file_id
+                )));
+            }
         };
-        if let Some((_, m)) = f.failure() {
-            return Err(m.clone());
+        if let Some(failed) = f.failure() {
+            // A chunk of a failed file ends its stream as a protocol error, whatever failed it.
+            return Err(Refusal::protocol(failed.message.clone()));
         }
         if f.phase == Phase::AwaitGo {
             return Ok(Placement::Wait);
@@ -263,7 +269,7 @@ impl Receiving {
         let index = f
             .plan()
             .locate(h.offset, h.len)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Refusal::protocol(e.to_string()))?;
         f.claim(index)?;
         Ok(Placement::Land {
             file: h.file_id,
@@ -285,7 +291,7 @@ impl Receiving {
                 self.outcome(file, o, now);
             }
             // Tell the sender now: the chunk will never be verified.
-            Err((code, message)) => self.fail_file(file, code, message, now),
+            Err(Refusal { code, message }) => self.fail_file(file, code, message, now),
         }
     }
 
@@ -380,7 +386,7 @@ impl Receiving {
         r: Result<(), Refusal>,
         now: Instant,
     ) {
-        if let Err((code, m)) = r {
+        if let Err(Refusal { code, message: m }) = r {
             return self.fail_file(file, code, format!("making chunks durable: {m}"), now);
         }
         let Some(f) = self.files.get_mut(&file) else {
@@ -414,7 +420,7 @@ impl Receiving {
                 };
                 self.out.jobs.push(RxJob::Commit(job));
             }
-            Settle::Fail(code, message) => self.fail_file(file, code, message, now),
+            Settle::Fail(Refusal { code, message }) => self.fail_file(file, code, message, now),
         }
     }
 
@@ -426,7 +432,7 @@ impl Receiving {
         r: Result<(), Refusal>,
         now: Instant,
     ) {
-        if let Err((code, m)) = r {
+        if let Err(Refusal { code, message: m }) = r {
             return self.fail_file(file, code, m, now);
         }
         let Some(f) = self.files.remove(&file) else {

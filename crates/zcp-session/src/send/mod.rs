@@ -249,12 +249,7 @@ impl Io<'_> {
             {
                 let _cork = self.ctl.cork();
                 for m in &out.frames {
-                    self.ctl
-                        .send(m)
-                        .map_err(|reason| SessionError::Connection {
-                            peer: "peer".into(),
-                            reason,
-                        })?;
+                    self.ctl.send(m).map_err(|e| e.into_session("peer"))?;
                 }
             }
             for c in out.chunks {

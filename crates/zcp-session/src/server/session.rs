@@ -2,6 +2,7 @@
 //! tighten the server's limits), then the receiving role for a push or the sending role for
 //! a pull, its outcome logged and turned into an exit code (`serve --once`).
 
+use crate::error::Refusal;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -201,10 +202,7 @@ impl Control {
                 streams: g.streams,
                 idle_ms: g.idle.as_millis() as u32,
             })
-            .map_err(|reason| SessionError::Connection {
-                peer: "the client".into(),
-                reason,
-            })
+            .map_err(|e| e.into_session("the client"))
     }
 }
 
@@ -417,7 +415,7 @@ fn serve_pull(
         match c.next(until)? {
             Message::Get { path, dest } => {
                 let top =
-                    get_top(&ctx.root, &path, &dest).map_err(|(code, m)| c.refuse(code, m))?;
+                    get_top(&ctx.root, &path, &dest).map_err(|r| c.refuse(r.code, r.message))?;
                 tops.push(top);
             }
             Message::GetEnd => break,
@@ -431,12 +429,7 @@ fn serve_pull(
             return Err(c.refuse(ErrorCode::Limit, m));
         }
     }
-    let data = session
-        .take_send_streams(ctx.cfg.handshake_timeout.max(g.idle))
-        .map_err(|reason| SessionError::Connection {
-            peer: "the client".into(),
-            reason,
-        })?;
+    let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(g.idle))?;
     let counters = session.counters.locked().clone();
     let setup = SendSetup {
         cfg: SenderConfig {
@@ -464,22 +457,22 @@ fn serve_pull(
 
 /// Where a pulled path starts: its directory resolved beneath the root now (never through a
 /// symlink), so a path that is not there is refused before the session; reopened by the walk.
-fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, (ErrorCode, String)> {
-    let p = RelPath::parse(path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, Refusal> {
+    let p = RelPath::parse(path).map_err(|e| Refusal::new(ErrorCode::BadPath, e.to_string()))?;
     let Some((last, parent)) = p.components().split_last() else {
-        return Err((
+        return Err(Refusal::new(
             ErrorCode::BadPath,
-            "name a path below the server root, not the root itself".into(),
+            "name a path below the server root, not the root itself",
         ));
     };
     root.open_dir(parent, false)
-        .map_err(|e| (ErrorCode::BadPath, format!("source {e} on the server")))?;
+        .map_err(|e| Refusal::new(ErrorCode::BadPath, format!("source {e} on the server")))?;
     let dest = if dest.is_empty() {
         last.clone()
     } else {
         dest.to_vec()
     };
-    RelPath::parse(&dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    RelPath::parse(&dest).map_err(|e| Refusal::new(ErrorCode::BadPath, e.to_string()))?;
     Ok(Top::Beneath {
         root: root.clone(),
         parent: parent.to_vec(),

@@ -13,6 +13,7 @@
 
 pub(crate) mod tcp;
 
+use crate::error::Refusal;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::net::TcpStream;
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::recv::WriteFailure;
 use zcp_engine::sync::{Locked, Waits};
 use zcp_engine::{SendEngine, Usage};
-use zcp_wire::{ChunkHeader, ErrorCode, SessionKeys};
+use zcp_wire::{ChunkHeader, SessionKeys};
 
 use crate::error::SessionError;
 use crate::recv::Placement;
@@ -77,7 +78,7 @@ pub(crate) trait Landing: Send + Sync {
     fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>);
     /// Where the chunk under `header` goes (claimed); waits while its file waits for the
     /// sender's `Go`. An error is a protocol error that closes the stream.
-    fn place(&self, header: &ChunkHeader) -> Result<Placement, String>;
+    fn place(&self, header: &ChunkHeader) -> Result<Placement, Refusal>;
     /// A chunk was written, or its write failed.
     fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>);
     /// The receiver's MAC over what a chunk's bytes were.
@@ -86,7 +87,7 @@ pub(crate) trait Landing: Send + Sync {
     fn keys(&self) -> SessionKeys;
     /// A stream ended: its CPU time, why it broke (if it did), and a failure of its engine's
     /// helpers after the last chunk (if any).
-    fn stream_ended(&self, usage: Usage, failed: Option<(ErrorCode, String)>, late: Option<String>);
+    fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>);
     /// Bytes per engine call (0: each engine's default).
     fn block(&self) -> u64;
     /// Largest `direct` block: a session's rings stay within its memory budget.

@@ -4,6 +4,7 @@
 //! `null`, `mem`). A stream ends with an end header. Works over any stream socket: the
 //! in-process pair harness runs it over loopback pairs with a fault-injecting relay between.
 
+use crate::error::Refusal;
 use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
@@ -15,7 +16,7 @@ use std::time::Instant;
 use zcp_engine::recv::{ChunkSink, Completion, Sink};
 use zcp_engine::send::send_all;
 use zcp_engine::sys::thread_usage;
-use zcp_engine::{EngineError, FileSender, RecvEngine, StreamReceiver, Usage};
+use zcp_engine::{EngineError, FileSender, IoClass, RecvEngine, StreamReceiver, Usage};
 use zcp_wire::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ErrorCode};
 
 use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
@@ -241,23 +242,21 @@ pub(crate) fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<
 }
 
 /// Reads exactly `buf.len()` bytes; `Ok(false)` when the stream ended before the first.
-fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, String> {
+fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, Refusal> {
+    let io = |m: String| Refusal::new(ErrorCode::Io, m);
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err("the data stream ended inside a chunk header".into()),
+            Ok(0) => return Err(io("the data stream ended inside a chunk header".into())),
             Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err("no data on the stream within the idle timeout".into());
-            }
-            Err(e) => return Err(format!("data stream: {e}")),
+            Err(e) => match zcp_engine::io_class(&e) {
+                IoClass::Interrupted => {}
+                IoClass::TimedOut => {
+                    return Err(io("no data on the stream within the idle timeout".into()));
+                }
+                IoClass::Failed => return Err(io(format!("data stream: {e}"))),
+            },
         }
     }
     Ok(true)
@@ -268,21 +267,21 @@ fn receive_chunks(
     sock: &mut TcpStream,
     rx: &mut StreamReceiver,
     counter: &AtomicU64,
-) -> Result<(), (ErrorCode, String)> {
-    let proto = |m: String| (ErrorCode::Protocol, m);
+) -> Result<(), Refusal> {
+    let proto = |m: String| Refusal::new(ErrorCode::Protocol, m);
     loop {
         let mut hb = [0u8; CHUNK_HEADER_LEN];
-        if !read_header(sock, &mut hb).map_err(|m| (ErrorCode::Io, m))? {
-            return Err((
+        if !read_header(sock, &mut hb)? {
+            return Err(Refusal::new(
                 ErrorCode::Io,
-                "the data stream closed before its end marker".into(),
+                "the data stream closed before its end marker",
             ));
         }
         let h = ChunkHeader::decode(&hb).map_err(|e| proto(e.to_string()))?;
         if h.kind == ChunkKind::End {
             return Ok(());
         }
-        let r = match landing.place(&h).map_err(proto)? {
+        let r = match landing.place(&h)? {
             Placement::Land {
                 file,
                 index,
@@ -332,7 +331,7 @@ fn receive_chunks(
             } else {
                 ErrorCode::Io
             };
-            (code, e.to_string())
+            Refusal::new(code, e.to_string())
         })?;
     }
 }

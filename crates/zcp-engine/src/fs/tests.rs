@@ -1,0 +1,200 @@
+//! Root confinement, part files and journals on a real filesystem.
+
+use super::*;
+use std::os::unix::fs::symlink;
+
+fn root() -> (tempfile::TempDir, Root) {
+    let d = tempfile::tempdir().unwrap();
+    let r = Root::open(d.path()).unwrap();
+    (d, r)
+}
+
+#[test]
+fn open_dir_creates_and_refuses_symlinks() {
+    let (d, r) = root();
+    r.open_dir(&[b"a".to_vec(), b"b".to_vec()], true).unwrap();
+    assert!(d.path().join("a/b").is_dir());
+    let outside = tempfile::tempdir().unwrap();
+    symlink(outside.path(), d.path().join("link")).unwrap();
+    let e = r
+        .open_dir(&[b"link".to_vec(), b"x".to_vec()], true)
+        .unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+    assert!(!outside.path().join("x").exists());
+    std::fs::write(d.path().join("file"), b"x").unwrap();
+    let e = r.open_dir(&[b"file".to_vec()], true).unwrap_err();
+    assert!(e.to_string().contains("not a directory"), "{e}");
+    let e = r.open_dir(&[b"missing".to_vec()], false).unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}
+
+#[test]
+fn a_second_open_waits_for_the_lock_and_never_takes_an_unlinked_file() {
+    let (d, r) = root();
+    for keep in [false, true] {
+        let (mut p, _) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "w").unwrap();
+        p.set_keep(keep);
+        let dir = Arc::new(r.open_dir(&[], false).unwrap());
+        let waiter = std::thread::spawn(move || PartFile::open(dir, "w"));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(p);
+        let (q, existed) = waiter.join().unwrap().unwrap();
+        // A removed file is created afresh; a kept one is taken over.
+        assert_eq!(existed, keep);
+        let named = std::fs::metadata(d.path().join(q.name())).unwrap();
+        let held = rustix::fs::fstat(&*q.shared_fd()).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::ino(&named), held.st_ino);
+        drop(q);
+    }
+}
+
+#[test]
+fn part_file_is_locked_kept_or_removed_and_renamed() {
+    let (d, r) = root();
+    let (p, existed) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap();
+    assert!(!existed);
+    let name = p.name();
+    assert_eq!(name, ".zcp-abc.part");
+    // A second writer for the same target is refused while the first holds it.
+    let e = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap_err();
+    assert!(matches!(e, EngineError::Busy(_)), "{e}");
+    drop(p);
+    assert!(!d.path().join(&name).exists(), "removed when not kept");
+
+    let (mut p, _) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap();
+    p.start_journal(b"header").unwrap();
+    p.append_journal(b"+record").unwrap();
+    assert_eq!(p.read_journal().unwrap().unwrap(), b"header+record");
+    p.set_keep(true);
+    drop(p);
+    assert!(d.path().join(".zcp-abc.part").exists(), "kept for resume");
+    let (mut p, existed) =
+        PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "abc").unwrap();
+    assert!(existed);
+    p.continue_journal(6).unwrap();
+    p.append_journal(b"!").unwrap();
+    assert_eq!(p.read_journal().unwrap().unwrap(), b"header!");
+
+    p.preallocate(10_000).unwrap();
+    rustix::io::pwrite(p.fd(), b"hello", 0).unwrap();
+    // Not fresh: cut to size even though no engine padded it.
+    p.set_final_metadata(5, 0o640, (1_000_000_000, 5), false)
+        .unwrap();
+    p.sync().unwrap();
+    p.rename_to(b"final").unwrap();
+    let path = d.path().join("final");
+    assert_eq!(std::fs::read(&path).unwrap(), b"hello");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = std::fs::metadata(&path).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o640);
+    assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        1,
+        "no partial or journal left"
+    );
+
+    // A fresh file is cut only when an engine padded it.
+    for (padded, len) in [(false, 8192), (true, 3)] {
+        let key = format!("fresh{padded}");
+        let (p, existed) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), &key).unwrap();
+        assert!(!existed);
+        rustix::io::pwrite(p.fd(), &[7u8; 8192], 0).unwrap();
+        p.set_final_metadata(3, 0o600, (0, 0), padded).unwrap();
+        assert_eq!(rustix::fs::fstat(p.fd()).unwrap().st_size, len);
+    }
+}
+
+#[test]
+fn zcp_names_its_own_files_with_reserved_names() {
+    for n in [&b".zcp-abc.part"[..], b".zcp-0123.journal", b".zcp-ff.link"] {
+        assert!(is_reserved_name(n), "{n:?}");
+    }
+    for n in [
+        &b"zcp-abc.part"[..],
+        b".zcp-abc",
+        b"a.part",
+        b".zcp-abc.parts",
+    ] {
+        assert!(!is_reserved_name(n), "{n:?}");
+    }
+}
+
+#[test]
+fn symlinks_are_made_and_replaced_atomically_never_over_directories() {
+    let (d, r) = root();
+    assert!(make_symlink(r.fd(), b"l", b"/somewhere").unwrap());
+    assert!(make_symlink(r.fd(), b"l", b"elsewhere").unwrap());
+    assert!(
+        !make_symlink(r.fd(), b"l", b"elsewhere").unwrap(),
+        "no change"
+    );
+    assert_eq!(
+        std::fs::read_link(d.path().join("l")).unwrap(),
+        std::path::Path::new("elsewhere")
+    );
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    assert!(make_symlink(r.fd(), b"dir", b"x").is_err());
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
+}
+
+#[test]
+fn open_dir_says_what_it_made_and_modes_can_be_held_to_narrowing() {
+    let (d, r) = root();
+    std::fs::create_dir(d.path().join("a")).unwrap();
+    let comps = [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+    let (_, existed) = r.open_dir_made(&comps, true).unwrap();
+    assert_eq!(existed, 1, "a was there, b and c were made");
+    let (fd, existed) = r.open_dir_made(&comps, true).unwrap();
+    assert_eq!(existed, 3);
+    let mode = |p: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(d.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    set_mode_within(&fd, 0o4700, true, (5, 0)).unwrap();
+    assert_eq!(mode("a/b/c"), 0o700);
+    set_mode_within(&fd, 0o777, true, (5, 0)).unwrap();
+    assert_eq!(mode("a/b/c"), 0o700, "never widened");
+    set_mode_within(&fd, 0o1777, false, (5, 0)).unwrap();
+    assert_eq!(mode("a/b/c"), 0o777, "no sticky bit from the network");
+}
+
+#[test]
+fn walking_by_descriptor() {
+    let (d, r) = root();
+    std::fs::write(d.path().join("f"), b"12345").unwrap();
+    symlink("f", d.path().join("l")).unwrap();
+    let mut names: Vec<_> = read_dir(r.fd()).unwrap().map(|n| n.unwrap()).collect();
+    names.sort();
+    assert_eq!(names, vec![b"f".to_vec(), b"l".to_vec()]);
+    let m = stat_at(r.fd(), b"f").unwrap();
+    assert_eq!((m.kind, m.size), (EntryKind::File, 5));
+    assert_eq!(stat_at(r.fd(), b"l").unwrap().kind, EntryKind::Symlink);
+    assert_eq!(read_link_at(r.fd(), b"l").unwrap(), b"f");
+    assert!(
+        open_at(r.fd(), b"l").is_err(),
+        "a symlink is never opened through"
+    );
+}
+
+#[test]
+fn entry_kinds_do_not_follow_links() {
+    let (d, r) = root();
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    symlink("/etc/passwd", d.path().join("l")).unwrap();
+    assert_eq!(entry_kind(r.fd(), b"dir").unwrap(), EntryKind::Dir);
+    assert_eq!(entry_kind(r.fd(), b"l").unwrap(), EntryKind::Symlink);
+    assert_eq!(entry_kind(r.fd(), b"none").unwrap(), EntryKind::Missing);
+}
+
+#[test]
+fn fs_info_reads_something() {
+    let (_d, r) = root();
+    let i = fs_info(r.fd()).unwrap();
+    assert!(!i.name.is_empty());
+    assert!(i.free_bytes > 0);
+}

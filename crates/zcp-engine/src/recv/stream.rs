@@ -1,0 +1,438 @@
+//! One data stream's receiving: the engines' per-stream state (pipe, buffers, rings) and the
+//! loop each engine runs for a chunk.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::pipe::SpliceFlags;
+
+use super::{Completion, DIRECT_ALIGN, RecvEngine, Sink, WriteFailure, direct, readback};
+use crate::EngineError;
+use crate::error::retry;
+use crate::sys::{Usage, socket_timeout};
+
+/// A pipe sized for splicing: as large as `want`, or as large as the system allows.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    pub(crate) r: OwnedFd,
+    pub(crate) w: OwnedFd,
+    pub(crate) cap: usize,
+}
+
+impl Pipe {
+    pub(crate) fn new(want: usize) -> Result<Pipe, EngineError> {
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| EngineError::sys("pipe2", "splice pipe", e))?;
+        // Unprivileged users may go up to fs.pipe-max-size (1 MiB by default).
+        let cap = [want, 1 << 20]
+            .into_iter()
+            .find_map(|size| rustix::pipe::fcntl_setpipe_size(&w, size).ok())
+            .or_else(|| rustix::pipe::fcntl_getpipe_size(&w).ok())
+            .unwrap_or(64 * 1024);
+        Ok(Pipe { r, w, cap })
+    }
+
+    /// Moves up to `max` bytes from `sock` into the pipe, then all of them out to `out`
+    /// (at `*off` when given). Returns the bytes moved; 0 means the peer closed the socket.
+    /// A failure to write `out` is [`Pumped::OutFailed`], with the pipe emptied again, so
+    /// the caller can drain the rest of the chunk from the socket and go on.
+    fn pump(
+        &self,
+        sock: BorrowedFd<'_>,
+        timeout: Option<Duration>,
+        out: BorrowedFd<'_>,
+        off: Option<&mut u64>,
+        max: u64,
+    ) -> Result<Pumped, EngineError> {
+        let want = max.min(self.cap as u64) as usize;
+        let n = retry("splice(socket -> pipe)", "socket", timeout, || {
+            rustix::pipe::splice(
+                sock,
+                None,
+                &self.w,
+                None,
+                want,
+                SpliceFlags::MOVE | SpliceFlags::MORE,
+            )
+        })?;
+        match self.drain_to(out, off, n) {
+            Ok(()) => Ok(Pumped::Moved(n)),
+            Err((e, left)) => {
+                let mut scratch = vec![0u8; left.min(1 << 20)];
+                let mut left = left;
+                while left > 0 {
+                    let k = left.min(scratch.len());
+                    let m = retry("read(pipe)", "splice pipe", None, || {
+                        rustix::io::read(&self.r, &mut scratch[..k])
+                    })?;
+                    if m == 0 {
+                        break;
+                    }
+                    left -= m;
+                }
+                Ok(Pumped::OutFailed { moved: n, error: e })
+            }
+        }
+    }
+
+    /// Moves `n` bytes now in the pipe out to `out`; on failure, the error and what is left.
+    fn drain_to(
+        &self,
+        out: BorrowedFd<'_>,
+        mut off: Option<&mut u64>,
+        n: usize,
+    ) -> Result<(), (EngineError, usize)> {
+        let mut left = n;
+        while left > 0 {
+            let m = retry("splice(pipe -> file)", "destination", None, || {
+                rustix::pipe::splice(
+                    &self.r,
+                    None,
+                    out,
+                    off.as_deref_mut(),
+                    left,
+                    SpliceFlags::MOVE,
+                )
+            })
+            .map_err(|e| (e, left))?;
+            if m == 0 {
+                let e = EngineError::sys("splice(pipe -> file)", "destination", Errno::IO);
+                return Err((e, left));
+            }
+            left -= m;
+        }
+        Ok(())
+    }
+}
+
+/// What one [`Pipe::pump`] did.
+enum Pumped {
+    /// Bytes moved from the socket to the destination; 0 when the peer closed the socket.
+    Moved(usize),
+    /// Bytes taken from the socket, whose writing failed (the pipe is empty again).
+    OutFailed { moved: usize, error: EngineError },
+}
+
+/// Where a chunk goes: the destination file (buffered descriptor) and, for `direct`, its
+/// O_DIRECT descriptor. Shared with the engine's helper threads.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The file, opened normally.
+    pub file: Arc<OwnedFd>,
+    /// The file opened with `O_DIRECT`, for `direct`.
+    pub direct: Option<Arc<OwnedFd>>,
+}
+
+/// Receives the chunks of one data stream, of any files and engines. Holds each engine's
+/// pipe, buffers and helper threads, made the first time that engine runs on this stream and
+/// kept for every later chunk and file (a tree of a million small files does not start a
+/// million threads). [`StreamReceiver::finish`] waits for every write and every sink.
+#[derive(Debug)]
+pub struct StreamReceiver {
+    block: usize,
+    pipe: Option<Pipe>,
+    devnull: Option<OwnedFd>,
+    buf: Vec<u8>,
+    readback: Option<readback::Readback>,
+    ring: Option<direct::DirectRing>,
+    /// The socket's receive timeout, read once (it is the same for every chunk).
+    timeout: Option<Option<Duration>>,
+    /// Largest `direct` block ([`StreamReceiver::limit_direct`]).
+    direct_max: Option<usize>,
+}
+
+impl StreamReceiver {
+    /// A receiver moving `block` bytes per call (0: each engine's default).
+    pub fn new(block: u64) -> StreamReceiver {
+        StreamReceiver {
+            block: block.min(1 << 30) as usize,
+            pipe: None,
+            devnull: None,
+            buf: Vec::new(),
+            readback: None,
+            ring: None,
+            timeout: None,
+            direct_max: None,
+        }
+    }
+
+    fn block_for(&self, engine: RecvEngine) -> usize {
+        let block = if self.block == 0 {
+            engine.default_block() as usize
+        } else {
+            self.block.max(4096)
+        };
+        match (engine, self.direct_max) {
+            (RecvEngine::Direct, Some(max)) => block.min(max),
+            _ => block,
+        }
+    }
+
+    /// Caps the `direct` engine's block at `max` bytes (its ring holds [`DIRECT_DEPTH`] of
+    /// them): how a session keeps its rings within a memory budget.
+    pub fn limit_direct(mut self, max: u64) -> StreamReceiver {
+        self.direct_max = Some((max.max(DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN) as usize);
+        self
+    }
+
+    /// Moves exactly `len` bytes from `sock` to `target` at `offset` with `engine` (already
+    /// resolved by [`choose`]), feeding them to `sink` (if any) where the engine sees them.
+    /// `progress` counts bytes taken from the socket. `target` is `None` for `null` and `mem`.
+    ///
+    /// When this returns an error, `done` and `sink` are dropped uncalled. When it returns
+    /// `Ok`, `done` is called exactly once — with `Ok` once the bytes are written (for
+    /// `splice`, also read back into the sink), or with the failure — and `sink` is told
+    /// [`ChunkSink::seen_all`] before `done(Ok)`, possibly later and from a helper thread.
+    /// `null` never sees the bytes: pass no sink.
+    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive(
+        &mut self,
+        engine: RecvEngine,
+        target: Option<&Target>,
+        sock: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        sink: Option<Sink>,
+        progress: &AtomicU64,
+        done: Completion,
+    ) -> Result<(), EngineError> {
+        let timeout = *self.timeout.get_or_insert_with(|| socket_timeout(sock));
+        let block = self.block_for(engine);
+        let job = Job {
+            sock,
+            timeout,
+            offset,
+            len,
+            sink,
+            progress,
+            done,
+        };
+        let need = |t: Option<&Target>| {
+            t.cloned().ok_or_else(|| EngineError::Unsupported {
+                engine: engine.name(),
+                reason: "no destination file".into(),
+            })
+        };
+        match engine {
+            RecvEngine::Direct => self.direct(need(target)?, block, job),
+            RecvEngine::Splice => self.splice(need(target)?, block, job),
+            RecvEngine::Null => self.null(block, job),
+            RecvEngine::ReadWrite => self.copy(Some(need(target)?.file), block, job),
+            RecvEngine::Mem => self.copy(None, block, job),
+            RecvEngine::Auto => Err(EngineError::Unsupported {
+                engine: "auto",
+                reason: "resolve auto with recv::choose first".into(),
+            }),
+        }
+    }
+
+    fn direct(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<(), EngineError> {
+        let direct = t.direct.ok_or_else(|| EngineError::Unsupported {
+            engine: "direct",
+            reason: "the file has no O_DIRECT descriptor".into(),
+        })?;
+        let ring = match &mut self.ring {
+            Some(ring) => ring,
+            ring => ring.insert(direct::DirectRing::new(block)?),
+        };
+        let Job {
+            sock,
+            offset,
+            len,
+            sink,
+            progress,
+            done,
+            ..
+        } = job;
+        ring.receive(direct, sock, offset, len, sink, progress, done)
+    }
+
+    fn splice(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<(), EngineError> {
+        if self.pipe.is_none() {
+            self.pipe = Some(Pipe::new(block)?);
+        }
+        if self.readback.is_none() {
+            self.readback = Some(readback::Readback::new()?);
+        }
+        let pipe = self.pipe.as_ref().expect("made above");
+        let mut off = job.offset;
+        let mut got = 0;
+        while got < job.len {
+            let pumped = pipe.pump(
+                job.sock,
+                job.timeout,
+                t.file.as_fd(),
+                Some(&mut off),
+                job.len - got,
+            )?;
+            let n = match pumped {
+                Pumped::Moved(0) => return Err(job.disconnected(got)),
+                Pumped::Moved(n) => n as u64,
+                Pumped::OutFailed { moved, error } => {
+                    job.progress.fetch_add(moved as u64, Ordering::Relaxed);
+                    return self.discard_rest(job, got + moved as u64, error);
+                }
+            };
+            got += n;
+            job.progress.fetch_add(n, Ordering::Relaxed);
+        }
+        crate::fs::start_writeback(&*t.file, job.offset, job.len);
+        self.readback
+            .as_mut()
+            .expect("made above")
+            .queue(t.file, job.offset, job.len, job.sink, job.done)
+    }
+
+    fn null(&mut self, block: usize, job: Job<'_>) -> Result<(), EngineError> {
+        if self.pipe.is_none() {
+            self.pipe = Some(Pipe::new(block)?);
+        }
+        if self.devnull.is_none() {
+            let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
+            self.devnull = Some(
+                rustix::fs::open("/dev/null", flags, rustix::fs::Mode::empty())
+                    .map_err(|e| EngineError::sys("open", "/dev/null", e))?,
+            );
+        }
+        let (pipe, devnull) = (
+            self.pipe.as_ref().expect("made"),
+            self.devnull.as_ref().expect("made"),
+        );
+        let mut got = 0;
+        while got < job.len {
+            let n = match pipe.pump(job.sock, job.timeout, devnull.as_fd(), None, job.len - got)? {
+                Pumped::Moved(0) => return Err(job.disconnected(got)),
+                Pumped::Moved(n) => n as u64,
+                Pumped::OutFailed { error, .. } => return Err(error),
+            };
+            got += n;
+            job.progress.fetch_add(n, Ordering::Relaxed);
+        }
+        job.complete();
+        Ok(())
+    }
+
+    /// `rw` (into `file`) and `mem` (no file): read into a buffer, feed the sink, write.
+    fn copy(
+        &mut self,
+        file: Option<Arc<OwnedFd>>,
+        block: usize,
+        mut job: Job<'_>,
+    ) -> Result<(), EngineError> {
+        if self.buf.len() != block {
+            self.buf = vec![0; block];
+        }
+        let mut got = 0;
+        while got < job.len {
+            let want = (job.len - got).min(self.buf.len() as u64) as usize;
+            let buf = &mut self.buf[..want];
+            let n = retry("read", "socket", job.timeout, || {
+                rustix::io::read(job.sock, &mut *buf)
+            })?;
+            if n == 0 {
+                return Err(job.disconnected(got));
+            }
+            job.progress.fetch_add(n as u64, Ordering::Relaxed);
+            if let Some(s) = job.sink.as_mut() {
+                s.bytes(&self.buf[..n]);
+            }
+            if let Some(f) = &file
+                && let Err(error) = pwrite_all(f.as_fd(), &self.buf[..n], job.offset + got)
+            {
+                return self.discard_rest(job, got + n as u64, error);
+            }
+            got += n as u64;
+        }
+        job.complete();
+        Ok(())
+    }
+
+    /// After a chunk's write failed with `error` (a full disk, an I/O error), `got` bytes in:
+    /// reads and drops the rest of the chunk, so the stream stays usable for the chunks that
+    /// follow, and reports the failure to the chunk's completion. The stream fails only if the
+    /// socket does.
+    fn discard_rest(
+        &mut self,
+        job: Job<'_>,
+        mut got: u64,
+        error: EngineError,
+    ) -> Result<(), EngineError> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; 64 * 1024];
+        }
+        while got < job.len {
+            let want = (job.len - got).min(self.buf.len() as u64) as usize;
+            let buf = &mut self.buf[..want];
+            let n = retry("read", "socket", job.timeout, || {
+                rustix::io::read(job.sock, &mut *buf)
+            })?;
+            if n == 0 {
+                return Err(job.disconnected(got));
+            }
+            got += n as u64;
+            job.progress.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        (job.done)(Err(WriteFailure::from(&error)));
+        Ok(())
+    }
+
+    /// Waits until every byte handed to the engines is written and every sink fed. Returns
+    /// the CPU use of the engines' helper threads, for the session's accounting.
+    pub fn finish(mut self) -> Result<Usage, EngineError> {
+        let mut usage = Usage::default();
+        if let Some(ring) = self.ring.take() {
+            usage.add(&ring.finish()?);
+        }
+        if let Some(rb) = self.readback.take() {
+            usage.add(&rb.finish()?);
+        }
+        Ok(usage)
+    }
+}
+
+/// `pwrite(2)` all of `bytes` at `offset`.
+pub fn pwrite_all(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> Result<(), EngineError> {
+    let mut done = 0;
+    while done < bytes.len() {
+        let n = retry("pwrite", "destination file", None, || {
+            rustix::io::pwrite(fd, &bytes[done..], offset + done as u64)
+        })?;
+        if n == 0 {
+            return Err(EngineError::sys("pwrite", "destination file", Errno::IO));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// One chunk on its way through an engine.
+struct Job<'a> {
+    sock: BorrowedFd<'a>,
+    timeout: Option<Duration>,
+    offset: u64,
+    len: u64,
+    sink: Option<Sink>,
+    progress: &'a AtomicU64,
+    done: Completion,
+}
+
+impl Job<'_> {
+    fn disconnected(&self, got: u64) -> EngineError {
+        EngineError::Disconnected {
+            got,
+            want: self.len,
+        }
+    }
+
+    /// Every byte arrived and was handled in line: the sink has seen all, the chunk is done.
+    fn complete(self) {
+        if let Some(s) = self.sink {
+            s.seen_all();
+        }
+        (self.done)(Ok(()));
+    }
+}

@@ -1,0 +1,229 @@
+//! Bytes to message bodies: every length bounded before allocation, every byte accounted for.
+
+use super::*;
+use crate::SESSION_ID_LEN;
+
+impl Message {
+    /// Decodes a body of type `kind`. The body is the payload without any seal tag.
+    pub fn decode(kind: u8, body: &[u8]) -> Result<Message, DecodeError> {
+        let mut r = Reader::new(body);
+        let msg = match kind {
+            code::HELLO..=code::OPENED => setup(kind, &mut r)?,
+            code::PUT_FILE..=code::GO => entry(kind, &mut r)?,
+            _ => file(kind, &mut r)?,
+        };
+        r.finish("message")?;
+        Ok(msg)
+    }
+}
+
+fn unknown(kind: u8) -> DecodeError {
+    DecodeError::Malformed(format!("unknown message type 0x{kind:02x}"))
+}
+
+/// Handshake and session set-up messages.
+fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
+    Ok(match kind {
+        code::HELLO => {
+            let magic: [u8; 4] = r.array()?;
+            if magic != HELLO_MAGIC {
+                return Err(DecodeError::Malformed(
+                    "not a zcp hello (bad magic bytes)".into(),
+                ));
+            }
+            let version = r.u16()?;
+            let role = match r.u8()? {
+                1 => Role::Control,
+                2 => Role::Data,
+                other => {
+                    return Err(DecodeError::Malformed(format!(
+                        "unknown connection role {other}"
+                    )));
+                }
+            };
+            Message::Hello {
+                version,
+                role,
+                nonce: r.array()?,
+            }
+        }
+        code::CHALLENGE => Message::Challenge {
+            version: r.u16()?,
+            nonce: r.array()?,
+            proof: r.array()?,
+        },
+        code::PROOF => Message::Proof { proof: r.array()? },
+        code::DATA_CHALLENGE => Message::DataChallenge { nonce: r.array()? },
+        code::DATA_JOIN => Message::DataJoin {
+            session_id: r.array::<SESSION_ID_LEN>()?,
+            stream: r.u16()?,
+            proof: r.array()?,
+        },
+        code::DATA_ACCEPT => Message::DataAccept,
+        code::ERROR => Message::Error {
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.text(MAX_TEXT, "error message")?,
+        },
+        code::WELCOME => Message::Welcome {
+            session_id: r.array()?,
+            max_streams: r.u16()?,
+        },
+        code::OPEN => {
+            let [pull, recursive] = read_flags::<2>(r, "open")?;
+            Message::Open(Open {
+                pull,
+                recursive,
+                streams: r.u16()?,
+                idle_ms: r.u32()?,
+                recv_engine: r.text(MAX_ENGINE_NAME, "receiver engine")?,
+                send_engine: r.text(MAX_ENGINE_NAME, "sender engine")?,
+                block_size: r.u32()?,
+                chunk_size: r.u64()?,
+            })
+        }
+        code::OPENED => Message::Opened {
+            streams: r.u16()?,
+            idle_ms: r.u32()?,
+        },
+        other => return Err(unknown(other)),
+    })
+}
+
+/// Entry announcements and their answers.
+fn entry(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
+    Ok(match kind {
+        code::PUT_FILE => Message::PutFile(PutFile {
+            file_id: r.u32()?,
+            dest: r.bytes(MAX_PATH, "destination path")?,
+            name: r.bytes(MAX_NAME, "file name")?,
+            size: r.u64()?,
+            mode: r.u32()?,
+            mtime_sec: r.i64()?,
+            mtime_nsec: r.u32()?,
+            chunk_size: r.u64()?,
+        }),
+        code::MAKE_DIR => Message::MakeDir {
+            path: r.bytes(MAX_PATH, "directory path")?,
+        },
+        code::MAKE_LINK => Message::MakeLink {
+            path: r.bytes(MAX_PATH, "link path")?,
+            target: r.bytes(MAX_PATH, "link target")?,
+        },
+        code::DIR_TIMES => Message::DirTimes {
+            path: r.bytes(MAX_PATH, "directory path")?,
+            mode: r.u32()?,
+            mtime_sec: r.i64()?,
+            mtime_nsec: r.u32()?,
+        },
+        code::ENTRY_FAILED => Message::EntryFailed {
+            path: r.bytes(MAX_PATH, "entry path")?,
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.text(MAX_TEXT, "failure message")?,
+        },
+        code::HAVE => {
+            let (file_id, client_nonce, server_nonce, old_file_id) =
+                (r.u32()?, r.array()?, r.array()?, r.u32()?);
+            let n = usize::from(r.u16()?);
+            if n > MAX_HAVE_ENTRIES {
+                return Err(DecodeError::Malformed(format!(
+                    "{n} entries in one Have, over the limit of {MAX_HAVE_ENTRIES}"
+                )));
+            }
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                entries.push((r.u64()?, r.array()?));
+            }
+            Message::Have(Have {
+                file_id,
+                client_nonce,
+                server_nonce,
+                old_file_id,
+                entries,
+            })
+        }
+        code::FILE_READY => {
+            let (file_id, engine, note, target) = (
+                r.u32()?,
+                r.text(MAX_ENGINE_NAME, "engine name")?,
+                r.text(MAX_TEXT, "note")?,
+                r.bytes(MAX_PATH, "target path")?,
+            );
+            let [resumed] = read_flags::<1>(r, "file ready")?;
+            Message::FileReady {
+                file_id,
+                engine,
+                note,
+                target,
+                resumed,
+            }
+        }
+        code::GO => {
+            let file_id = r.u32()?;
+            let [restart] = read_flags::<1>(r, "go")?;
+            Message::Go { file_id, restart }
+        }
+        other => return Err(unknown(other)),
+    })
+}
+
+/// Per-chunk and per-file messages, and the end of a session.
+fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
+    Ok(match kind {
+        code::CHUNK_MAC => Message::ChunkMac {
+            file_id: r.u32()?,
+            index: r.u64()?,
+            mac: r.array()?,
+        },
+        code::CHUNK_ACK => {
+            let (file_id, index) = (r.u32()?, r.u64()?);
+            let [ok] = read_flags::<1>(r, "chunk ack")?;
+            Message::ChunkAck { file_id, index, ok }
+        }
+        code::FILE_END => Message::FileEnd {
+            file_id: r.u32()?,
+            digest: r.array()?,
+        },
+        code::FILE_ABORT => Message::FileAbort {
+            file_id: r.u32()?,
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.text(MAX_TEXT, "abort message")?,
+        },
+        code::FILE_COMMITTED => {
+            let (file_id, bytes, digest) = (r.u32()?, r.u64()?, r.array()?);
+            let [verified, stored] = read_flags::<2>(r, "commit")?;
+            Message::FileCommitted {
+                file_id,
+                bytes,
+                digest,
+                verified,
+                stored,
+            }
+        }
+        code::FILE_FAILED => Message::FileFailed {
+            file_id: r.u32()?,
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.text(MAX_TEXT, "failure message")?,
+        },
+        code::PROGRESS => Message::Progress {
+            file_id: r.u32()?,
+            bytes: r.u64()?,
+        },
+        code::GET => Message::Get {
+            path: r.bytes(MAX_PATH, "requested path")?,
+            dest: r.bytes(MAX_PATH, "requested destination")?,
+        },
+        code::GET_END => Message::GetEnd,
+        code::NOTICE => Message::Notice {
+            message: r.text(MAX_TEXT, "notice")?,
+        },
+        code::FINISH => Message::Finish,
+        code::STATS => Message::Stats(SideStats {
+            cpu_user_us: r.u64()?,
+            cpu_sys_us: r.u64()?,
+            max_rss_bytes: r.u64()?,
+            bytes: r.u64()?,
+            files: r.u64()?,
+        }),
+        other => return Err(unknown(other)),
+    })
+}

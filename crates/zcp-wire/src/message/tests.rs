@@ -1,0 +1,243 @@
+//! Round trips and bounds of every message.
+
+use super::*;
+
+/// One message of every type.
+pub(crate) fn samples() -> Vec<Message> {
+    let mut all = setup_and_entry_samples();
+    all.extend(file_samples());
+    all
+}
+
+fn setup_and_entry_samples() -> Vec<Message> {
+    vec![
+        Message::Hello {
+            version: 1,
+            role: Role::Data,
+            nonce: [3; 32],
+        },
+        Message::Challenge {
+            version: 1,
+            nonce: [4; 32],
+            proof: [5; 32],
+        },
+        Message::Proof { proof: [6; 32] },
+        Message::DataChallenge { nonce: [7; 32] },
+        Message::DataJoin {
+            session_id: [8; 16],
+            stream: 3,
+            proof: [9; 32],
+        },
+        Message::DataAccept,
+        Message::Error {
+            code: ErrorCode::BadPath,
+            message: "destination is absolute".into(),
+        },
+        Message::Welcome {
+            session_id: [1; 16],
+            max_streams: 8,
+        },
+        Message::Open(Open {
+            pull: true,
+            recursive: true,
+            streams: 4,
+            idle_ms: 30_000,
+            recv_engine: "auto".into(),
+            send_engine: "sendfile".into(),
+            block_size: 1 << 20,
+            chunk_size: 0,
+        }),
+        Message::Opened {
+            streams: 2,
+            idle_ms: 60_000,
+        },
+        Message::PutFile(PutFile {
+            file_id: 0,
+            dest: b"dir/\xffname".to_vec(),
+            name: b"src.bin".to_vec(),
+            size: (1 << 33) + 1,
+            mode: 0o644,
+            mtime_sec: -1,
+            mtime_nsec: 999_999_999,
+            chunk_size: 64 << 20,
+        }),
+        Message::MakeDir {
+            path: b"a/b".to_vec(),
+        },
+        Message::MakeLink {
+            path: b"a/l".to_vec(),
+            target: b"../../etc/passwd".to_vec(),
+        },
+        Message::DirTimes {
+            path: b"a".to_vec(),
+            mode: 0o755,
+            mtime_sec: 5,
+            mtime_nsec: 6,
+        },
+        Message::EntryFailed {
+            path: b"a/l".to_vec(),
+            code: ErrorCode::BadPath,
+            message: "symlink".into(),
+        },
+        Message::Have(Have {
+            file_id: 3,
+            client_nonce: [1; 32],
+            server_nonce: [2; 32],
+            old_file_id: 9,
+            entries: vec![(0, [4; 32]), (7, [5; 32])],
+        }),
+        Message::FileReady {
+            file_id: 0,
+            engine: "direct".into(),
+            note: String::new(),
+            target: b"dir/x".to_vec(),
+            resumed: true,
+        },
+        Message::Go {
+            file_id: 3,
+            restart: true,
+        },
+    ]
+}
+
+fn file_samples() -> Vec<Message> {
+    vec![
+        Message::ChunkMac {
+            file_id: 0,
+            index: 12,
+            mac: [2; 32],
+        },
+        Message::ChunkAck {
+            file_id: 0,
+            index: 12,
+            ok: false,
+        },
+        Message::FileEnd {
+            file_id: 0,
+            digest: [3; 32],
+        },
+        Message::FileAbort {
+            file_id: 1,
+            code: ErrorCode::SourceChanged,
+            message: "grew".into(),
+        },
+        Message::FileCommitted {
+            file_id: 0,
+            bytes: 5,
+            digest: [3; 32],
+            verified: true,
+            stored: false,
+        },
+        Message::FileFailed {
+            file_id: 0,
+            code: ErrorCode::NoSpace,
+            message: "full".into(),
+        },
+        Message::Progress {
+            file_id: 2,
+            bytes: 1 << 40,
+        },
+        Message::Get {
+            path: b"data/run1".to_vec(),
+            dest: b"local".to_vec(),
+        },
+        Message::GetEnd,
+        Message::Notice {
+            message: "skipped fifo".into(),
+        },
+        Message::Finish,
+        Message::Stats(SideStats {
+            cpu_user_us: 1,
+            cpu_sys_us: 2,
+            max_rss_bytes: 3,
+            bytes: 4,
+            files: 5,
+        }),
+    ]
+}
+
+#[test]
+fn every_message_round_trips() {
+    let all = samples();
+    let kinds: std::collections::HashSet<u8> = all.iter().map(Message::kind).collect();
+    assert_eq!(kinds.len(), all.len(), "one sample per message type");
+    for m in all {
+        let body = m.encode_body();
+        assert_eq!(Message::decode(m.kind(), &body).unwrap(), m, "{}", m.name());
+        // Every strict prefix is truncated or malformed, never a different message.
+        for cut in 0..body.len() {
+            assert!(
+                Message::decode(m.kind(), &body[..cut]).is_err(),
+                "{}",
+                m.name()
+            );
+        }
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(Message::decode(m.kind(), &longer).is_err());
+    }
+}
+
+#[test]
+fn header_bounds_length_and_type() {
+    let ok = FrameHeader::decode([0, 0, 0, 4, code::PROOF]).unwrap();
+    assert_eq!(ok.len, 4);
+    assert!(!ok.is_sealed());
+    assert!(matches!(
+        FrameHeader::decode([0xff, 0xff, 0xff, 0xff, code::PROOF]),
+        Err(DecodeError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        FrameHeader::decode([0, 0, 0, 1, 0x7f]),
+        Err(DecodeError::Malformed(_))
+    ));
+    assert!(
+        FrameHeader::decode([0, 0, 0, 0, code::FINISH])
+            .unwrap()
+            .is_sealed()
+    );
+}
+
+#[test]
+fn unknown_flag_bits_are_malformed() {
+    let mut body = Message::Go {
+        file_id: 1,
+        restart: false,
+    }
+    .encode_body();
+    *body.last_mut().unwrap() = 0x80;
+    assert!(matches!(
+        Message::decode(code::GO, &body),
+        Err(DecodeError::Malformed(_))
+    ));
+}
+
+#[test]
+fn a_have_over_the_limit_is_refused_before_allocation() {
+    let mut w = Writer::default();
+    w.u32(0).raw(&[0; 32]).raw(&[0; 32]).u32(0).u16(u16::MAX);
+    let err = Message::decode(code::HAVE, &w.buf).unwrap_err();
+    assert!(err.to_string().contains("over the limit"), "{err}");
+}
+
+#[test]
+fn bad_hello_magic_names_the_cause() {
+    let err = Message::decode(code::HELLO, b"GET / HTTP/1.1\r\n\r\n").unwrap_err();
+    assert!(err.to_string().contains("not a zcp hello"), "{err}");
+}
+
+#[test]
+fn long_text_is_clipped_on_a_char_boundary() {
+    let long = "é".repeat(MAX_TEXT);
+    let m = Message::Error {
+        code: ErrorCode::Io,
+        message: long,
+    };
+    match Message::decode(code::ERROR, &m.encode_body()).unwrap() {
+        Message::Error { message, .. } => {
+            assert!(message.len() <= MAX_TEXT);
+            assert!(!message.contains('\u{FFFD}'));
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -1,0 +1,443 @@
+//! The third review, continued: stale O_DIRECT writes against later transfers, the server
+//! log, and claims the receiver must refuse.
+
+use super::*;
+
+// ------------------------------------------------------------------ integrity: stale writes
+
+/// Cross-session poisoning through a stale O_DIRECT write. The `direct` engine queues a
+/// chunk's buffers to its writer threads and returns: the stream lets go of the part file
+/// (and its lock) while the write is still pending, on a second descriptor that holds no
+/// lock. A key holder: (1) lands chunk 0 of `t.bin` honestly (durable, journaled); (2) queues
+/// 160 MiB of another file on stream A and behind it chunk 1 of `t.bin` with GARBAGE;
+/// (3) aborts `t.bin` (the part and journal are kept for a resume, the lock is free);
+/// (4) announces `t.bin` again: the receiver resumes the same part file; Go{keep}; (5) sends
+/// chunk 1 HONESTLY on stream B: verified, journaled with the honest MAC; (6) the stale
+/// garbage write of stream A lands over it; (7) disconnects. The part now holds garbage
+/// where its journal records the honest content's MACs. The next honest `zcp send` of the
+/// honest `t.bin` resumes, proves every journaled MAC against its source, keeps them all,
+/// and the server commits the garbage, reported verified.
+/// SAFE: the stored `t.bin` is the honest content.
+#[test]
+fn push_stale_direct_write_poisons_a_later_honest_resume() {
+    const BLOCK: u64 = 32 << 20;
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let honest: Vec<u8> = (0..131072u32).map(|i| (i % 251) as u8).collect();
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    open_direct(&mut raw, 2, BLOCK);
+    let a = raw.data(srv.port, 0).unwrap();
+    let mut b = raw.data(srv.port, 1).unwrap();
+    // A large filler file, and t.bin (two 64 KiB chunks).
+    announce(&mut raw, 0, b"filler.bin", 5 * BLOCK, BLOCK);
+    announce(&mut raw, 1, b"t.bin", 131072, 65536);
+    // (1) chunk 0 of t.bin, honest, on stream B: durable and journaled.
+    land(&mut raw, &mut b, 1, 0, 0, &honest[..65536]);
+    // (2) the filler, then t.bin's chunk 1 as garbage, all on stream A.
+    let t = Instant::now();
+    let a = queue_garbage_behind_filler(srv.port, a, BLOCK, 5, 1, 65536);
+    let read_at = t.elapsed();
+    // (3) give t.bin up: part and journal stay for a resume.
+    raw.send(&Message::FileAbort {
+        file_id: 1,
+        code: ErrorCode::SourceChanged,
+        message: "changed".into(),
+    });
+    // (4) announce it again: resumed from the same part file.
+    let ready = announce(&mut raw, 2, b"t.bin", 131072, 65536);
+    assert!(
+        matches!(ready, Message::FileReady { resumed: true, .. }),
+        "setup: the second announcement was not resumed: {ready:?}"
+    );
+    raw.send(&Message::Go {
+        file_id: 2,
+        restart: false,
+    });
+    // (5) chunk 1, honest, on stream B.
+    land(&mut raw, &mut b, 2, 1, 65536, &honest[65536..]);
+    eprintln!(
+        "stream A read by the server after {read_at:?}; honest chunk 1 journaled {:?} later",
+        t.elapsed() - read_at
+    );
+    // (6) let stream A's queued writes land, (7) go away.
+    std::thread::sleep(Duration::from_secs(3));
+    drop(a);
+    drop(b);
+    drop(raw);
+    assert!(
+        srv.wait_log("ended", 10) || srv.wait_log("failed", 1),
+        "{}",
+        srv.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let parts: Vec<String> = tree(&root)
+        .into_iter()
+        .filter(|n| n.ends_with(".part"))
+        .collect();
+    eprintln!("left behind: {:?}", tree(&root));
+    if let Some(p) = parts.first() {
+        let bytes = std::fs::read(root.join(p)).unwrap();
+        let garbage = garbage_in_chunk_1(&bytes);
+        eprintln!(
+            "part file {p}: {} bytes, chunk 1 garbage: {garbage}",
+            bytes.len()
+        );
+    }
+    // An honest client now sends the honest t.bin.
+    let src = env.mkdir("src").join("t.bin");
+    std::fs::write(&src, &honest).unwrap();
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "t.bin", &["--chunk-size", "64K"]),
+        30,
+    );
+    eprintln!("honest send: {:?}\n{}", o.status.code(), both(&o));
+    let stored = std::fs::read(root.join("t.bin")).unwrap_or_default();
+    let garbage = garbage_in_chunk_1(&stored);
+    assert!(
+        stored == honest,
+        "GOT THROUGH: the honest send exited {:?} and the server stored {} bytes of t.bin \
+         that are not the honest content (chunk 1 is the attacker's garbage: {garbage})",
+        o.status.code(),
+        stored.len()
+    );
+}
+
+// ------------------------------------------------------------------ the server log
+
+/// The server log keeps 100 clipped notices per session, but a *file* that fails is logged
+/// through another path (`ServerObserver::file_done`): every one, with its whole escaped
+/// name. A name of control bytes escapes to six characters a byte (`\u{1}`), so a 4 KiB
+/// PutFile answered by an early FileEnd (the file fails: "FileEnd with 0 of 2 chunks
+/// acknowledged") writes about 24 KiB to the log, without limit, and each file made ready
+/// is progress, so the session never idles out.
+/// SAFE: the log grows by less than twice what the client sent.
+#[test]
+fn push_failed_files_flood_the_server_log_unclipped() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let _d = raw.data(srv.port, 0).unwrap();
+    let comp = vec![0x01u8; 255];
+    let mut dest = Vec::new();
+    for i in 0..16 {
+        if i > 0 {
+            dest.push(b'/');
+        }
+        dest.extend_from_slice(&comp);
+    }
+    const N: u32 = 300;
+    let before = srv.log().len();
+    let mut sent = 0usize;
+    let mut frames = Vec::new();
+    for id in 0..N {
+        for m in [
+            pf(id, &dest, 131072, 65536),
+            Message::FileEnd {
+                file_id: id,
+                digest: [0; 32],
+            },
+        ] {
+            let f = raw.est.sealer.seal(&m);
+            sent += f.len();
+            frames.extend_from_slice(&f);
+        }
+    }
+    raw.s.write_all(&frames).unwrap();
+    let mut failed = 0;
+    let t = Instant::now();
+    raw.s
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    while failed < N && t.elapsed() < Duration::from_secs(15) {
+        if let Ok(Message::FileFailed { .. }) = raw.recv_any() {
+            failed += 1;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let logged = srv.log().len() - before;
+    eprintln!(
+        "{failed} files failed; sent {} KiB, the server logged {} KiB ({:.1}x)",
+        sent >> 10,
+        logged >> 10,
+        logged as f64 / sent as f64
+    );
+    assert!(
+        !tree(&root).iter().any(|p| p.ends_with(".part")),
+        "{:?}",
+        tree(&root)
+    );
+    assert!(
+        logged < 2 * sent,
+        "GOT THROUGH (log amplification): {logged} log bytes for {sent} bytes sent"
+    );
+}
+
+/// The same stale O_DIRECT write, held for as long as the attacker likes, against ANOTHER
+/// client's upload whose content the attacker does not know. A key holder (session A):
+/// lands one chunk of `t.bin` (any bytes: the part file is then kept for a resume), queues
+/// 320 MiB of a filler file on its stream with wrong MACs and, behind it, garbage for chunk 1
+/// of `t.bin`; gives `t.bin` up (part kept, lock free); then stops reading its control
+/// connection after provoking a few MiB of answers. The direct engine's writer threads, done
+/// with a filler chunk, block sending its `ChunkAck{not ok}` on A's stuck control connection:
+/// the garbage write stays queued, on a descriptor of the part file's inode. An honest
+/// client (B) now sends `t.bin`: the receiver reuses that part file (same inode), restarts
+/// it, stores B's bytes, verifies, renames it into place and reports success. A then lets go
+/// (closes its connection): the writers go on and the garbage lands in B's committed file.
+/// SAFE: after A is gone, `t.bin` still holds B's content.
+#[test]
+fn push_a_held_stale_direct_write_corrupts_another_clients_committed_file() {
+    use std::os::fd::AsRawFd;
+    const BLOCK: u64 = 64 << 20;
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "30"]);
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    // A small receive window on A's control connection, so that the server's answers fill
+    // it (and the server's send buffer) soon.
+    let small: libc::c_int = 4096;
+    // SAFETY: a valid socket descriptor and a c_int option value of the right size.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::setsockopt(
+            raw.s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    open_direct(&mut raw, 1, BLOCK);
+    let mut a = raw.data(srv.port, 0).unwrap();
+    announce(&mut raw, 0, b"filler.bin", 5 * BLOCK, BLOCK);
+    announce(&mut raw, 1, b"t.bin", 131072, 65536);
+    // One durable chunk of t.bin (its content is irrelevant): the part file will be kept.
+    land(&mut raw, &mut a, 1, 0, 0, &[0u8; 65536]);
+    // Wrong MACs for the filler: each filler write that completes answers ChunkAck{not ok}.
+    for i in 0..5 {
+        raw.send(&Message::ChunkMac {
+            file_id: 0,
+            index: i,
+            mac: [9; 32],
+        });
+    }
+    // The filler, then the garbage for t.bin's chunk 1, on the one stream.
+    let a = queue_garbage_behind_filler(srv.port, a, BLOCK, 5, 1, 65536);
+    // Give t.bin up, and provoke answers we never read (invalid paths are echoed back).
+    let mut flood = raw.est.sealer.seal(&Message::FileAbort {
+        file_id: 1,
+        code: ErrorCode::SourceChanged,
+        message: "changed".into(),
+    });
+    let mut bad = b"../".to_vec();
+    bad.extend_from_slice(&[b'x'; 4090]);
+    for _ in 0..2500 {
+        flood.extend_from_slice(&raw.est.sealer.seal(&Message::MakeDir { path: bad.clone() }));
+    }
+    let mut ctl = raw.s.try_clone().unwrap();
+    let flooder = std::thread::spawn(move || {
+        let _ = ctl.write_all(&flood);
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    eprintln!("after the stall: {:?}", tree(&root));
+    // An honest client sends its own t.bin (content the attacker never saw).
+    let honest: Vec<u8> = (0..131072u32).map(|i| (i * 7 % 253) as u8).collect();
+    let src = env.mkdir("src").join("t.bin");
+    std::fs::write(&src, &honest).unwrap();
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "t.bin", &["--chunk-size", "64K"]),
+        30,
+    );
+    let right_after = std::fs::read(root.join("t.bin")).unwrap_or_default();
+    eprintln!(
+        "honest send: {:?}, stored == honest right after: {}\n{}",
+        o.status.code(),
+        right_after == honest,
+        both(&o)
+    );
+    // A lets go.
+    let _ = raw.s.shutdown(std::net::Shutdown::Both);
+    drop(a);
+    drop(raw);
+    let _ = flooder.join();
+    std::thread::sleep(Duration::from_secs(3));
+    let stored = std::fs::read(root.join("t.bin")).unwrap_or_default();
+    let garbage = garbage_in_chunk_1(&stored);
+    eprintln!("left behind: {:?}", tree(&root));
+    // While A's write is held, the part file stays locked: B is refused as busy (nothing
+    // stored), or B's file arrived and stays B's.
+    if o.status.success() {
+        assert!(right_after == honest, "B was told its file was stored");
+        assert!(
+            stored == honest,
+            "GOT THROUGH: the honest client was told its t.bin was stored and verified; after \
+             the attacker let go, t.bin holds {} bytes that are not its content (chunk 1 is \
+             the attacker's garbage: {garbage})",
+            stored.len()
+        );
+    } else {
+        assert!(both(&o).contains("another transfer"), "{}", both(&o));
+        assert!(!root.join("t.bin").exists(), "nothing stored while refused");
+    }
+    // With A gone, B's command run again stores B's file, whole and right.
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "t.bin", &["--chunk-size", "64K"]),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(std::fs::read(root.join("t.bin")).unwrap() == honest);
+    assert!(no_partials(&root, 5), "{:?}", tree(&root));
+}
+
+// ------------------------------------------------------------------ refused correctly
+
+/// Two streams claim the same chunk at once, one with the honest bytes, one with garbage;
+/// the MAC is the honest one. SAFE: the second claim is refused; whatever commits is the
+/// honest content, never the garbage.
+#[test]
+fn push_two_streams_claiming_one_chunk() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 2);
+    let mut a = raw.data(srv.port, 0).unwrap();
+    let mut b = raw.data(srv.port, 1).unwrap();
+    let honest = vec![0x11u8; 65536];
+    raw.send(&pf(0, b"c.bin", 65536, 65536));
+    wait_for(&mut raw, 10, "FileReady", |m| {
+        matches!(m, Message::FileReady { .. })
+    });
+    // Whichever stream's claim comes second is refused and closed: its writes may fail.
+    let h = ChunkHeader::data(0, 0, 65536).encode();
+    let _ = a.write_all(&h);
+    let _ = b.write_all(&h);
+    let _ = a.write_all(&honest[..1000]);
+    let _ = b.write_all(&[0xee; 65536]);
+    let _ = a.write_all(&honest[1000..]);
+    let m = mac_of(&raw, 0, 0, &honest);
+    raw.send(&Message::ChunkMac {
+        file_id: 0,
+        index: 0,
+        mac: m,
+    });
+    let mut dg = raw.est.keys.file_digest(0, 65536, 65536);
+    dg.push(&m);
+    raw.send(&Message::FileEnd {
+        file_id: 0,
+        digest: dg.finish(),
+    });
+    let answer = wait_for(&mut raw, 10, "an answer", |m| {
+        matches!(
+            m,
+            Message::FileCommitted { .. }
+                | Message::FileFailed { .. }
+                | Message::ChunkAck { ok: false, .. }
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    eprintln!("{answer:?}; tree {:?}", tree(&root));
+    if let Ok(stored) = std::fs::read(root.join("c.bin")) {
+        assert_eq!(stored, honest, "GOT THROUGH: garbage committed");
+    }
+}
+
+/// A chunk of a resumed file waits on its stream for `Go`; the sender then says
+/// Go{restart}. SAFE: the held chunk lands only after the part file was emptied, the file
+/// is sent whole, and what commits is exactly the honest content.
+#[test]
+fn push_a_chunk_held_for_go_then_restart() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let mut d = raw.data(srv.port, 0).unwrap();
+    let honest: Vec<u8> = (0..131072u32).map(|i| (i % 241) as u8).collect();
+    raw.send(&pf(0, b"r.bin", 131072, 65536));
+    wait_for(&mut raw, 10, "FileReady 0", |m| {
+        matches!(m, Message::FileReady { file_id: 0, .. })
+    });
+    // Chunk 0 of an OLD version (durable), then the file is given up: kept for a resume.
+    let old = vec![0x99u8; 65536];
+    d.write_all(&ChunkHeader::data(0, 0, 65536).encode())
+        .unwrap();
+    d.write_all(&old).unwrap();
+    let m = mac_of(&raw, 0, 0, &old);
+    raw.send(&Message::ChunkMac {
+        file_id: 0,
+        index: 0,
+        mac: m,
+    });
+    wait_for(&mut raw, 10, "ChunkAck 0/0", |m| {
+        matches!(
+            m,
+            Message::ChunkAck {
+                file_id: 0,
+                ok: true,
+                ..
+            }
+        )
+    });
+    raw.send(&Message::FileAbort {
+        file_id: 0,
+        code: ErrorCode::SourceChanged,
+        message: "x".into(),
+    });
+    raw.send(&pf(1, b"r.bin", 131072, 65536));
+    let r = wait_for(&mut raw, 10, "FileReady 1", |m| {
+        matches!(m, Message::FileReady { file_id: 1, .. })
+    });
+    assert!(
+        matches!(r, Message::FileReady { resumed: true, .. }),
+        "{r:?}"
+    );
+    // Chunk 1 before Go: held.
+    d.write_all(&ChunkHeader::data(1, 65536, 65536).encode())
+        .unwrap();
+    d.write_all(&honest[65536..]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    raw.send(&Message::Go {
+        file_id: 1,
+        restart: true,
+    });
+    d.write_all(&ChunkHeader::data(1, 0, 65536).encode())
+        .unwrap();
+    d.write_all(&honest[..65536]).unwrap();
+    let mut dg = raw.est.keys.file_digest(1, 131072, 65536);
+    for i in 0..2u64 {
+        let c = &honest[i as usize * 65536..(i as usize + 1) * 65536];
+        let m = mac_of(&raw, 1, i * 65536, c);
+        dg.push(&m);
+        raw.send(&Message::ChunkMac {
+            file_id: 1,
+            index: i,
+            mac: m,
+        });
+    }
+    for _ in 0..2 {
+        wait_for(&mut raw, 10, "ChunkAck 1", |m| {
+            matches!(
+                m,
+                Message::ChunkAck {
+                    file_id: 1,
+                    ok: true,
+                    ..
+                }
+            )
+        });
+    }
+    raw.send(&Message::FileEnd {
+        file_id: 1,
+        digest: dg.finish(),
+    });
+    let a = wait_for(&mut raw, 10, "commit", |m| {
+        matches!(
+            m,
+            Message::FileCommitted { .. } | Message::FileFailed { .. }
+        )
+    });
+    assert!(matches!(a, Message::FileCommitted { .. }), "{a:?}");
+    assert_eq!(std::fs::read(root.join("r.bin")).unwrap(), honest);
+    assert!(no_partials(&root, 5));
+    assert!(!tree(&root).iter().any(|p| p.ends_with(".journal")));
+}
