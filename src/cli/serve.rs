@@ -23,7 +23,8 @@ pub(crate) struct ServeArgs {
     /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
-    /// Exit after one session; the exit code says whether it succeeded.
+    /// Run one session (later clients are refused as busy), then exit; the exit code says
+    /// whether it succeeded.
     #[arg(long)]
     once: bool,
     /// Most data streams per session.

@@ -113,7 +113,11 @@ pub(crate) struct Scope {
 }
 
 fn key(path: &RelPath) -> [u8; 16] {
-    let h = blake3::hash(&path.to_bytes());
+    key_of(&path.to_bytes())
+}
+
+fn key_of(bytes: &[u8]) -> [u8; 16] {
+    let h = blake3::hash(bytes);
     h.as_bytes()[..16].try_into().expect("16 of 32 bytes")
 }
 
@@ -238,22 +242,36 @@ impl Scope {
     }
 
     /// Records a directory this session created (it was not there before).
+    #[cfg(test)]
     pub(crate) fn created_dir(&self, path: &RelPath) {
         self.remember(path, |f| f.created = true);
     }
 
-    /// Records directories this session created, as component lists.
-    pub(crate) fn created_dirs(&self, made: &[Vec<Vec<u8>>]) {
-        for comps in made {
-            if let Ok(p) = RelPath::parse(&comps.join(&b'/')) {
-                self.created_dir(&p);
+    /// Records directories this session created: for each `(components, existed)`, every
+    /// prefix longer than `existed` components.
+    pub(crate) fn created_dirs(&self, made: &[(Vec<Vec<u8>>, usize)]) {
+        for (comps, existed) in made {
+            let mut path = Vec::new();
+            for (i, c) in comps.iter().enumerate() {
+                if i > 0 {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(c);
+                if i >= *existed {
+                    // The components were validated when the path was parsed: these are
+                    // the bytes `key` hashes for this prefix.
+                    self.remember_key(key_of(&path), |f| f.created = true);
+                }
             }
         }
     }
 
     fn remember<T>(&self, path: &RelPath, f: impl FnOnce(&mut DirFacts) -> T) -> Option<T> {
+        self.remember_key(key(path), f)
+    }
+
+    fn remember_key<T>(&self, k: [u8; 16], f: impl FnOnce(&mut DirFacts) -> T) -> Option<T> {
         let mut dirs = self.dirs.locked();
-        let k = key(path);
         if dirs.len() >= MAX_MADE_DIRS && !dirs.contains_key(&k) {
             return None;
         }

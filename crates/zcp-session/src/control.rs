@@ -55,6 +55,12 @@ impl Broken {
     }
 }
 
+/// How often long work the peer waits for says it is alive: a quarter of the idle timeout,
+/// at most a second.
+pub(crate) fn keepalive_every(idle: Duration) -> Duration {
+    (idle / 4).min(Duration::from_secs(1))
+}
+
 /// Sealed frames held back while corked, at most.
 pub(crate) const CORK_LIMIT: usize = 256 * 1024;
 
@@ -167,6 +173,18 @@ impl ControlWriter {
             g.flush()?;
         }
         Ok(())
+    }
+
+    /// Sends one message at once, with the frames held back before it, even while corked: a
+    /// keep-alive from inside long work that runs under a cork (hashing an existing target).
+    pub(crate) fn send_now(&self, m: &Message) -> Result<(), Broken> {
+        let mut g = self.lock();
+        if let Some(why) = &g.broken {
+            return Err(why.clone());
+        }
+        let frame = g.tx.sealer.seal(m);
+        g.pending.extend_from_slice(&frame);
+        g.flush()
     }
 
     /// Holds frames back until the returned guard (and every other) is dropped.

@@ -75,6 +75,9 @@ struct Ctx {
     sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
     pending: AtomicUsize,
     reporter: Arc<dyn ServerReporter>,
+    /// `serve --once`: the server runs one session; set once it is taken.
+    single: AtomicBool,
+    taken: AtomicBool,
 }
 
 /// A bound server.
@@ -117,6 +120,8 @@ impl Server {
                 sessions: Mutex::new(HashMap::new()),
                 pending: AtomicUsize::new(0),
                 reporter,
+                single: AtomicBool::new(false),
+                taken: AtomicBool::new(false),
             }),
         })
     }
@@ -128,10 +133,13 @@ impl Server {
             .expect("bound listener has an address")
     }
 
-    /// Serves until `stop` is set. With `once`, returns after the first authenticated session
-    /// ends, with its exit code (see [`crate::exit::for_failures`]: 0 only when every entry
-    /// arrived); otherwise returns `None` when stopped.
+    /// Serves until `stop` is set. With `once`, the first authenticated session is the only
+    /// one (later clients are refused as busy, so no other session's outcome can stand in for
+    /// it) and this returns when it ends, with its exit code (see
+    /// [`crate::exit::for_failures`]: 0 only when every entry arrived); otherwise returns
+    /// `None` when stopped.
     pub fn run(&self, stop: &AtomicBool, once: bool) -> Option<i32> {
+        self.ctx.single.store(once, Ordering::Relaxed);
         self.ctx.reporter.event(&ServerEvent::Listening {
             addr: self.local_addr(),
             root: self.ctx.root.path().display().to_string(),
@@ -303,6 +311,12 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
                 .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
             let session = {
                 let mut sessions = ctx.sessions.locked();
+                if ctx.single.load(Ordering::Relaxed) && ctx.taken.swap(true, Ordering::Relaxed) {
+                    return Err(Refusal::new(
+                        ErrorCode::Busy,
+                        "this server runs one session (serve --once), and it is taken",
+                    ));
+                }
                 if sessions.len() >= ctx.cfg.max_sessions {
                     return Err(Refusal::new(
                         ErrorCode::Busy,

@@ -226,12 +226,18 @@ pub fn fs_info(fd: impl AsFd) -> Result<FsInfo, EngineError> {
 /// Whether `name` is one zcp uses for its own files beside a target: a part file
 /// (`.zcp-<key>.part`), its journal (`.zcp-<key>.journal`) or a link being made
 /// (`.zcp-<tag>.link`). Nothing a peer names may be one (it could plant a journal that makes a
-/// later honest transfer "resume" bytes it never sent), and a sender never sends one.
+/// later honest transfer "resume" bytes it never sent), and a sender never sends one. Case
+/// does not matter: on a case-insensitive root (vfat, exFAT, SMB, casefolded directories)
+/// `.ZCP-<key>.PART` *is* the part file.
 pub fn is_reserved_name(name: &[u8]) -> bool {
-    name.starts_with(b".zcp-")
+    let has = |at: usize, what: &[u8]| {
+        name.get(at..at + what.len())
+            .is_some_and(|n| n.eq_ignore_ascii_case(what))
+    };
+    has(0, b".zcp-")
         && [&b".part"[..], b".journal", b".link"]
             .iter()
-            .any(|ext| name.ends_with(ext))
+            .any(|ext| name.len() >= ext.len() && has(name.len() - ext.len(), ext))
 }
 
 fn timestamps(mtime: (i64, u32)) -> rustix::fs::Timestamps {
@@ -269,7 +275,9 @@ pub fn set_mode_and_mtime(fd: impl AsFd, mode: u32, mtime: (i64, u32)) -> Result
 }
 
 /// [`set_mode_and_mtime`], with the new permission bits limited to those the file has now
-/// when `narrow_only`: a mode can lose bits, never gain one.
+/// when `narrow_only`: a mode can lose bits, never gain one, and the setuid, setgid and sticky
+/// bits it has stay as they are (a shared drop directory stays sticky, a project directory
+/// keeps handing its group to new files).
 pub fn set_mode_within(
     fd: impl AsFd,
     mode: u32,
@@ -278,7 +286,8 @@ pub fn set_mode_within(
 ) -> Result<(), EngineError> {
     let mut mode = mode & 0o777;
     if narrow_only {
-        mode &= stat_fd(&fd)?.mode & 0o777;
+        let old = stat_fd(&fd)?.mode;
+        mode = (old & 0o7000) | (mode & old & 0o777);
     }
     retry("fchmod", "destination", None, || {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))

@@ -107,7 +107,13 @@ fn part_file_is_locked_kept_or_removed_and_renamed() {
 
 #[test]
 fn zcp_names_its_own_files_with_reserved_names() {
-    for n in [&b".zcp-abc.part"[..], b".zcp-0123.journal", b".zcp-ff.link"] {
+    for n in [
+        &b".zcp-abc.part"[..],
+        b".zcp-0123.journal",
+        b".zcp-ff.link",
+        b".ZCP-abc.PART",
+        b".Zcp-0123.Journal",
+    ] {
         assert!(is_reserved_name(n), "{n:?}");
     }
     for n in [
@@ -115,6 +121,8 @@ fn zcp_names_its_own_files_with_reserved_names() {
         b".zcp-abc",
         b"a.part",
         b".zcp-abc.parts",
+        b".zcp-.par",
+        b".zcp",
     ] {
         assert!(!is_reserved_name(n), "{n:?}");
     }
@@ -161,6 +169,19 @@ fn open_dir_says_what_it_made_and_modes_can_be_held_to_narrowing() {
     assert_eq!(mode("a/b/c"), 0o700, "never widened");
     set_mode_within(&fd, 0o1777, false, (5, 0)).unwrap();
     assert_eq!(mode("a/b/c"), 0o777, "no sticky bit from the network");
+    // An existing directory's own special bits stay: narrowing touches permissions only.
+    std::fs::set_permissions(
+        d.path().join("a"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o3775),
+    )
+    .unwrap();
+    let (a, _) = r.open_dir_made(&comps[..1], false).unwrap();
+    set_mode_within(&a, 0o755, true, (5, 0)).unwrap();
+    assert_eq!(
+        mode("a"),
+        0o3755,
+        "sticky and setgid kept, group write dropped"
+    );
 }
 
 #[test]

@@ -9,7 +9,9 @@ use std::time::Duration;
 use rustix::io::Errno;
 use rustix::pipe::SpliceFlags;
 
-use super::{Completion, DIRECT_ALIGN, RecvEngine, Sink, WriteFailure, direct, readback};
+use super::{
+    Completion, DIRECT_ALIGN, DIRECT_DEPTH, RecvEngine, Sink, WriteFailure, direct, readback,
+};
 use crate::EngineError;
 use crate::error::retry;
 use crate::sys::{Usage, socket_timeout};
@@ -140,8 +142,8 @@ pub struct StreamReceiver {
     ring: Option<direct::DirectRing>,
     /// The socket's receive timeout, read once (it is the same for every chunk).
     timeout: Option<Option<Duration>>,
-    /// Largest `direct` block ([`StreamReceiver::limit_direct`]).
-    direct_max: Option<usize>,
+    /// Receive-buffer memory this stream may take ([`StreamReceiver::limit_memory`]).
+    budget: Option<u64>,
 }
 
 impl StreamReceiver {
@@ -155,7 +157,7 @@ impl StreamReceiver {
             readback: None,
             ring: None,
             timeout: None,
-            direct_max: None,
+            budget: None,
         }
     }
 
@@ -165,16 +167,27 @@ impl StreamReceiver {
         } else {
             self.block.max(4096)
         };
-        match (engine, self.direct_max) {
-            (RecvEngine::Direct, Some(max)) => block.min(max),
-            _ => block,
+        let Some(budget) = self.budget else {
+            return block;
+        };
+        match engine {
+            // The ring holds DIRECT_DEPTH blocks, each aligned for O_DIRECT.
+            RecvEngine::Direct => {
+                let max = budget / DIRECT_DEPTH as u64;
+                block.min((max.max(DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN) as usize)
+            }
+            // One buffer, filled by each read as far as the socket holds.
+            RecvEngine::ReadWrite | RecvEngine::Mem => block.min(budget.max(4096) as usize),
+            // A pipe: at most fs.pipe-max-size, in the kernel.
+            RecvEngine::Splice | RecvEngine::Null | RecvEngine::Auto => block,
         }
     }
 
-    /// Caps the `direct` engine's block at `max` bytes (its ring holds [`DIRECT_DEPTH`] of
-    /// them): how a session keeps its rings within a memory budget.
-    pub fn limit_direct(mut self, max: u64) -> StreamReceiver {
-        self.direct_max = Some((max.max(DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN) as usize);
+    /// Holds the engines' receive buffers to `bytes` for this stream: the `direct` ring's
+    /// [`DIRECT_DEPTH`] blocks together, or the one buffer of `rw` and `mem`. How a session
+    /// keeps its streams within a memory budget, whatever block size the peer asks for.
+    pub fn limit_memory(mut self, bytes: u64) -> StreamReceiver {
+        self.budget = Some(bytes);
         self
     }
 

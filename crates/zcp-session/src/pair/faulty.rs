@@ -160,8 +160,8 @@ impl Landing for FailWrite {
         self.inner.block()
     }
 
-    fn direct_limit(&self) -> u64 {
-        self.inner.direct_limit()
+    fn memory_limit(&self) -> u64 {
+        self.inner.memory_limit()
     }
 
     fn idle(&self) -> Duration {

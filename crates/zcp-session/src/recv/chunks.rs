@@ -35,6 +35,10 @@ const DURABLE: u8 = 16;
 /// Times a chunk may fail verification before its file is given up (the sender's limit too).
 pub(crate) const MAX_MISMATCHES: u8 = 4;
 
+/// Bytes a second a sender checking offered chunks keeps up at least, for its `Progress` to
+/// count as work (any disk hashes far faster; a peer inching the count up does not).
+pub(crate) const MIN_CHECK_RATE: f64 = (1u64 << 20) as f64;
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Chunk {
     flags: u8,
@@ -125,6 +129,8 @@ pub(crate) struct RxFile {
     chunks: Vec<Chunk>,
     /// Chunks held from an earlier session, offered in `Have`, until `Go`.
     offered: Vec<(u64, [u8; 32])>,
+    /// The highest count of offered bytes the sender said it checked (its `Progress`).
+    checked: u64,
     durable: u64,
     failed: Option<Refusal>,
     /// The sender's whole-file digest, once `FileEnd` arrived.
@@ -157,6 +163,7 @@ impl RxFile {
             },
             chunks: vec![Chunk::default(); count],
             offered,
+            checked: 0,
             durable: 0,
             failed: None,
             end: None,
@@ -226,6 +233,31 @@ impl RxFile {
         self.phase = Phase::Open;
         self.skipped = kept;
         Ok(kept)
+    }
+
+    /// The sender's `Progress` while it checks the offered chunks against its source, before
+    /// `Go`: `Ok(true)` when it is work being done (the count grows, at a rate any disk keeps
+    /// up), `Ok(false)` when it is not (a repeat, a crawl, or no check under way). A count
+    /// past the bytes offered is a protocol error.
+    pub(crate) fn resume_progress(&mut self, bytes: u64, now: Instant) -> Result<bool, Refusal> {
+        if self.phase != Phase::AwaitGo {
+            return Ok(false);
+        }
+        let offered: u64 = self
+            .offered
+            .iter()
+            .map(|(i, _)| self.spec.plan.chunk(*i).1)
+            .sum();
+        if bytes > offered {
+            return Err(Refusal::protocol(format!(
+                "Progress of {bytes} bytes checked for file {}, of {offered} offered",
+                self.id()
+            )));
+        }
+        let grew = bytes > self.checked;
+        self.checked = self.checked.max(bytes);
+        let since = now.saturating_duration_since(self.started).as_secs_f64();
+        Ok(grew && bytes as f64 >= since * MIN_CHECK_RATE)
     }
 
     /// Claims chunk `index` for a stream; refuses a chunk that is already being received or
@@ -331,10 +363,10 @@ impl RxFile {
 
     /// Whether the part file holds chunks worth keeping for a resume: chunks made durable in
     /// this session, or journaled chunks of an earlier one still offered (the session ended
-    /// between `FileReady{resumed}` and `Go`). An existing target's chunks are not: the target
-    /// itself holds them.
+    /// between `FileReady{resumed}` and `Go`). An existing target's chunks are not, offered
+    /// or kept: the target itself holds them, and its part file holds nothing.
     pub(crate) fn holds_resumable(&self) -> bool {
-        self.durable > 0 || (!self.offered.is_empty() && !self.in_place)
+        !self.in_place && (self.durable > 0 || !self.offered.is_empty())
     }
 
     /// Records the sender's `FileEnd` digest. Refuses a second one.
@@ -569,6 +601,54 @@ mod tests {
         assert_eq!(f.go(true), Ok(0));
         assert!(!f.holds_resumable(), "a restart keeps nothing");
         f.claim(0).unwrap();
+    }
+
+    #[test]
+    fn the_senders_resume_check_counts_only_while_it_moves_at_a_believable_rate() {
+        let t0 = Instant::now();
+        let mut f = file(
+            200_000,
+            RecvEngine::Direct,
+            vec![(0, [3; 32]), (1, [4; 32])],
+        );
+        assert_eq!(f.resume_progress(65536, t0), Ok(true), "work under way");
+        assert_eq!(
+            f.resume_progress(65536, t0),
+            Ok(false),
+            "a repeat is chatter"
+        );
+        let later = t0 + std::time::Duration::from_secs(10);
+        assert_eq!(
+            f.resume_progress(100_000, later),
+            Ok(false),
+            "a crawl is not work"
+        );
+        assert!(
+            f.resume_progress(131_073, later).is_err(),
+            "past the bytes offered"
+        );
+        f.go(false).unwrap();
+        assert_eq!(
+            f.resume_progress(131_072, t0),
+            Ok(false),
+            "no check after Go"
+        );
+    }
+
+    #[test]
+    fn an_existing_targets_chunks_never_keep_a_part_file() {
+        let mut f = file(
+            100_000,
+            RecvEngine::Direct,
+            vec![(0, [3; 32]), (1, [4; 32])],
+        );
+        f.in_place = true;
+        assert!(!f.holds_resumable(), "offered from the target");
+        assert_eq!(f.go(false), Ok(100_000));
+        assert!(
+            !f.holds_resumable(),
+            "kept in the target, none in the part file: given up, nothing stays"
+        );
     }
 
     #[test]

@@ -160,6 +160,16 @@ impl Receiving {
                 self.report(Report::Notice(Some(failure), None));
                 Ok(Step::Next)
             }
+            Message::Progress { file_id, bytes } => {
+                // The sender checking the chunks offered for resume, before its `Go`.
+                if let Some(f) = self.files.get_mut(&file_id)
+                    && f.resume_progress(bytes, now)
+                        .map_err(|r| self.proto(r.message))?
+                {
+                    self.progress(now);
+                }
+                Ok(Step::Next)
+            }
             Message::Finish => {
                 // Once: a repeated Finish is chatter.
                 if !self.finishing {

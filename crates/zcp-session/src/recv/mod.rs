@@ -46,11 +46,12 @@ pub(crate) use state::{Placement, ReceiverTotals, Receiving, RxConfig, RxJob};
 
 /// Largest block size a sender may ask the receiver for; the `direct` ring holds six.
 pub const MAX_RECV_BLOCK: u64 = 64 << 20;
-/// Memory the `direct` rings of one session may take together, over all its streams: each
-/// stream's block is cut to fit (up to five streams keep the 4 MiB default; 16 streams get
-/// about 1.3 MiB blocks; a client asking for 64 MiB blocks gets what fits). The buffers'
+/// Memory the receive buffers of one session may take together, over all its streams (the
+/// `direct` rings, the `rw` and `mem` buffers): each stream's block is cut to fit (up to five
+/// streams keep `direct`'s 4 MiB default; 16 streams get about 1.3 MiB `direct` blocks or
+/// 8 MiB `rw` buffers; a client asking for 64 MiB blocks gets what fits). The buffers'
 /// pages cost memory only once data lands in them.
-pub(crate) const RING_BUDGET: u64 = 128 << 20;
+pub(crate) const BUFFER_BUDGET: u64 = 128 << 20;
 
 /// What wakes the control loop.
 pub(crate) enum RxEvent {
@@ -105,7 +106,13 @@ pub(crate) struct RxSetup {
 
 impl RxCore {
     pub(crate) fn new(s: RxSetup) -> Arc<RxCore> {
-        let disk = Disk::new(s.root, s.keys.clone(), s.nonces, s.cfg.requested);
+        let disk = Disk::new(
+            s.root,
+            s.keys.clone(),
+            s.nonces,
+            s.cfg.requested,
+            s.cfg.idle,
+        );
         let idle = s.cfg.idle;
         let state = Receiving::new(s.cfg, s.keys, s.nonces, s.scope, s.streams, Instant::now());
         Arc::new(RxCore {
@@ -255,9 +262,9 @@ impl Landing for RxCore {
         self.state.locked().cfg.block
     }
 
-    fn direct_limit(&self) -> u64 {
+    fn memory_limit(&self) -> u64 {
         let streams = u64::from(self.state.locked().streams.max(1));
-        RING_BUDGET / (zcp_engine::recv::DIRECT_DEPTH as u64 * streams)
+        BUFFER_BUDGET / streams
     }
 
     fn idle(&self) -> Duration {
@@ -396,9 +403,12 @@ fn control_loop(
                         return Ok(());
                     }
                     Step::Fs(job) => {
+                        let began = Instant::now();
                         let done = core.disk.run(job, &core.ctl);
                         let made = core.disk.take_made();
                         core.apply(|st, now| {
+                            // Our own work (hashing a large target) is not the peer idling.
+                            st.paused(now.saturating_duration_since(began), now);
                             st.scope.created_dirs(&made);
                             st.fs_done(done, now)
                         })?;

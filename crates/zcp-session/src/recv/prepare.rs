@@ -21,6 +21,7 @@ use super::frames::{FsDone, FsJob, Offer, Prepared};
 use super::state::Refusal;
 use crate::confine::Act;
 use crate::control::ControlWriter;
+use crate::control::keepalive_every;
 
 /// Directory descriptors kept open for the next entries.
 const DIR_CACHE: usize = 256;
@@ -114,6 +115,8 @@ pub(crate) struct Dir {
 /// The receiving role's file system: the root, directory and engine caches, the part files
 /// of the open files.
 pub(crate) struct Disk {
+    /// How often hashing an existing target tells the sender it is alive.
+    keepalive: Duration,
     pub(crate) root: Arc<Root>,
     keys: SessionKeys,
     nonces: (Nonce, Nonce),
@@ -126,8 +129,10 @@ pub(crate) struct Disk {
     draining: Mutex<Vec<Draining>>,
     /// Where each open file's part file is (for [`Draining::at`]).
     places: Mutex<HashMap<u32, PartAt>>,
-    /// Directories made since the role last asked (component lists).
-    made: Mutex<Vec<Vec<Vec<u8>>>>,
+    /// Directories made since the role last asked: a path's components and how many of its
+    /// leading components were there already (every longer prefix was made). One entry per
+    /// resolution, so a deep path costs its length once, not once per level.
+    made: Mutex<Vec<(Vec<Vec<u8>>, usize)>>,
 }
 
 pub(crate) fn engine_err(e: EngineError) -> Refusal {
@@ -163,12 +168,14 @@ impl Disk {
         keys: SessionKeys,
         nonces: (Nonce, Nonce),
         requested: RecvEngine,
+        idle: Duration,
     ) -> Disk {
         Disk {
             root,
             keys,
             nonces,
             requested,
+            keepalive: keepalive_every(idle),
             dirs: Mutex::new(HashMap::new()),
             engines: Mutex::new(HashMap::new()),
             parts: Parts::default(),
@@ -179,7 +186,7 @@ impl Disk {
     }
 
     /// Directories made since the last call, for the role's scope.
-    pub(crate) fn take_made(&self) -> Vec<Vec<Vec<u8>>> {
+    pub(crate) fn take_made(&self) -> Vec<(Vec<Vec<u8>>, usize)> {
         std::mem::take(&mut *self.made.locked())
     }
 
@@ -326,11 +333,8 @@ impl Disk {
             return Ok(d.clone());
         }
         let (fd, existed) = self.root.open_dir_made(components, create)?;
-        {
-            let mut made = self.made.locked();
-            for n in existed..components.len() {
-                made.push(components[..=n].to_vec());
-            }
+        if existed < components.len() {
+            self.made.locked().push((components.to_vec(), existed));
         }
         let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
         let d = Dir {
@@ -578,9 +582,10 @@ impl Disk {
             })
             .ok()?;
             macs.push((index, *hasher.finalize().as_bytes()));
-            if told.elapsed() >= Duration::from_secs(1) {
+            if told.elapsed() >= self.keepalive {
                 told = Instant::now();
-                let _ = ctl.send(&Message::Progress {
+                // At once: this runs under the control loop's cork.
+                let _ = ctl.send_now(&Message::Progress {
                     file_id,
                     bytes: offset + len,
                 });

@@ -212,6 +212,12 @@ impl Receiving {
         self.out.reported = true;
     }
 
+    /// The receiver itself was busy for `spent` (file-system work the control loop waited
+    /// for): the idle clock stands still for that long, so the peer is not blamed for it.
+    pub(crate) fn paused(&mut self, spent: Duration, now: Instant) {
+        self.last_progress = (self.last_progress + spent).min(now);
+    }
+
     /// The session moved forward: the idle clock restarts.
     pub(crate) fn progress(&mut self, now: Instant) {
         self.last_progress = now;

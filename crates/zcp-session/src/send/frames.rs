@@ -9,6 +9,7 @@ use zcp_wire::{ErrorCode, Have, Message, escape, escape_text};
 
 use super::hash::HashJob;
 use super::state::{MAX_COMMIT_WAIT, MAX_RETRIES, Sending, State, proto};
+use crate::control::keepalive_every;
 use crate::error::SessionError;
 use crate::event::{Failure, FileOutcome, Report};
 
@@ -240,6 +241,7 @@ impl Sending {
             file: f.file.clone(),
             plan: f.plan,
             haves,
+            every: keepalive_every(self.cfg.idle),
         };
         self.out.hashes.push(job);
         Ok(())

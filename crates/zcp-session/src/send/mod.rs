@@ -52,6 +52,8 @@ pub(crate) enum SendEvent {
     },
     /// The source of a file could not be read as announced.
     SourceFailed { file: u32, why: String },
+    /// A resume check under way: `bytes` of the offered chunks checked so far.
+    ResumeProgress { file: u32, bytes: u64 },
     /// A resume check: the chunks to keep, or `None` to send the file whole.
     ResumeChecked {
         file: u32,
@@ -320,6 +322,7 @@ fn drive(
             SendEvent::Ctl(Err(e)) => return Err(e.into_session(io.peer)),
             SendEvent::Hashed { file, index, mac } => sm.hashed(file, index, mac, now),
             SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),
+            SendEvent::ResumeProgress { file, bytes } => sm.resume_progress(file, bytes, now),
             SendEvent::ResumeChecked { file, kept } => sm.resume_checked(file, kept, now),
             SendEvent::StreamFailed { stream, why } => {
                 return Err(SessionError::Connection {

@@ -530,6 +530,18 @@ impl Sending {
         self.fail_file(file, ErrorCode::SourceChanged, m, true, now);
     }
 
+    /// The resume check of file `file` has checked `bytes` so far: the sender is working,
+    /// and the receiver, which waits for its `Go`, hears so (a `Progress` of its own).
+    pub(crate) fn resume_progress(&mut self, file: u32, bytes: u64, now: Instant) {
+        if self.open.contains_key(&file) {
+            self.progress(now);
+            self.send(Message::Progress {
+                file_id: file,
+                bytes,
+            });
+        }
+    }
+
     /// The resume check of file `id`: the chunks to keep, or `None` to send it whole.
     pub(crate) fn resume_checked(
         &mut self,

@@ -90,8 +90,8 @@ pub(crate) trait Landing: Send + Sync {
     fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>);
     /// Bytes per engine call (0: each engine's default).
     fn block(&self) -> u64;
-    /// Largest `direct` block: a session's rings stay within its memory budget.
-    fn direct_limit(&self) -> u64;
+    /// Receive-buffer memory per stream: a session's buffers stay within its budget.
+    fn memory_limit(&self) -> u64;
     /// How long a stream may sit without data.
     fn idle(&self) -> Duration;
 }

@@ -223,7 +223,7 @@ pub(crate) fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<
         Err(_) => Box::new(|| {}),
     };
     landing.join(counter.clone(), closer);
-    let mut rx = StreamReceiver::new(landing.block()).limit_direct(landing.direct_limit());
+    let mut rx = StreamReceiver::new(landing.block()).limit_memory(landing.memory_limit());
     let result = receive_chunks(&landing, &mut sock, &mut rx, &counter);
     let mut usage = Usage::default();
     // A write or hash of this stream's helpers that failed late fails what is open.
