@@ -113,14 +113,14 @@ pub(crate) fn run(a: DoctorArgs) -> anyhow::Result<i32> {
             HostView::live()
         }
     };
-    if let Some(f) = &a.write_sysctl {
-        if f.exists() || f.is_symlink() {
-            eprintln!(
-                "zcp: --write-sysctl {}: the file exists; remove it or choose another name",
-                f.display()
-            );
-            return Ok(USAGE);
-        }
+    if let Some(f) = &a.write_sysctl
+        && (f.exists() || f.is_symlink())
+    {
+        eprintln!(
+            "zcp: --write-sysctl {}: the file exists; remove it or choose another name",
+            f.display()
+        );
+        return Ok(USAGE);
     }
     let opts = Options {
         rate_bps: a.rate,

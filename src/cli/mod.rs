@@ -149,10 +149,10 @@ impl TransferArgs {
                 self.streams
             );
         }
-        if let Some(cs) = self.chunk_size {
-            if let Err(e) = zcp_wire::ChunkPlan::new(0, cs) {
-                usage!("--chunk-size {cs}: {e}");
-            }
+        if let Some(cs) = self.chunk_size
+            && let Err(e) = zcp_wire::ChunkPlan::new(0, cs)
+        {
+            usage!("--chunk-size {cs}: {e}");
         }
         Ok(zcp_session::Transfer {
             engine: self.engine,

@@ -52,6 +52,7 @@ struct Tally {
     killed: u64,
     completed: u64,
     corrupt: u64,
+    truncated: u64,
     outside: u64,
     resent: u64,
     lost: u64,
@@ -107,10 +108,15 @@ fn trial(rng: &mut fastrand::Rng, server: bool, t: &mut Tally) {
     }
     t.killed += 1;
     // What is under a final name is a whole, right file; nothing is outside the root.
-    for (name, _) in &files {
+    for (name, size) in &files {
         let dst = root.join(name);
         if dst.exists() && !same(&env.path(&format!("src/{name}")), &dst) {
-            t.corrupt += 1;
+            let len = std::fs::metadata(&dst).map_or(0, |m| m.len());
+            if len < *size {
+                t.truncated += 1;
+            } else {
+                t.corrupt += 1;
+            }
         }
     }
     let top: Vec<_> = std::fs::read_dir(env.dir.path()).unwrap().collect();
@@ -165,15 +171,15 @@ fn killed_at_random_points_then_run_again() {
         }
     }
     let mut table = String::from(
-        "| killed | kills | completed after re-run | corrupt | outside the root | bytes re-sent | durable bytes sent again | finished before the kill (not counted) |\n|---|---|---|---|---|---|---|---|\n",
+        "| killed | kills | completed after re-run | corrupt | truncated | outside the root | bytes re-sent | durable bytes sent again | finished before the kill (not counted) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for (what, t) in [
         ("sender (`zcp send`)", &sender),
         ("server (`zcp serve`)", &server),
     ] {
         table.push_str(&format!(
-            "| {what} | {} | {} | {} | {} | {} | {} | {} |\n",
-            t.killed, t.completed, t.corrupt, t.outside, t.resent, t.lost, t.missed
+            "| {what} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            t.killed, t.completed, t.corrupt, t.truncated, t.outside, t.resent, t.lost, t.missed
         ));
     }
     let text = format!(
@@ -186,6 +192,10 @@ fn killed_at_random_points_then_run_again() {
     }
     for t in [&sender, &server] {
         assert_eq!(t.completed, t.killed, "{t:?}");
-        assert_eq!((t.corrupt, t.outside, t.lost), (0, 0, 0), "{t:?}");
+        assert_eq!(
+            (t.corrupt, t.truncated, t.outside, t.lost),
+            (0, 0, 0, 0),
+            "{t:?}"
+        );
     }
 }

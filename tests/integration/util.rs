@@ -595,13 +595,12 @@ fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if let Some((at, done)) = &flip {
-            if *at >= pos
-                && *at < pos + n as u64
-                && !done.swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                buf[(*at - pos) as usize] ^= 0x01;
-            }
+        if let Some((at, done)) = &flip
+            && *at >= pos
+            && *at < pos + n as u64
+            && !done.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            buf[(*at - pos) as usize] ^= 0x01;
         }
         pos += n as u64;
         if to.write_all(&buf[..n]).is_err() {

@@ -265,10 +265,10 @@ fn receive(spec: &SideSpec, out: &mut dyn Write) -> Result<SideReport, BenchErro
     if let Some(message) = failure.locked().take() {
         return Err(BenchError::Config(format!("writing failed: {message}")));
     }
-    if cell.sink == SinkKind::Durable {
-        if let Some(p) = &part {
-            p.sync_data()?;
-        }
+    if cell.sink == SinkKind::Durable
+        && let Some(p) = &part
+    {
+        p.sync_data()?;
     }
     for mut s in socks {
         s.write_all(b"k")

@@ -16,6 +16,8 @@ mod conn;
 mod control;
 mod error;
 mod event;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod keyfile;
 mod manifest;
 #[cfg(test)]

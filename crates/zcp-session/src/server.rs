@@ -149,10 +149,8 @@ impl Server {
             if stop.load(Ordering::Relaxed) {
                 return None;
             }
-            if once {
-                if let Ok(ok) = ended_rx.try_recv() {
-                    return Some(ok);
-                }
+            if once && let Ok(ok) = ended_rx.try_recv() {
+                return Some(ok);
             }
             match self.listener.accept() {
                 Ok((stream, peer)) => {

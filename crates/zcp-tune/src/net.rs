@@ -38,19 +38,19 @@ fn triple(host: &HostView, key: &str) -> Result<[u64; 3], String> {
 
 /// Where a kernel module stands: usable now, loadable, absent, or unknown.
 fn module(host: &HostView, name: &str, path: &str) -> Result<&'static str, String> {
-    if let Ok(m) = host.read("/proc/modules") {
-        if m.lines().any(|l| l.split(' ').next() == Some(name)) {
-            return Ok("loaded");
-        }
+    if let Ok(m) = host.read("/proc/modules")
+        && m.lines().any(|l| l.split(' ').next() == Some(name))
+    {
+        return Ok("loaded");
     }
     let release = host.read("/proc/sys/kernel/osrelease")?;
     let base = format!("/lib/modules/{release}");
     host.list(&base)
         .map_err(|_| format!("no {base} to look for {name} in"))?;
-    if let Ok(b) = host.read(&format!("{base}/modules.builtin")) {
-        if b.lines().any(|l| l.ends_with(&format!("/{name}.ko"))) {
-            return Ok("built in");
-        }
+    if let Ok(b) = host.read(&format!("{base}/modules.builtin"))
+        && b.lines().any(|l| l.ends_with(&format!("/{name}.ko")))
+    {
+        return Ok("built in");
     }
     let loadable = ["", ".xz", ".zst", ".gz"]
         .iter()

@@ -154,7 +154,8 @@ pub struct ChunkPlan {
 impl ChunkPlan {
     /// The plan for `size` bytes in chunks of `chunk_size`.
     pub fn new(size: u64, chunk_size: u64) -> Result<ChunkPlan, PlanError> {
-        if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) || chunk_size % CHUNK_ALIGN != 0 {
+        if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) || !chunk_size.is_multiple_of(CHUNK_ALIGN)
+        {
             return Err(PlanError::BadChunkSize(chunk_size));
         }
         Ok(ChunkPlan { size, chunk_size })
@@ -192,7 +193,7 @@ impl ChunkPlan {
 
     /// The index of the chunk a header describes, if the header fits the plan exactly.
     pub fn locate(&self, offset: u64, len: u64) -> Result<u64, PlanError> {
-        if offset % self.chunk_size != 0 || offset >= self.size {
+        if !offset.is_multiple_of(self.chunk_size) || offset >= self.size {
             return Err(PlanError::BadOffset {
                 offset,
                 size: self.size,

@@ -140,10 +140,10 @@ impl DirectRing {
                 if let Some(s) = current.as_mut() {
                     s.bytes(&job.buf[..job.len]);
                 }
-                if job.last {
-                    if let Some(s) = current.take() {
-                        s.seen_all();
-                    }
+                if job.last
+                    && let Some(s) = current.take()
+                {
+                    s.seen_all();
                 }
                 if to_write.send(job).is_err() {
                     break;

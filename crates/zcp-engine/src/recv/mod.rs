@@ -268,12 +268,12 @@ impl Drop for Scratch<'_> {
 
 /// Opens the scratch file with O_DIRECT and writes one aligned block.
 fn probe_direct(scratch: &Scratch<'_>, fs: &FsInfo) -> Result<(), String> {
-    if let Some((mem, off)) = fs.dio_align {
-        if u64::from(mem) > DIRECT_ALIGN || u64::from(off) > DIRECT_ALIGN {
-            return Err(format!(
-                "it needs {off}-byte offsets and {mem}-byte buffers, above zcp's {DIRECT_ALIGN}"
-            ));
-        }
+    if let Some((mem, off)) = fs.dio_align
+        && (u64::from(mem) > DIRECT_ALIGN || u64::from(off) > DIRECT_ALIGN)
+    {
+        return Err(format!(
+            "it needs {off}-byte offsets and {mem}-byte buffers, above zcp's {DIRECT_ALIGN}"
+        ));
     }
     let fd = rustix::fs::openat(
         scratch.dir,

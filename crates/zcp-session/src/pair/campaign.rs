@@ -8,11 +8,16 @@
 //!
 //! `cargo test -p zcp-session --release campaign_short` runs the short form (in the suite);
 //! `ZCP_CAMPAIGN_FAULTS=10000 ZCP_CAMPAIGN_SEED=1 cargo test -p zcp-session --release --
-//! --ignored campaign_full --nocapture` the full one; `ZCP_CAMPAIGN_OUT=FILE` writes its table.
+//! --ignored campaign_full --nocapture` the full one; `ZCP_CAMPAIGN_OUT=FILE` writes its table,
+//! `ZCP_CAMPAIGN_JOBS` sets how many trials run at a time (4: a trial mostly waits on its
+//! fault's timers, not the CPU).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use zcp_engine::sync::Locked;
 
 use zcp_engine::{RecvEngine, SendEngine};
 
@@ -48,6 +53,21 @@ pub(crate) struct Tally {
     pub(crate) resent: u64,
     pub(crate) lost: u64,
     pub(crate) failures: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, t: Tally) {
+        self.missed += t.missed;
+        self.injected += t.injected;
+        self.completed += t.completed;
+        self.corrupt += t.corrupt;
+        self.truncated += t.truncated;
+        self.outside += t.outside;
+        self.resent += t.resent;
+        self.lost += t.lost;
+        let room = 5usize.saturating_sub(self.failures.len());
+        self.failures.extend(t.failures.into_iter().take(room));
+    }
 }
 
 /// One trial's workload: files of the tree `t` and their contents.
@@ -230,18 +250,32 @@ fn trial(kind: usize, rng: &mut fastrand::Rng, t: &mut Tally) {
     t.lost += second.bytes_sent.saturating_sub(due);
 }
 
-/// Runs trials (kinds in turn, the rest from `seed`) until `faults` faults fired (or four
-/// times as many trials ran); the tally per kind.
-pub(crate) fn run(faults: u64, seed: u64) -> Vec<(&'static str, Tally)> {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut tallies: HashMap<usize, Tally> = HashMap::new();
-    let fired = |t: &HashMap<usize, Tally>| t.values().map(|t| t.injected).sum::<u64>();
-    let mut i = 0;
-    while fired(&tallies) < faults && i < faults * 4 {
-        let kind = i as usize % KINDS.len();
-        trial(kind, &mut rng, tallies.entry(kind).or_default());
-        i += 1;
-    }
+/// Runs trials on `jobs` threads until `faults` faults fired (or four times as many trials
+/// ran); the tally per kind. Trial `i` is of kind `i mod 11`, the rest drawn from a generator
+/// seeded with `seed` and `i`, so a trial is the same whichever thread runs it (the threads
+/// finish the trials under way when the count is reached: a few more may be counted).
+pub(crate) fn run(faults: u64, seed: u64, jobs: u64) -> Vec<(&'static str, Tally)> {
+    let tallies: Mutex<HashMap<usize, Tally>> = Mutex::new(HashMap::new());
+    let (next, fired) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                while fired.load(Ordering::Relaxed) < faults {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= faults * 4 {
+                        break;
+                    }
+                    let kind = i as usize % KINDS.len();
+                    let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9) ^ i);
+                    let mut t = Tally::default();
+                    trial(kind, &mut rng, &mut t);
+                    fired.fetch_add(t.injected, Ordering::Relaxed);
+                    tallies.locked().entry(kind).or_default().add(t);
+                }
+            });
+        }
+    });
+    let mut tallies = tallies.into_inner().unwrap_or_else(|e| e.into_inner());
     (0..KINDS.len())
         .map(|k| (KINDS[k], tallies.remove(&k).unwrap_or_default()))
         .collect()
@@ -258,13 +292,7 @@ pub(crate) fn table(rows: &[(&str, Tally)]) -> String {
             "| {kind} | {} | {} | {} | {} | {} | {} | {} |\n",
             t.injected, t.completed, t.corrupt, t.truncated, t.outside, t.resent, t.lost
         ));
-        sum.injected += t.injected;
-        sum.completed += t.completed;
-        sum.corrupt += t.corrupt;
-        sum.truncated += t.truncated;
-        sum.outside += t.outside;
-        sum.resent += t.resent;
-        sum.lost += t.lost;
+        sum.add(t.clone());
     }
     out.push_str(&format!(
         "| **all** | {} | {} | {} | {} | {} | {} | {} |\n",
@@ -283,15 +311,16 @@ fn env(name: &str, default: u64) -> u64 {
 /// Runs the campaign and holds it to its promises: every trial completes on the second run,
 /// nothing corrupt, truncated or outside the root, nothing durable sent again.
 fn campaign(default_faults: u64) {
-    let (faults, seed) = (
+    let (faults, seed, jobs) = (
         env("ZCP_CAMPAIGN_FAULTS", default_faults),
         env("ZCP_CAMPAIGN_SEED", 1),
+        env("ZCP_CAMPAIGN_JOBS", 4),
     );
     let t0 = Instant::now();
-    let rows = run(faults, seed);
+    let rows = run(faults, seed, jobs);
     let missed: u64 = rows.iter().map(|r| r.1.missed).sum();
     let text = format!(
-        "{}\n{faults} faults asked for, seed {seed}; {missed} trials ended before their fault and are not counted; {:.0} s\n",
+        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; {:.0} s\n",
         table(&rows),
         t0.elapsed().as_secs_f64()
     );

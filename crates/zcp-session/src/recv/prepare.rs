@@ -506,15 +506,17 @@ impl Disk {
         // session's key, as held. If the sender's source proves every one, no byte is sent and
         // the target is kept (mode and mtime set in place); any difference sends it whole.
         let mut in_place = false;
-        if offers.is_empty() && existing && size > 0 {
-            if let Some(macs) = self.hash_target(dir, &spec.name, id, &plan, ctl) {
-                offers.push(Offer {
-                    nonces: self.nonces,
-                    old_file_id: id,
-                    entries: macs,
-                });
-                in_place = true;
-            }
+        if offers.is_empty()
+            && existing
+            && size > 0
+            && let Some(macs) = self.hash_target(dir, &spec.name, id, &plan, ctl)
+        {
+            offers.push(Offer {
+                nonces: self.nonces,
+                old_file_id: id,
+                entries: macs,
+            });
+            in_place = true;
         }
         if size >= SMALL_FILE && !in_place {
             // Claims the space now, so a full filesystem fails the file before any byte
