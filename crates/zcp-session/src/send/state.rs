@@ -1,7 +1,8 @@
 //! The sending role as a state machine, without I/O. Inputs: entries of the walk
 //! ([`Sending::take_entry`]), the receiver's frames ([`Sending::handle_frame`], in
 //! `frames.rs`), what the hash workers and the transport report ([`Sending::hashed`],
-//! [`Sending::resume_checked`], [`Sending::source_failed`], [`Sending::stream_done`]), the
+//! [`Sending::resume_progress`], [`Sending::resume_checked`], [`Sending::source_failed`],
+//! [`Sending::stream_done`]), the
 //! answer to a source check ([`Sending::source_checked`]) and the clock ([`Sending::tick`]).
 //! Outputs ([`Sending::take_out`]): frames, chunks for the transport, hash jobs, source
 //! checks, and reports for the person.
