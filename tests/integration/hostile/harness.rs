@@ -319,3 +319,102 @@ pub fn error_from(raw: &mut Raw) -> Option<(ErrorCode, String)> {
     }
     None
 }
+
+/// A `PutFile` for file `id` at `dest`: `size` bytes in chunks of `chunk_size`.
+pub fn pf(id: u32, dest: &[u8], size: u64, chunk_size: u64) -> Message {
+    Message::PutFile(zcp_wire::PutFile {
+        file_id: id,
+        dest: dest.to_vec(),
+        name: Vec::new(),
+        size,
+        mode: 0o644,
+        mtime_sec: 1_000_000,
+        mtime_nsec: 0,
+        chunk_size,
+    })
+}
+
+/// Ends a push session from the Raw side as an honest client would: stream end markers,
+/// `Finish`, the receiver's `Stats`, ours. Returns whether the receiver's Stats came.
+pub fn raw_finish(raw: &mut Raw, data: &mut [TcpStream]) -> bool {
+    for d in data.iter_mut() {
+        let _ = d.write_all(&ChunkHeader::end().encode());
+    }
+    raw.send(&Message::Finish);
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        match raw.recv_any() {
+            Ok(Message::Stats(_)) => {
+                raw.send(&Message::Stats(zcp_wire::SideStats::default()));
+                return true;
+            }
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// The keyed MAC of `bytes` as chunk (`id`, `off`) of this session.
+pub fn mac_of(raw: &Raw, id: u32, off: u64, bytes: &[u8]) -> [u8; 32] {
+    let mut h = raw.est.keys.chunk_hasher(id, off, bytes.len() as u64);
+    h.update(bytes);
+    *h.finalize().as_bytes()
+}
+
+/// Reads frames until `want` matches one (returned); panics after `secs` with what came.
+pub fn wait_for(raw: &mut Raw, secs: u64, what: &str, want: impl Fn(&Message) -> bool) -> Message {
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut seen = Vec::new();
+    raw.s
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    while Instant::now() < end {
+        match raw.recv_any() {
+            Ok(m) if want(&m) => return m,
+            Ok(m) => seen.push(format!("{m:?}").chars().take(200).collect::<String>()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("waiting for {what}: {e}; seen {seen:?}"),
+        }
+    }
+    panic!("no {what} within {secs} s; seen {seen:?}")
+}
+
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+pub fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `VmHWM` (peak resident memory) of `pid`, in KiB.
+pub fn peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// `zcp`'s own files (part files, journals) anywhere below `dir`.
+pub fn own_files(dir: &Path) -> Vec<String> {
+    tree(dir)
+        .into_iter()
+        .filter(|p| p.rsplit('/').next().unwrap_or("").starts_with(".zcp-"))
+        .collect()
+}

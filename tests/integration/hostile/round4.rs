@@ -7,65 +7,12 @@
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use zcp_wire::{ChunkHeader, Message, PutFile, SideStats};
+use zcp_wire::{ChunkHeader, Message};
 
 use super::harness::*;
 use crate::util::*;
-
-fn pf(id: u32, dest: &[u8], size: u64, chunk_size: u64) -> Message {
-    Message::PutFile(PutFile {
-        file_id: id,
-        dest: dest.to_vec(),
-        name: Vec::new(),
-        size,
-        mode: 0o644,
-        mtime_sec: 1_000_000,
-        mtime_nsec: 0,
-        chunk_size,
-    })
-}
-
-/// Ends a push session from the Raw side as an honest client would: stream end markers,
-/// `Finish`, the receiver's `Stats`, ours. Returns whether the receiver's Stats came.
-fn raw_finish(raw: &mut Raw, data: &mut [TcpStream]) -> bool {
-    for d in data.iter_mut() {
-        let _ = d.write_all(&ChunkHeader::end().encode());
-    }
-    raw.send(&Message::Finish);
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        match raw.recv_any() {
-            Ok(Message::Stats(_)) => {
-                raw.send(&Message::Stats(SideStats::default()));
-                return true;
-            }
-            Ok(_) => {}
-            Err(_) => return false,
-        }
-    }
-    false
-}
-
-/// `zcp`'s own files (part files, journals) anywhere below `dir`.
-fn own_files(dir: &Path) -> Vec<String> {
-    tree(dir)
-        .into_iter()
-        .filter(|p| p.rsplit('/').next().unwrap_or("").starts_with(".zcp-"))
-        .collect()
-}
-
-/// `VmHWM` (peak resident memory) of `pid`, in KiB.
-fn peak_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
 
 // ------------------------------------------------------------------ serve --once
 
@@ -454,12 +401,6 @@ fn rw_and_mem_receive_buffers_escape_the_sessions_memory_budget() {
 }
 
 // ------------------------------------------------------------------ draining kept part files
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
 
 /// The draining of kept part files (round 3): a key holder lands chunk 0 of `tN.bin`
 /// (durable), starts chunk 1 on its data stream and stops mid-chunk (the stream holds the

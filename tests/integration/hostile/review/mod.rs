@@ -8,46 +8,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use zcp_wire::{ChunkHeader, ErrorCode, Message, PutFile, SideStats};
+use zcp_wire::{ChunkHeader, ErrorCode, Message};
 
 use super::harness::*;
 use crate::util::*;
 
 mod names_and_logs;
-
-fn pf(id: u32, dest: &[u8], size: u64) -> Message {
-    Message::PutFile(PutFile {
-        file_id: id,
-        dest: dest.to_vec(),
-        name: Vec::new(),
-        size,
-        mode: 0o644,
-        mtime_sec: 1_000_000,
-        mtime_nsec: 0,
-        chunk_size: 65536,
-    })
-}
-
-/// Ends a push session from the Raw side as an honest client would: stream end markers,
-/// `Finish`, the receiver's `Stats`, ours. Returns whether the receiver's Stats came.
-fn raw_finish(raw: &mut Raw, data: &mut [TcpStream]) -> bool {
-    for d in data.iter_mut() {
-        let _ = d.write_all(&ChunkHeader::end().encode());
-    }
-    raw.send(&Message::Finish);
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        match raw.recv_any() {
-            Ok(Message::Stats(_)) => {
-                raw.send(&Message::Stats(SideStats::default()));
-                return true;
-            }
-            Ok(_) => {}
-            Err(_) => return false,
-        }
-    }
-    false
-}
 
 /// The part file in `dir` (there must be exactly one).
 fn part_in(dir: &Path) -> String {
@@ -145,7 +111,7 @@ fn once_push_file_never_sent_exit_code() {
     let mut srv = ServerProc::start(&root, &env.key, &["--once"]);
     let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
     let d = raw.data(srv.port, 0).unwrap();
-    raw.send(&pf(0, b"x.bin", 300_000));
+    raw.send(&pf(0, b"x.bin", 300_000, 65536));
     assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
     let stats = raw_finish(&mut raw, &mut [d]);
     let code = srv.exit_code(10);
@@ -175,7 +141,7 @@ fn push_part_file_swapped_for_a_link_before_commit() {
     let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
     let mut d = raw.data(srv.port, 0).unwrap();
     let body = vec![0x5au8; 1000];
-    raw.send(&pf(0, b"t.bin", body.len() as u64));
+    raw.send(&pf(0, b"t.bin", body.len() as u64, 65536));
     assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
     let part = part_in(&root);
     raw.send(&Message::MakeLink {
@@ -233,7 +199,7 @@ fn refused_putfiles_hold_a_session_past_the_idle_timeout() {
     let mut last = Instant::now() - Duration::from_secs(5);
     while t.elapsed() < Duration::from_secs(9) {
         if last.elapsed() >= Duration::from_millis(700) {
-            raw.send(&pf(id, b"../escape", 10));
+            raw.send(&pf(id, b"../escape", 10, 65536));
             id += 1;
             last = Instant::now();
         }
@@ -322,17 +288,6 @@ fn push_control_flood_while_the_server_is_stuck_writing() {
         "GOT THROUGH: server RSS grew by {} MiB from control frames it had not handled",
         grown >> 10
     );
-}
-
-fn rss_of(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("RssAnon:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// Stalls the peer's role loop (`stall` frames, each answered, never read), then sends big

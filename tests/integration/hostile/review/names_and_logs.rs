@@ -5,7 +5,7 @@ use super::*;
 
 /// Pushes `body` as file `id` named `dest` over `data` (64 KiB chunks), honestly; the answer.
 fn push_whole(raw: &mut Raw, data: &mut TcpStream, id: u32, dest: &[u8], body: &[u8]) -> Message {
-    raw.send(&pf(id, dest, body.len() as u64));
+    raw.send(&pf(id, dest, body.len() as u64, 65536));
     loop {
         match raw.recv().unwrap() {
             Message::FileReady { resumed, .. } => {
@@ -69,7 +69,7 @@ fn planted_part_and_journal_make_an_honest_push_commit_forged_bytes() {
         let mut data = raw.data(srv.port, 0).unwrap();
         // The part name is .zcp-<first 8 bytes of BLAKE3("t.bin")>.part; an attacker computes
         // it, the test reads it off the disk.
-        raw.send(&pf(0, b"t.bin", honest.len() as u64));
+        raw.send(&pf(0, b"t.bin", honest.len() as u64, 65536));
         assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
         let part = part_in(&root);
         raw.send(&Message::FileAbort {
@@ -296,7 +296,7 @@ fn push_journal_name_planted_as_a_link_is_not_followed() {
     let srv = ServerProc::start(&root, &env.key, &[]);
     let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
     let mut data = raw.data(srv.port, 0).unwrap();
-    raw.send(&pf(0, b"t.bin", 200_000));
+    raw.send(&pf(0, b"t.bin", 200_000, 65536));
     assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
     let part = part_in(&root);
     raw.send(&Message::FileAbort {
@@ -567,7 +567,7 @@ fn push_sequencing_games_are_refused() {
     let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
     let mut data = raw.data(srv.port, 0).unwrap();
     // A refused file (bad path), then its chunk on the data stream: drained, never written.
-    raw.send(&pf(0, b"../out", 1000));
+    raw.send(&pf(0, b"../out", 1000, 65536));
     assert!(matches!(raw.recv().unwrap(), Message::FileFailed { .. }));
     data.write_all(&ChunkHeader::data(0, 0, 1000).encode())
         .unwrap();
@@ -608,7 +608,7 @@ fn push_sequencing_games_are_refused() {
         mtime_nsec: 0,
     });
     // A FileEnd twice for an open (one-chunk, so held) file: protocol error, the session ends, nothing commits.
-    raw.send(&pf(2, b"twice.bin", 1000));
+    raw.send(&pf(2, b"twice.bin", 1000, 65536));
     assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
     raw.send(&Message::FileEnd {
         file_id: 2,

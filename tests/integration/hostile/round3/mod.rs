@@ -8,54 +8,12 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use zcp_wire::{ChunkHeader, ErrorCode, Message, Open, PutFile};
+use zcp_wire::{ChunkHeader, ErrorCode, Message, Open};
 
 use super::harness::*;
 use crate::util::*;
 
 mod integrity;
-
-fn pf(id: u32, dest: &[u8], size: u64, chunk_size: u64) -> Message {
-    Message::PutFile(PutFile {
-        file_id: id,
-        dest: dest.to_vec(),
-        name: Vec::new(),
-        size,
-        mode: 0o644,
-        mtime_sec: 1_000_000,
-        mtime_nsec: 0,
-        chunk_size,
-    })
-}
-
-/// The keyed MAC of `bytes` as chunk (`id`, `off`) of this session.
-fn mac_of(raw: &Raw, id: u32, off: u64, bytes: &[u8]) -> [u8; 32] {
-    let mut h = raw.est.keys.chunk_hasher(id, off, bytes.len() as u64);
-    h.update(bytes);
-    *h.finalize().as_bytes()
-}
-
-/// Reads frames until `want` matches one (returned); panics after `secs` with what came.
-fn wait_for(raw: &mut Raw, secs: u64, what: &str, want: impl Fn(&Message) -> bool) -> Message {
-    let end = Instant::now() + Duration::from_secs(secs);
-    let mut seen = Vec::new();
-    raw.s
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    while Instant::now() < end {
-        match raw.recv_any() {
-            Ok(m) if want(&m) => return m,
-            Ok(m) => seen.push(format!("{m:?}").chars().take(200).collect::<String>()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) => panic!("waiting for {what}: {e}; seen {seen:?}"),
-        }
-    }
-    panic!("no {what} within {secs} s; seen {seen:?}")
-}
 
 /// Sends `m` every `every` (made by `make(turn)`) until the peer closes the control
 /// connection or `limit` passes. Returns how long the session lived.
@@ -85,12 +43,6 @@ fn chatter_until_closed(
         }
     }
     (false, t.elapsed())
-}
-
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
 }
 
 /// Opens a push session of `streams` streams on the `direct` engine with `block`-byte blocks.
