@@ -386,6 +386,7 @@ fn answer(s: &mut Script<'_>, told: &mut Told, job: FsJob) -> FsDone {
                     offers,
                     in_place: s.u8().is_multiple_of(4),
                     note: None,
+                    hashed: Duration::from_millis(u64::from(s.u8())),
                 })
             };
             FsDone::Prepared {

@@ -327,6 +327,8 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
             };
             if let Err(e) = write(stream, &welcome) {
                 ctx.sessions.locked().remove(&session_id);
+                // `serve --once`: a session that never started does not take the one slot.
+                ctx.taken.store(false, Ordering::Relaxed);
                 return Err(e);
             }
             Ok(Joined::Control(

@@ -5,8 +5,8 @@
 //!
 //! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `bounds`: what neither
-//! can make a peer hold or keep open; `review`, `round3` and `round4`: the second, third and
-//! fourth independent attackers' cases.
+//! can make a peer hold or keep open; `review`, `round3`, `round4` and `round5`: the second
+//! to fifth independent attackers' cases.
 
 mod bounds;
 mod harness;
@@ -15,3 +15,4 @@ mod push;
 mod review;
 mod round3;
 mod round4;
+mod round5;

@@ -90,6 +90,13 @@ fn pull_in_place_keep_then_abort_leaves_a_part_file() {
     let dest = env.mkdir("dest");
     let body: Vec<u8> = (0..131_072u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(dest.join("want.bin"), &body).unwrap();
+    // The announced mtime: in a pull only an unchanged copy is offered back.
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dest.join("want.bin"))
+        .unwrap();
+    f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000))
+        .unwrap();
     let child = get(
         l.local_addr().unwrap().port(),
         &env.key,

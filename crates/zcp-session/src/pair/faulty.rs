@@ -160,6 +160,10 @@ impl Landing for FailWrite {
         self.inner.block()
     }
 
+    fn alive(&self) -> bool {
+        self.inner.alive()
+    }
+
     fn memory_limit(&self) -> u64 {
         self.inner.memory_limit()
     }

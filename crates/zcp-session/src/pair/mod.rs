@@ -70,7 +70,9 @@ impl Default for Opts {
             chunk_size: Some(64 << 10),
             send_engine: SendEngine::Sendfile,
             recv_engine: RecvEngine::Auto,
-            idle: Duration::from_secs(5),
+            // Long enough that a disk stalled by other tests (fsync on a shared VM) is not
+            // taken for a dead peer; tests of the idle timeout set their own.
+            idle: Duration::from_secs(30),
             recursive: true,
             wire: None,
             disk: None,

@@ -131,6 +131,11 @@ pub(crate) struct RxFile {
     offered: Vec<(u64, [u8; 32])>,
     /// The highest count of offered bytes the sender said it checked (its `Progress`).
     checked: u64,
+    /// Bytes of the chunks offered.
+    offered_bytes: u64,
+    /// Whether the sender's resume check may count as work (the first offer of this target
+    /// in the session).
+    pub(crate) check_counts: bool,
     durable: u64,
     failed: Option<Refusal>,
     /// The sender's whole-file digest, once `FileEnd` arrived.
@@ -148,6 +153,7 @@ impl RxFile {
         now: Instant,
     ) -> RxFile {
         let count = spec.plan.count() as usize;
+        let offered_bytes = offered.iter().map(|(i, _)| spec.plan.chunk(*i).1).sum();
         RxFile {
             verify: spec.engine != RecvEngine::Null,
             spec,
@@ -164,6 +170,8 @@ impl RxFile {
             chunks: vec![Chunk::default(); count],
             offered,
             checked: 0,
+            offered_bytes,
+            check_counts: true,
             durable: 0,
             failed: None,
             end: None,
@@ -243,11 +251,7 @@ impl RxFile {
         if self.phase != Phase::AwaitGo {
             return Ok(false);
         }
-        let offered: u64 = self
-            .offered
-            .iter()
-            .map(|(i, _)| self.spec.plan.chunk(*i).1)
-            .sum();
+        let offered = self.offered_bytes;
         if bytes > offered {
             return Err(Refusal::protocol(format!(
                 "Progress of {bytes} bytes checked for file {}, of {offered} offered",
@@ -257,7 +261,7 @@ impl RxFile {
         let grew = bytes > self.checked;
         self.checked = self.checked.max(bytes);
         let since = now.saturating_duration_since(self.started).as_secs_f64();
-        Ok(grew && bytes as f64 >= since * MIN_CHECK_RATE)
+        Ok(self.check_counts && grew && bytes as f64 >= since * MIN_CHECK_RATE)
     }
 
     /// Claims chunk `index` for a stream; refuses a chunk that is already being received or

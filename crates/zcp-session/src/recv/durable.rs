@@ -186,10 +186,22 @@ fn finalize(job: &CommitJob, part: Option<PartFile>) -> Result<Option<PartFile>,
         // The target holds exactly these bytes already: keep it, give it the source's mode
         // and mtime, and drop the part file.
         part.set_keep(false);
-        let r = zcp_engine::fs::open_at(&**part.dir(), &spec.name)
-            .and_then(|fd| zcp_engine::fs::set_mode_and_mtime(&fd, spec.mode & 0o777, spec.mtime));
+        let fd = zcp_engine::fs::open_at(&**part.dir(), &spec.name).map_err(engine_err)?;
         drop(part);
-        return r.map(|()| None).map_err(engine_err);
+        // Offered only with one link; one made since would carry the change elsewhere.
+        let meta = zcp_engine::fs::stat_fd(&fd).map_err(engine_err)?;
+        if meta.nlink != 1 {
+            return Err(Refusal::new(
+                ErrorCode::Io,
+                format!(
+                    "'{}' gained another hard link during the transfer; left as it was",
+                    spec.target
+                ),
+            ));
+        }
+        return zcp_engine::fs::set_mode_and_mtime(&fd, spec.mode & 0o777, spec.mtime)
+            .map(|()| None)
+            .map_err(engine_err);
     }
     let direct = spec.engine == RecvEngine::Direct;
     part.set_final_metadata(spec.plan.size(), spec.mode, spec.mtime, direct)

@@ -3,7 +3,7 @@
 //! [`crate::confine::Scope`] before any work is asked for, and every text from the peer is
 //! escaped before it is reported.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use zcp_wire::{
     ChunkPlan, ErrorCode, Have, MAX_HAVE_ENTRIES, Message, Nonce, PutFile, RelPath, escape,
@@ -96,6 +96,9 @@ pub(crate) struct Prepared {
     pub(crate) in_place: bool,
     /// Why the engine differs from the one asked for.
     pub(crate) note: Option<String>,
+    /// How long hashing an existing target took (the receiver's own work, not the peer's
+    /// silence).
+    pub(crate) hashed: Duration,
 }
 
 impl Receiving {
@@ -474,7 +477,15 @@ impl Receiving {
             target: p.spec.target.clone().into_bytes(),
             resumed: !offered.is_empty(),
         };
-        let f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
+        // Offers earn their keep-alive credit (the receiver's hashing paused its idle clock,
+        // the sender's resume check may count as work) once per target and session: a target
+        // announced and given up again and again buys nothing more.
+        let first = !offered.is_empty() && self.credit(&p.spec.target);
+        if first {
+            self.paused(p.hashed, now);
+        }
+        let mut f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
+        f.check_counts = first;
         self.files.insert(id, f);
         // A file made ready is not progress by itself: its bytes, verified chunks and commit
         // are.

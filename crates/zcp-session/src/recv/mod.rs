@@ -112,6 +112,7 @@ impl RxCore {
             s.nonces,
             s.cfg.requested,
             s.cfg.idle,
+            s.scope.is_pull(),
         );
         let idle = s.cfg.idle;
         let state = Receiving::new(s.cfg, s.keys, s.nonces, s.scope, s.streams, Instant::now());
@@ -262,6 +263,10 @@ impl Landing for RxCore {
         self.state.locked().cfg.block
     }
 
+    fn alive(&self) -> bool {
+        !self.closed.load(Ordering::Relaxed)
+    }
+
     fn memory_limit(&self) -> u64 {
         let streams = u64::from(self.state.locked().streams.max(1));
         BUFFER_BUDGET / streams
@@ -290,9 +295,8 @@ pub(crate) fn run(
     };
     let result = streams.and_then(|streams| {
         let r = run_role(&core, events, &reader, observer);
-        if r.is_err() {
-            core.close();
-        }
+        // Either way no stream may wait on: after a success every stream has ended already.
+        core.close();
         // Over either way: after the stats exchange nothing more crosses the control
         // connection (and the reader, and any thread still answering the peer, wake at once).
         core.ctl.shutdown();
@@ -403,12 +407,9 @@ fn control_loop(
                         return Ok(());
                     }
                     Step::Fs(job) => {
-                        let began = Instant::now();
                         let done = core.disk.run(job, &core.ctl);
                         let made = core.disk.take_made();
                         core.apply(|st, now| {
-                            // Our own work (hashing a large target) is not the peer idling.
-                            st.paused(now.saturating_duration_since(began), now);
                             st.scope.created_dirs(&made);
                             st.fs_done(done, now)
                         })?;

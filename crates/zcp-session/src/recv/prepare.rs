@@ -117,6 +117,10 @@ pub(crate) struct Dir {
 pub(crate) struct Disk {
     /// How often hashing an existing target tells the sender it is alive.
     keepalive: Duration,
+    /// A pull: an existing file is offered in place only when its size and mtime are the
+    /// announced ones, so a server learns nothing (not even a keyed MAC) of a file the user
+    /// changed.
+    pull: bool,
     pub(crate) root: Arc<Root>,
     keys: SessionKeys,
     nonces: (Nonce, Nonce),
@@ -169,8 +173,10 @@ impl Disk {
         nonces: (Nonce, Nonce),
         requested: RecvEngine,
         idle: Duration,
+        pull: bool,
     ) -> Disk {
         Disk {
+            pull,
             root,
             keys,
             nonces,
@@ -429,6 +435,7 @@ impl Disk {
                 offers: Vec::new(),
                 in_place: false,
                 note: None,
+                hashed: Duration::ZERO,
             });
         }
         let dir = self.dir(&comps, true).map_err(engine_err)?;
@@ -484,6 +491,16 @@ impl Disk {
         let (id, plan, size) = (spec.id, spec.plan, spec.plan.size());
         let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
         let at = (comps.to_vec(), key.clone());
+        if self.places.locked().values().any(|p| *p == at) {
+            // This session holds it: waiting for its own lock would only stall the session.
+            return Err(Refusal::new(
+                ErrorCode::Busy,
+                format!(
+                    "'{}' is already being received in this session",
+                    spec.target
+                ),
+            ));
+        }
         if !self.drained(&at, zcp_engine::fs::LOCK_WAIT) {
             return Err(Refusal::new(
                 ErrorCode::Busy,
@@ -506,10 +523,11 @@ impl Disk {
         // session's key, as held. If the sender's source proves every one, no byte is sent and
         // the target is kept (mode and mtime set in place); any difference sends it whole.
         let mut in_place = false;
+        let began = Instant::now();
         if offers.is_empty()
             && existing
             && size > 0
-            && let Some(macs) = self.hash_target(dir, &spec.name, id, &plan, ctl)
+            && let Some(macs) = self.hash_target(dir, &spec, ctl)
         {
             offers.push(Offer {
                 nonces: self.nonces,
@@ -554,6 +572,11 @@ impl Disk {
             offers,
             in_place,
             note: choice.note,
+            hashed: if in_place {
+                began.elapsed()
+            } else {
+                Duration::ZERO
+            },
         })
     }
 
@@ -564,14 +587,18 @@ impl Disk {
     fn hash_target(
         &self,
         dir: &Dir,
-        name: &[u8],
-        file_id: u32,
-        plan: &ChunkPlan,
+        spec: &FileSpec,
         ctl: &ControlWriter,
     ) -> Option<Vec<(u64, [u8; 32])>> {
-        let fd = zcp_engine::fs::open_at(&*dir.fd, name).ok()?;
+        let (file_id, plan) = (spec.id, &spec.plan);
+        let fd = zcp_engine::fs::open_at(&*dir.fd, &spec.name).ok()?;
         let meta = zcp_engine::fs::stat_fd(&fd).ok()?;
-        if !matches!(meta.kind, EntryKind::File) || meta.size != plan.size() {
+        // Kept in place, the target's inode gets the source's mode and mtime: never one with
+        // other hard links (that would change a file elsewhere, perhaps outside the root).
+        if !matches!(meta.kind, EntryKind::File) || meta.size != plan.size() || meta.nlink != 1 {
+            return None;
+        }
+        if self.pull && meta.mtime != spec.mtime {
             return None;
         }
         let mut macs = Vec::with_capacity(plan.count() as usize);
@@ -586,11 +613,13 @@ impl Disk {
             macs.push((index, *hasher.finalize().as_bytes()));
             if told.elapsed() >= self.keepalive {
                 told = Instant::now();
-                // At once: this runs under the control loop's cork.
-                let _ = ctl.send_now(&Message::Progress {
+                // At once: this runs under the control loop's cork. A peer that is gone
+                // stops the hashing.
+                ctl.send_now(&Message::Progress {
                     file_id,
                     bytes: offset + len,
-                });
+                })
+                .ok()?;
             }
         }
         Some(macs)

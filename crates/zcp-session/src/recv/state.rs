@@ -10,7 +10,7 @@
 //! stream's thread, the engines' helpers, the journal thread and the committer each apply
 //! their input and carry out the outputs after the lock is released.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use zcp_engine::recv::Target;
@@ -35,6 +35,9 @@ pub(crate) struct RxConfig {
     /// The sender's engine as asked for, for the report.
     pub(crate) sender_engine: String,
 }
+
+/// Targets whose offers may earn keep-alive credit in one session, at most.
+pub(crate) const MAX_CREDITED: usize = 1 << 16;
 
 /// A refusal to send back: its class and what to fix.
 pub(crate) use crate::error::Refusal;
@@ -138,6 +141,8 @@ pub(crate) struct Receiving {
     /// `EntryFailed`s from the sender: sources it could not send.
     pub(crate) source_failures: u64,
     last_progress: Instant,
+    /// Targets whose offers earned keep-alive credit ([`Receiving::credit`]).
+    credited: HashSet<[u8; 16]>,
     last_bytes: u64,
     last_tell: Instant,
     pub(crate) out: Out,
@@ -169,6 +174,7 @@ impl Receiving {
             totals: ReceiverTotals::default(),
             source_failures: 0,
             last_progress: now,
+            credited: HashSet::new(),
             last_bytes: 0,
             last_tell: now,
             out: Out::default(),
@@ -212,10 +218,19 @@ impl Receiving {
         self.out.reported = true;
     }
 
-    /// The receiver itself was busy for `spent` (file-system work the control loop waited
-    /// for): the idle clock stands still for that long, so the peer is not blamed for it.
+    /// The receiver itself was busy for `spent` (hashing an existing target the control loop
+    /// waited for): the idle clock stands still for that long, so the peer is not blamed.
     pub(crate) fn paused(&mut self, spent: Duration, now: Instant) {
         self.last_progress = (self.last_progress + spent).min(now);
+    }
+
+    /// Whether `target`'s offers may still earn keep-alive credit in this session: the first
+    /// time it is asked, for at most [`MAX_CREDITED`] targets.
+    pub(crate) fn credit(&mut self, target: &str) -> bool {
+        let key: [u8; 16] = blake3::hash(target.as_bytes()).as_bytes()[..16]
+            .try_into()
+            .expect("16 of 32 bytes");
+        self.credited.len() < MAX_CREDITED && self.credited.insert(key)
     }
 
     /// The session moved forward: the idle clock restarts.

@@ -92,8 +92,10 @@ pub(crate) trait Landing: Send + Sync {
     fn block(&self) -> u64;
     /// Receive-buffer memory per stream: a session's buffers stay within its budget.
     fn memory_limit(&self) -> u64;
-    /// How long a stream may sit without data.
+    /// How long a stream may sit without data inside a chunk (its socket timeout).
     fn idle(&self) -> Duration;
+    /// Whether the session is still on (a quiet stream between chunks keeps waiting).
+    fn alive(&self) -> bool;
 }
 
 /// A data transport: both directions, behind one trait.

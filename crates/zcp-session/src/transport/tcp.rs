@@ -242,7 +242,15 @@ pub(crate) fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<
 }
 
 /// Reads exactly `buf.len()` bytes; `Ok(false)` when the stream ended before the first.
-fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, Refusal> {
+/// Between chunks a stream may be quiet for as long as its session lives (the sender waits
+/// for the receiver to hash a large target, or for a `Go`): the session's idle clock, not
+/// the socket's timeout, ends a silent session, and closes its streams. Inside a header, a
+/// timeout is a stuck peer.
+fn read_header(
+    landing: &Arc<dyn Landing>,
+    s: &mut TcpStream,
+    buf: &mut [u8],
+) -> Result<bool, Refusal> {
     let io = |m: String| Refusal::new(ErrorCode::Io, m);
     let mut got = 0;
     while got < buf.len() {
@@ -252,6 +260,7 @@ fn read_header(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool, Refusal> {
             Ok(n) => got += n,
             Err(e) => match zcp_engine::io_class(&e) {
                 IoClass::Interrupted => {}
+                IoClass::TimedOut if got == 0 && landing.alive() => {}
                 IoClass::TimedOut => {
                     return Err(io("no data on the stream within the idle timeout".into()));
                 }
@@ -271,7 +280,7 @@ fn receive_chunks(
     let proto = |m: String| Refusal::new(ErrorCode::Protocol, m);
     loop {
         let mut hb = [0u8; CHUNK_HEADER_LEN];
-        if !read_header(sock, &mut hb)? {
+        if !read_header(landing, sock, &mut hb)? {
             return Err(Refusal::new(
                 ErrorCode::Io,
                 "the data stream closed before its end marker",
