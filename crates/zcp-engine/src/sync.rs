@@ -2,6 +2,7 @@
 //! shared state stays consistent at every unlock (each update is whole), so the next holder
 //! takes the data as it is rather than spreading the panic to every thread of a session.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -55,6 +56,45 @@ impl Waits for Condvar {
     }
 }
 
+/// Turns served in the order they were taken: work decided under one lock and carried out
+/// after it is released (so the lock is never held across a slow send) still happens in the
+/// order it was decided. Every ticket taken must be waited on, or later ones wait forever.
+#[derive(Debug, Default)]
+pub struct Turns {
+    taken: AtomicU64,
+    served: Mutex<u64>,
+    next: Condvar,
+}
+
+/// One's turn; it passes to the next ticket when dropped (a panic included).
+#[derive(Debug)]
+pub struct Turn<'a> {
+    turns: &'a Turns,
+}
+
+impl Turns {
+    /// A ticket, taken while holding the lock that orders the work.
+    pub fn take(&self) -> u64 {
+        self.taken.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Waits until every earlier ticket's turn has passed.
+    pub fn wait(&self, ticket: u64) -> Turn<'_> {
+        let mut g = self.served.locked();
+        while *g != ticket {
+            g = self.next.wait_on(g);
+        }
+        Turn { turns: self }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.turns.served.locked() += 1;
+        self.turns.next.notify_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +115,38 @@ mod tests {
         let cv = Condvar::new();
         let g = cv.wait_while_for(m.locked(), Duration::from_millis(1), |v| *v == 6);
         assert_eq!(*g, 6);
+    }
+
+    #[test]
+    fn turns_are_served_in_the_order_taken_whoever_comes_first() {
+        let turns = Arc::new(Turns::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let tickets: Vec<u64> = (0..8).map(|_| turns.take()).collect();
+        // Started last ticket first, each waits for those before it.
+        let threads: Vec<_> = tickets
+            .into_iter()
+            .rev()
+            .map(|t| {
+                let (turns, order) = (turns.clone(), order.clone());
+                std::thread::spawn(move || {
+                    let _turn = turns.wait(t);
+                    order.locked().push(t);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*order.locked(), (0..8).collect::<Vec<u64>>());
+        // A turn that panics still passes on.
+        let t = turns.take();
+        let t2 = turns.clone();
+        let _ = std::thread::spawn(move || {
+            let _turn = t2.wait(t);
+            panic!("while holding the turn");
+        })
+        .join();
+        let next = turns.take();
+        drop(turns.wait(next));
     }
 }

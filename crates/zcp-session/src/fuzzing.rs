@@ -373,6 +373,7 @@ fn answer(s: &mut Script<'_>, told: &mut Told, job: FsJob) -> FsDone {
                 name: put.dest.clone(),
                 target: String::from_utf8_lossy(&put.dest).into_owned(),
                 io: None,
+                existing: None,
             };
             let result = if refused {
                 Err(refusal())
@@ -386,7 +387,7 @@ fn answer(s: &mut Script<'_>, told: &mut Told, job: FsJob) -> FsDone {
                     offers,
                     in_place: s.u8().is_multiple_of(4),
                     note: None,
-                    hashed: Duration::from_millis(u64::from(s.u8())),
+                    own_work: Duration::from_millis(u64::from(s.u8())),
                 })
             };
             FsDone::Prepared {

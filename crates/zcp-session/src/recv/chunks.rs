@@ -109,6 +109,9 @@ pub(crate) struct FileSpec {
     pub(crate) target: String,
     /// Where the engines write (`None` for engines that store nothing).
     pub(crate) io: Option<Target>,
+    /// The existing target hashed for the offers: its device and inode. Kept in place, the
+    /// target must still be this file.
+    pub(crate) existing: Option<(u64, u64)>,
 }
 
 /// A file being received.
@@ -451,6 +454,7 @@ mod tests {
             name: b"f".to_vec(),
             target: "f".into(),
             io: None,
+            existing: None,
         };
         RxFile::new(
             spec,

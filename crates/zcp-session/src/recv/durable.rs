@@ -188,8 +188,18 @@ fn finalize(job: &CommitJob, part: Option<PartFile>) -> Result<Option<PartFile>,
         part.set_keep(false);
         let fd = zcp_engine::fs::open_at(&**part.dir(), &spec.name).map_err(engine_err)?;
         drop(part);
-        // Offered only with one link; one made since would carry the change elsewhere.
+        // Offered only with one link; one made since would carry the change elsewhere, and
+        // another file put under the name since is not the one whose chunks were proved.
         let meta = zcp_engine::fs::stat_fd(&fd).map_err(engine_err)?;
+        if Some(meta.id) != spec.existing || meta.size != spec.plan.size() {
+            return Err(Refusal::new(
+                ErrorCode::Io,
+                format!(
+                    "'{}' was replaced on the receiver during the transfer; left as it was",
+                    spec.target
+                ),
+            ));
+        }
         if meta.nlink != 1 {
             return Err(Refusal::new(
                 ErrorCode::Io,

@@ -96,9 +96,10 @@ pub(crate) struct Prepared {
     pub(crate) in_place: bool,
     /// Why the engine differs from the one asked for.
     pub(crate) note: Option<String>,
-    /// How long hashing an existing target took (the receiver's own work, not the peer's
-    /// silence).
-    pub(crate) hashed: Duration,
+    /// How long preparing took the receiver (waiting for an earlier attempt's lock,
+    /// hashing an existing target; not the time its keep-alives waited for the peer): its
+    /// own work, not the peer's silence.
+    pub(crate) own_work: Duration,
 }
 
 impl Receiving {
@@ -477,15 +478,16 @@ impl Receiving {
             target: p.spec.target.clone().into_bytes(),
             resumed: !offered.is_empty(),
         };
-        // Offers earn their keep-alive credit (the receiver's hashing paused its idle clock,
-        // the sender's resume check may count as work) once per target and session: a target
-        // announced and given up again and again buys nothing more.
-        let first = !offered.is_empty() && self.credit(&p.spec.target);
+        // Preparing earns keep-alive credit (the receiver's own work paused its idle clock,
+        // the sender's resume check of the offers may count as work) once per target and
+        // session: a target announced and given up again and again buys nothing more.
+        let first = self.credit(&p.spec.target, p.spec.existing);
+        let offers = !offered.is_empty();
         if first {
-            self.paused(p.hashed, now);
+            self.paused(p.own_work, now);
         }
         let mut f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
-        f.check_counts = first;
+        f.check_counts = first && offers;
         self.files.insert(id, f);
         // A file made ready is not progress by itself: its bytes, verified chunks and commit
         // are.

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::Usage;
 use zcp_engine::fs::Root;
 use zcp_engine::recv::WriteFailure;
-use zcp_engine::sync::{Locked, Waits};
+use zcp_engine::sync::{Locked, Turns, Waits};
 use zcp_engine::sys::thread_usage;
 use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats};
 
@@ -83,6 +83,10 @@ pub(crate) struct RxCore {
     closed: AtomicBool,
     closers: Mutex<Vec<Box<dyn Fn() + Send>>>,
     idle: Duration,
+    /// Outputs are carried out in the order the inputs produced them, whichever thread
+    /// applied them (a journal's start before its first records, a chunk's ack before its
+    /// file's commit).
+    turns: Turns,
 }
 
 impl std::fmt::Debug for RxCore {
@@ -129,17 +133,24 @@ impl RxCore {
             closed: AtomicBool::new(false),
             closers: Mutex::new(Vec::new()),
             idle,
+            turns: Turns::default(),
         })
     }
 
     /// Applies one input to the role and carries out what it produced.
     pub(crate) fn apply<T>(&self, input: impl FnOnce(&mut Receiving, Instant) -> T) -> T {
-        let (r, out) = {
+        let (r, out, ticket) = {
             let mut st = self.state.locked();
             let r = input(&mut st, Instant::now());
-            (r, st.take_out())
+            let out = st.take_out();
+            let busy = !out.frames.is_empty() || !out.jobs.is_empty() || out.reported;
+            (r, out, busy.then(|| self.turns.take()))
         };
         self.changed.notify_all();
+        let Some(ticket) = ticket else {
+            return r;
+        };
+        let _turn = self.turns.wait(ticket);
         if !out.frames.is_empty() {
             let _cork = self.ctl.cork();
             for m in &out.frames {
@@ -179,20 +190,32 @@ impl RxCore {
 
     /// Ends the session: unblocks every data stream.
     pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::Relaxed);
+        self.closed.store(true, Ordering::SeqCst);
         for c in self.closers.locked().drain(..) {
             c();
         }
     }
 }
 
+/// Closes the core it holds when dropped: whatever way the code that set up a receiving role
+/// leaves (an error before the role ran, a panic), no data stream that joined waits on.
+pub(crate) struct CloseOnDrop(pub(crate) Arc<RxCore>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 impl Landing for RxCore {
     fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>) {
         self.counters.locked().push(counter);
-        if self.closed.load(Ordering::Relaxed) {
-            closer();
-        } else {
-            self.closers.locked().push(closer);
+        self.closers.locked().push(closer);
+        // A close that ran meanwhile may have missed it: close it here (either way once).
+        if self.closed.load(Ordering::SeqCst) {
+            for c in self.closers.locked().drain(..) {
+                c();
+            }
         }
     }
 
@@ -264,7 +287,7 @@ impl Landing for RxCore {
     }
 
     fn alive(&self) -> bool {
-        !self.closed.load(Ordering::Relaxed)
+        !self.closed.load(Ordering::SeqCst)
     }
 
     fn memory_limit(&self) -> u64 {
@@ -288,6 +311,7 @@ pub(crate) fn run(
     transport: Option<Box<dyn Transport>>,
     observer: &mut dyn Observer,
 ) -> Result<(ReceiverTotals, Usage), SessionError> {
+    let _closing = CloseOnDrop(core.clone());
     let reader = Reader::start(rx, tx, RxEvent::ctl)?;
     let streams = match transport {
         Some(t) => t.receive(core.clone()),

@@ -117,6 +117,9 @@ pub(crate) struct Dir {
 pub(crate) struct Disk {
     /// How often hashing an existing target tells the sender it is alive.
     keepalive: Duration,
+    /// The session's idle timeout: hashing whose keep-alives wait this long in all for a
+    /// peer that does not read stops.
+    idle: Duration,
     /// A pull: an existing file is offered in place only when its size and mtime are the
     /// announced ones, so a server learns nothing (not even a keyed MAC) of a file the user
     /// changed.
@@ -182,6 +185,7 @@ impl Disk {
             nonces,
             requested,
             keepalive: keepalive_every(idle),
+            idle,
             dirs: Mutex::new(HashMap::new()),
             engines: Mutex::new(HashMap::new()),
             parts: Parts::default(),
@@ -427,6 +431,7 @@ impl Disk {
             name,
             target,
             io: None,
+            existing: None,
         };
         if !self.requested.stores() {
             return Ok(Prepared {
@@ -435,7 +440,7 @@ impl Disk {
                 offers: Vec::new(),
                 in_place: false,
                 note: None,
-                hashed: Duration::ZERO,
+                own_work: Duration::ZERO,
             });
         }
         let dir = self.dir(&comps, true).map_err(engine_err)?;
@@ -489,6 +494,7 @@ impl Disk {
         ctl: &ControlWriter,
     ) -> Result<Prepared, Refusal> {
         let (id, plan, size) = (spec.id, spec.plan, spec.plan.size());
+        let began = Instant::now();
         let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
         let at = (comps.to_vec(), key.clone());
         if self.places.locked().values().any(|p| *p == at) {
@@ -523,18 +529,19 @@ impl Disk {
         // session's key, as held. If the sender's source proves every one, no byte is sent and
         // the target is kept (mode and mtime set in place); any difference sends it whole.
         let mut in_place = false;
-        let began = Instant::now();
-        if offers.is_empty()
-            && existing
-            && size > 0
-            && let Some(macs) = self.hash_target(dir, &spec, ctl)
-        {
-            offers.push(Offer {
-                nonces: self.nonces,
-                old_file_id: id,
-                entries: macs,
-            });
-            in_place = true;
+        let mut blocked = Duration::ZERO;
+        if offers.is_empty() && existing && size > 0 {
+            let h = self.hash_target(dir, &spec, ctl);
+            blocked = h.blocked;
+            if let Some((macs, inode)) = h.result {
+                offers.push(Offer {
+                    nonces: self.nonces,
+                    old_file_id: id,
+                    entries: macs,
+                });
+                in_place = true;
+                spec.existing = Some(inode);
+            }
         }
         if size >= SMALL_FILE && !in_place {
             // Claims the space now, so a full filesystem fails the file before any byte
@@ -572,24 +579,29 @@ impl Disk {
             offers,
             in_place,
             note: choice.note,
-            hashed: if in_place {
-                began.elapsed()
-            } else {
-                Duration::ZERO
-            },
+            own_work: began.elapsed().saturating_sub(blocked),
         })
     }
 
     /// The chunk MACs of an existing target of exactly the plan's size, under this session's
-    /// key and `file_id`; `None` when it is not such a file or cannot be read (then the file
-    /// is simply sent). Tells the sender about once a second that the receiver is alive, as
-    /// hashing a large target takes a while.
-    fn hash_target(
+    /// key and `file_id`, and the target's device and inode; no result when it is not such a
+    /// file or cannot be read (then the file is simply sent). Tells the sender about once a
+    /// second that the receiver is alive, as hashing a large target takes a while; a peer that
+    /// leaves those keep-alives waiting an idle timeout in all stops the hashing, and the
+    /// time they waited is not the receiver's own work.
+    fn hash_target(&self, dir: &Dir, spec: &FileSpec, ctl: &ControlWriter) -> TargetHashed {
+        let mut blocked = Duration::ZERO;
+        let result = self.hash_target_blocked(dir, spec, ctl, &mut blocked);
+        TargetHashed { result, blocked }
+    }
+
+    fn hash_target_blocked(
         &self,
         dir: &Dir,
         spec: &FileSpec,
         ctl: &ControlWriter,
-    ) -> Option<Vec<(u64, [u8; 32])>> {
+        blocked: &mut Duration,
+    ) -> Option<(TargetMacs, (u64, u64))> {
         let (file_id, plan) = (spec.id, &spec.plan);
         let fd = zcp_engine::fs::open_at(&*dir.fd, &spec.name).ok()?;
         let meta = zcp_engine::fs::stat_fd(&fd).ok()?;
@@ -612,18 +624,32 @@ impl Disk {
             .ok()?;
             macs.push((index, *hasher.finalize().as_bytes()));
             if told.elapsed() >= self.keepalive {
-                told = Instant::now();
-                // At once: this runs under the control loop's cork. A peer that is gone
-                // stops the hashing.
-                ctl.send_now(&Message::Progress {
+                // At once: this runs under the control loop's cork. A peer that is gone, or
+                // that has left keep-alives waiting an idle timeout in all, stops the hashing.
+                let sending = Instant::now();
+                let sent = ctl.send_now(&Message::Progress {
                     file_id,
                     bytes: offset + len,
-                })
-                .ok()?;
+                });
+                told = Instant::now();
+                *blocked += told - sending;
+                if sent.is_err() || *blocked >= self.idle {
+                    return None;
+                }
             }
         }
-        Some(macs)
+        Some((macs, meta.id))
     }
+}
+
+/// An existing target's chunk MACs, by index.
+type TargetMacs = Vec<(u64, [u8; 32])>;
+
+/// What [`Disk::hash_target`] found (the MACs, the file's device and inode), and how long its
+/// keep-alives waited for the peer.
+struct TargetHashed {
+    result: Option<(TargetMacs, (u64, u64))>,
+    blocked: Duration,
 }
 
 fn entry(raw: Vec<u8>, act: Act, path: RelPath, result: Result<bool, Refusal>) -> FsDone {

@@ -36,7 +36,7 @@ pub(crate) struct RxConfig {
     pub(crate) sender_engine: String,
 }
 
-/// Targets whose offers may earn keep-alive credit in one session, at most.
+/// Targets (and files hashed) the keep-alive credit remembers before it starts over.
 pub(crate) const MAX_CREDITED: usize = 1 << 16;
 
 /// A refusal to send back: its class and what to fix.
@@ -224,13 +224,28 @@ impl Receiving {
         self.last_progress = (self.last_progress + spent).min(now);
     }
 
-    /// Whether `target`'s offers may still earn keep-alive credit in this session: the first
-    /// time it is asked, for at most [`MAX_CREDITED`] targets.
-    pub(crate) fn credit(&mut self, target: &str) -> bool {
-        let key: [u8; 16] = blake3::hash(target.as_bytes()).as_bytes()[..16]
-            .try_into()
-            .expect("16 of 32 bytes");
-        self.credited.len() < MAX_CREDITED && self.credited.insert(key)
+    /// Whether preparing `target` (and hashing the existing file `inode`, when it was) may
+    /// earn keep-alive credit in this session: only the first time the target, and the file,
+    /// is asked for (a second name for one file, as on a case-insensitive directory, earns
+    /// nothing). The memory is bounded: after [`MAX_CREDITED`] targets it starts over, so a
+    /// target earns again only after that many others were prepared.
+    pub(crate) fn credit(&mut self, target: &str, inode: Option<(u64, u64)>) -> bool {
+        let key = |tag: &[u8], bytes: &[u8]| -> [u8; 16] {
+            let mut h = blake3::Hasher::new();
+            h.update(tag).update(bytes);
+            h.finalize().as_bytes()[..16]
+                .try_into()
+                .expect("16 of 32 bytes")
+        };
+        if self.credited.len() + 2 > MAX_CREDITED {
+            self.credited.clear();
+        }
+        let named = self.credited.insert(key(b"name", target.as_bytes()));
+        let file = inode.is_none_or(|(dev, ino)| {
+            let id = [dev.to_le_bytes(), ino.to_le_bytes()].concat();
+            self.credited.insert(key(b"inode", &id))
+        });
+        named && file
     }
 
     /// The session moved forward: the idle clock restarts.
@@ -643,5 +658,39 @@ impl Receiving {
         for f in failures {
             self.report(Report::Notice(Some(f), None));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preparing_a_target_earns_credit_once_per_name_and_file_then_starts_over() {
+        let keys = SessionKeys::derive(&zcp_wire::Psk::from_bytes([9; 32]), &[1; 32], &[2; 32]);
+        let cfg = RxConfig {
+            requested: RecvEngine::Mem,
+            block: 0,
+            idle: Duration::from_secs(5),
+            sender_engine: "sendfile".into(),
+        };
+        let now = Instant::now();
+        let mut rx = Receiving::new(cfg, keys, ([1; 32], [2; 32]), Scope::push(), 2, now);
+        assert!(rx.credit("a", Some((1, 10))));
+        assert!(!rx.credit("a", Some((1, 10))), "the same target again");
+        assert!(!rx.credit("a", None), "the same name, not hashed this time");
+        assert!(
+            !rx.credit("A", Some((1, 10))),
+            "another name for the same file"
+        );
+        assert!(rx.credit("b", None));
+        assert!(rx.credit("c", Some((2, 10))), "another device");
+        // Bounded: after MAX_CREDITED entries the memory starts over, so "a" earns again
+        // only after that many other targets were prepared.
+        for i in 0..MAX_CREDITED {
+            rx.credit(&format!("t{i}"), None);
+        }
+        assert!(rx.credited.len() <= MAX_CREDITED);
+        assert!(rx.credit("a", Some((1, 10))));
     }
 }

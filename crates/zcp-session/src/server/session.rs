@@ -388,6 +388,9 @@ fn serve_push(
         ctl: c.ctl.clone(),
         wake: wake.clone(),
     });
+    // A stream that joined waits between chunks as long as the core is open: closed
+    // however this ends.
+    let _closing = crate::recv::CloseOnDrop(core.clone());
     session.set_role(SessionRole::Receive(core.clone()));
     c.opened(g)?;
     let (totals, _) = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer)?;
