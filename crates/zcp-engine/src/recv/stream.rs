@@ -192,13 +192,13 @@ impl StreamReceiver {
     }
 
     /// Moves exactly `len` bytes from `sock` to `target` at `offset` with `engine` (already
-    /// resolved by [`choose`]), feeding them to `sink` (if any) where the engine sees them.
+    /// resolved by [`choose`](super::choose)), feeding them to `sink` (if any) where the engine sees them.
     /// `progress` counts bytes taken from the socket. `target` is `None` for `null` and `mem`.
     ///
     /// When this returns an error, `done` and `sink` are dropped uncalled. When it returns
     /// `Ok`, `done` is called exactly once — with `Ok` once the bytes are written (for
     /// `splice`, also read back into the sink), or with the failure — and `sink` is told
-    /// [`ChunkSink::seen_all`] before `done(Ok)`, possibly later and from a helper thread.
+    /// [`ChunkSink::seen_all`](super::ChunkSink::seen_all) before `done(Ok)`, possibly later and from a helper thread.
     /// `null` never sees the bytes: pass no sink.
     #[allow(clippy::too_many_arguments)]
     #[allow(clippy::too_many_arguments)]

@@ -109,9 +109,18 @@ pub(crate) struct FileSpec {
     pub(crate) target: String,
     /// Where the engines write (`None` for engines that store nothing).
     pub(crate) io: Option<Target>,
-    /// The existing target hashed for the offers: its device and inode. Kept in place, the
-    /// target must still be this file.
-    pub(crate) existing: Option<(u64, u64)>,
+    /// The existing target hashed for the offers, held open until the commit. Kept in
+    /// place, the target must still be this file.
+    pub(crate) existing: Option<Existing>,
+}
+
+/// An existing target whose chunks were offered: the descriptor they were hashed from (which
+/// keeps the inode, so its number stays the same even where a filesystem makes them up) and
+/// its device and inode.
+#[derive(Debug, Clone)]
+pub(crate) struct Existing {
+    pub(crate) fd: std::sync::Arc<std::os::fd::OwnedFd>,
+    pub(crate) id: (u64, u64),
 }
 
 /// A file being received.

@@ -186,12 +186,19 @@ fn finalize(job: &CommitJob, part: Option<PartFile>) -> Result<Option<PartFile>,
         // The target holds exactly these bytes already: keep it, give it the source's mode
         // and mtime, and drop the part file.
         part.set_keep(false);
-        let fd = zcp_engine::fs::open_at(&**part.dir(), &spec.name).map_err(engine_err)?;
+        let named = zcp_engine::fs::stat_at(&**part.dir(), &spec.name).map_err(engine_err)?;
         drop(part);
+        let Some(existing) = &spec.existing else {
+            return Err(Refusal::new(
+                ErrorCode::Io,
+                format!("'{}' was never hashed; left as it was", spec.target),
+            ));
+        };
+        let fd = &*existing.fd;
         // Offered only with one link; one made since would carry the change elsewhere, and
         // another file put under the name since is not the one whose chunks were proved.
-        let meta = zcp_engine::fs::stat_fd(&fd).map_err(engine_err)?;
-        if Some(meta.id) != spec.existing || meta.size != spec.plan.size() {
+        let meta = zcp_engine::fs::stat_fd(fd).map_err(engine_err)?;
+        if named.id != meta.id || meta.size != spec.plan.size() {
             return Err(Refusal::new(
                 ErrorCode::Io,
                 format!(
@@ -209,7 +216,7 @@ fn finalize(job: &CommitJob, part: Option<PartFile>) -> Result<Option<PartFile>,
                 ),
             ));
         }
-        return zcp_engine::fs::set_mode_and_mtime(&fd, spec.mode & 0o777, spec.mtime)
+        return zcp_engine::fs::set_mode_and_mtime(fd, spec.mode & 0o777, spec.mtime)
             .map(|()| None)
             .map_err(engine_err);
     }

@@ -481,7 +481,7 @@ impl Receiving {
         // Preparing earns keep-alive credit (the receiver's own work paused its idle clock,
         // the sender's resume check of the offers may count as work) once per target and
         // session: a target announced and given up again and again buys nothing more.
-        let first = self.credit(&p.spec.target, p.spec.existing);
+        let first = self.credit(&p.spec.target, p.spec.existing.as_ref().map(|e| e.id));
         let offers = !offered.is_empty();
         if first {
             self.paused(p.own_work, now);

@@ -16,7 +16,7 @@ use zcp_engine::{EngineError, RecvEngine};
 use zcp_wire::journal::{JournalHeader, MAX_JOURNAL_SESSIONS, decode_journal};
 use zcp_wire::{ChunkPlan, ErrorCode, Message, Nonce, PutFile, RelPath, SessionKeys, escape};
 
-use super::chunks::{FileSpec, JournalState};
+use super::chunks::{Existing, FileSpec, JournalState};
 use super::frames::{FsDone, FsJob, Offer, Prepared};
 use super::state::Refusal;
 use crate::confine::Act;
@@ -601,7 +601,7 @@ impl Disk {
         spec: &FileSpec,
         ctl: &ControlWriter,
         blocked: &mut Duration,
-    ) -> Option<(TargetMacs, (u64, u64))> {
+    ) -> Option<(TargetMacs, Existing)> {
         let (file_id, plan) = (spec.id, &spec.plan);
         let fd = zcp_engine::fs::open_at(&*dir.fd, &spec.name).ok()?;
         let meta = zcp_engine::fs::stat_fd(&fd).ok()?;
@@ -638,17 +638,18 @@ impl Disk {
                 }
             }
         }
-        Some((macs, meta.id))
+        let (fd, id) = (Arc::new(fd), meta.id);
+        Some((macs, Existing { fd, id }))
     }
 }
 
 /// An existing target's chunk MACs, by index.
 type TargetMacs = Vec<(u64, [u8; 32])>;
 
-/// What [`Disk::hash_target`] found (the MACs, the file's device and inode), and how long its
+/// What [`Disk::hash_target`] found (the MACs, the file held open), and how long its
 /// keep-alives waited for the peer.
 struct TargetHashed {
-    result: Option<(TargetMacs, (u64, u64))>,
+    result: Option<(TargetMacs, Existing)>,
     blocked: Duration,
 }
 
