@@ -217,6 +217,15 @@ pub fn get(port: u16, key: &Path, paths: &[&str], dest: &Path, extra: &[&str]) -
         .unwrap()
 }
 
+/// A `zcp get` of `paths` into `dest` with `extra` flags, and the malicious server that
+/// accepted it (granting the streams asked for).
+pub fn evil_get(env: &Env, paths: &[&str], dest: &Path, extra: &[&str]) -> (Child, Evil) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let child = get(l.local_addr().unwrap().port(), &env.key, paths, dest, extra);
+    let evil = Evil::accept(&l, &env.psk(), None);
+    (child, evil)
+}
+
 /// A destination directory holding things a server must never touch.
 pub fn victim_dest(env: &Env) -> std::path::PathBuf {
     let dest = env.mkdir("dest");

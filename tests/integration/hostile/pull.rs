@@ -14,16 +14,8 @@ use crate::util::*;
 #[test]
 fn a_benign_pull_through_the_harness_stores_the_file() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt"],
-        &dest.join("got.txt"),
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest.join("got.txt"), &[]);
     assert_eq!(evil.gets, vec![(b"want.txt".to_vec(), b"got.txt".to_vec())]);
     let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     assert!(matches!(
@@ -41,17 +33,9 @@ fn a_benign_pull_through_the_harness_stores_the_file() {
 #[test]
 fn get_writes_only_what_it_asked_for() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = victim_dest(&env);
     let (priv_mtime, dest_mtime) = (mtime(&dest.join("private")), mtime(&dest));
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt"],
-        &dest,
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &[]);
     assert_eq!(
         evil.gets,
         vec![(b"want.txt".to_vec(), b"want.txt".to_vec())]
@@ -134,16 +118,8 @@ fn get_writes_only_what_it_asked_for() {
 #[test]
 fn get_r_accepts_only_entries_beneath_the_requested_directory() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = victim_dest(&env);
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["data/run42"],
-        &dest,
-        &["-r"],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["data/run42"], &dest, &["-r"]);
     assert_eq!(evil.gets[0].1, b"run42");
     for path in [&b"run42"[..], b"run42/sub"] {
         evil.send(&Message::MakeDir {
@@ -309,10 +285,8 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
 #[test]
 fn texts_from_a_hostile_server_never_reach_the_terminal_raw() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
-    let child = get(l.local_addr().unwrap().port(), &env.key, &["f"], &dest, &[]);
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["f"], &dest, &[]);
     let nasty = "\x1b[2J\x07\rzcp: get: done\nzcp: forged line";
     evil.send(&Message::Notice {
         message: nasty.into(),
@@ -360,17 +334,9 @@ fn more_streams_than_asked_for_opens_none() {
 #[test]
 fn chatter_does_not_keep_a_pull_alive() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
     let t = Instant::now();
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["f"],
-        &dest,
-        &["--idle-timeout", "2"],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["f"], &dest, &["--idle-timeout", "2"]);
     evil.put(0, b"f", b"", 1 << 20);
     assert!(matches!(evil.next(), Message::FileReady { .. }));
     // Notices forever (bounded here: until the client is gone, or 15 s), never a byte.

@@ -170,17 +170,9 @@ fn push_a_session_held_by_lock_waits_keeps_an_honest_send_out() {
 #[test]
 fn pull_a_name_announced_twice_holds_get_past_its_idle_timeout() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
     let t = Instant::now();
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.bin"],
-        &dest,
-        &["--idle-timeout", "2"],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.bin"], &dest, &["--idle-timeout", "2"]);
     evil.put(0, b"want.bin", b"", 1000);
     assert!(matches!(evil.next(), Message::FileReady { .. }));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

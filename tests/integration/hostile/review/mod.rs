@@ -33,16 +33,8 @@ fn part_in(dir: &Path) -> String {
 #[test]
 fn pull_nothing_sent_then_finish_is_not_success() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt"],
-        &dest,
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &[]);
     evil.finish();
     let o = wait_output(child, 30);
     assert_eq!(tree(&dest), Vec::<String>::new());
@@ -59,16 +51,8 @@ fn pull_nothing_sent_then_finish_is_not_success() {
 #[test]
 fn pull_file_announced_then_finish_is_not_success() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt"],
-        &dest,
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &[]);
     evil.put(0, b"want.txt", b"", 200_000);
     assert!(matches!(evil.next(), Message::FileReady { .. }));
     evil.finish();

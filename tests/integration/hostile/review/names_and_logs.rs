@@ -159,18 +159,10 @@ fn forged_journal(psk: &zcp_wire::Psk, honest: &[u8]) -> Vec<u8> {
 #[test]
 fn planted_part_and_journal_poison_a_later_honest_pull() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
     let honest: Vec<u8> = (0..131_072u32).map(|i| (i % 251) as u8).collect();
     let forged = vec![0x66u8; honest.len()];
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["run42"],
-        &dest,
-        &["-r"],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["run42"], &dest, &["-r"]);
     evil.send(&Message::MakeDir {
         path: b"run42".to_vec(),
     });
@@ -222,17 +214,9 @@ fn planted_part_and_journal_poison_a_later_honest_pull() {
 /// `mode` 1: a ChunkMac for the next chunk of an announced file every 0.7 s.
 fn pull_idle_held(mode: u8) -> (Option<i32>, Duration, String) {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
     let t = Instant::now();
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt"],
-        &dest,
-        &["--idle-timeout", "2"],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &["--idle-timeout", "2"]);
     if mode == 1 {
         evil.put(0, b"want.txt", b"", 100 << 20);
         assert!(matches!(evil.next(), Message::FileReady { .. }));
@@ -414,16 +398,8 @@ fn log_injection_into_the_server_log() {
 #[test]
 fn pull_path_spellings_and_lookalikes() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = victim_dest(&env);
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt"],
-        &dest,
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &[]);
     let spellings: [&[u8]; 12] = [
         b"want.txt/",
         b"want.txt/.",
@@ -494,16 +470,8 @@ fn pull_path_spellings_and_lookalikes() {
 #[test]
 fn pull_one_of_two_requested_then_finish_is_not_success() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["a.txt", "b.txt"],
-        &dest,
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["a.txt", "b.txt"], &dest, &[]);
     let a = evil.send_file(0, b"a.txt", b"only this one");
     assert!(matches!(a, Message::FileCommitted { .. }), "{a:?}");
     evil.finish();

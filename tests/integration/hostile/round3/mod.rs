@@ -5,7 +5,7 @@
 //! disk (and in exit codes, logs, resources); a failing test names what got through.
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use zcp_wire::{ChunkHeader, ErrorCode, Message, Open};
@@ -226,16 +226,8 @@ fn push_progress_stays_within_the_file_after_a_chunk_is_sent_again() {
 #[test]
 fn pull_a_chunk_that_never_verifies_is_not_asked_for_forever() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.bin"],
-        &dest,
-        &[],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.bin"], &dest, &[]);
     evil.put(0, b"want.bin", b"", 1000);
     assert!(matches!(evil.next(), Message::FileReady { .. }));
     let mut not_ok = 0;
