@@ -81,6 +81,20 @@ struct Told {
     committed: HashSet<u32>,
 }
 
+/// A receiving role that stores in memory (`mem`), two streams, a fixed key: what the
+/// scripts and the role's unit tests run against.
+pub(crate) fn in_memory(scope: Scope, now: Instant) -> (Receiving, SessionKeys) {
+    let keys = SessionKeys::derive(&zcp_wire::Psk::from_bytes([9; 32]), &[1; 32], &[2; 32]);
+    let cfg = RxConfig {
+        requested: RecvEngine::Mem,
+        block: 0,
+        idle: Duration::from_secs(5),
+        sender_engine: "sendfile".into(),
+    };
+    let rx = Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), scope, 2, now);
+    (rx, keys)
+}
+
 /// Runs one script against a fresh receiving role. Panics when an output breaks a rule.
 pub fn receiver_script(data: &[u8]) {
     let mut s = Script { data, at: 0 };
@@ -93,16 +107,9 @@ pub fn receiver_script(data: &[u8]) {
     } else {
         Scope::push()
     };
-    let keys = SessionKeys::derive(&zcp_wire::Psk::from_bytes([9; 32]), &[1; 32], &[2; 32]);
-    let cfg = RxConfig {
-        requested: RecvEngine::Mem,
-        block: 0,
-        idle: Duration::from_secs(5),
-        sender_engine: "sendfile".into(),
-    };
     let start = Instant::now();
     let mut now = start;
-    let mut rx = Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), scope, 2, now);
+    let (mut rx, keys) = in_memory(scope, now);
     let mut told = Told::default();
     for _ in 0..4096 {
         if s.done() {
@@ -488,16 +495,8 @@ mod tests {
         for _ in 0..3000 {
             let data: Vec<u8> = (0..1024).map(|_| rng.u8(..)).collect();
             let mut s = Script { data: &data, at: 0 };
-            let keys = SessionKeys::derive(&zcp_wire::Psk::from_bytes([9; 32]), &[1; 32], &[2; 32]);
-            let cfg = RxConfig {
-                requested: RecvEngine::Mem,
-                block: 0,
-                idle: Duration::from_secs(5),
-                sender_engine: "sendfile".into(),
-            };
             let now = Instant::now();
-            let mut rx =
-                Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), Scope::push(), 2, now);
+            let (mut rx, keys) = in_memory(Scope::push(), now);
             let mut told = Told::default();
             while !s.done() && step(&mut s, &mut rx, &mut told, &keys, now) {
                 check_out(&mut rx, &mut told);

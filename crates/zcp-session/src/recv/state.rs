@@ -518,21 +518,7 @@ impl Receiving {
             code,
             message: message.clone(),
         });
-        self.report(Report::FileDone(FileOutcome {
-            path: f.spec.target.clone(),
-            bytes: f.plan().size(),
-            skipped: f.skipped,
-            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
-            engine: f.spec.engine.name().into(),
-            verified: false,
-            stored: false,
-            digest: [0; 32],
-            failure: Some(Failure {
-                path: f.spec.target.clone(),
-                code: code.name(),
-                message,
-            }),
-        }));
+        self.report(Report::FileDone(failed_outcome(&f, code, message, now)));
     }
 
     /// Marks every open file failed (a data stream broke: their chunks are incomplete).
@@ -605,21 +591,8 @@ impl Receiving {
                     "{} finished the session before this file was complete",
                     self.peer()
                 );
-                self.report(Report::FileDone(FileOutcome {
-                    path: f.spec.target.clone(),
-                    bytes: f.plan().size(),
-                    skipped: f.skipped,
-                    seconds: now.saturating_duration_since(f.started).as_secs_f64(),
-                    engine: f.spec.engine.name().into(),
-                    verified: false,
-                    stored: false,
-                    digest: [0; 32],
-                    failure: Some(Failure {
-                        path: f.spec.target,
-                        code: ErrorCode::Protocol.name(),
-                        message,
-                    }),
-                }));
+                let outcome = failed_outcome(&f, ErrorCode::Protocol, message, now);
+                self.report(Report::FileDone(outcome));
             }
         }
         if finished {
@@ -661,21 +634,32 @@ impl Receiving {
     }
 }
 
+/// What is reported for a file that failed with `code`: nothing verified or stored.
+fn failed_outcome(f: &RxFile, code: ErrorCode, message: String, now: Instant) -> FileOutcome {
+    FileOutcome {
+        path: f.spec.target.clone(),
+        bytes: f.plan().size(),
+        skipped: f.skipped,
+        seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+        engine: f.spec.engine.name().into(),
+        verified: false,
+        stored: false,
+        digest: [0; 32],
+        failure: Some(Failure {
+            path: f.spec.target.clone(),
+            code: code.name(),
+            message,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn preparing_a_target_earns_credit_once_per_name_and_file_then_starts_over() {
-        let keys = SessionKeys::derive(&zcp_wire::Psk::from_bytes([9; 32]), &[1; 32], &[2; 32]);
-        let cfg = RxConfig {
-            requested: RecvEngine::Mem,
-            block: 0,
-            idle: Duration::from_secs(5),
-            sender_engine: "sendfile".into(),
-        };
-        let now = Instant::now();
-        let mut rx = Receiving::new(cfg, keys, ([1; 32], [2; 32]), Scope::push(), 2, now);
+        let (mut rx, _) = crate::fuzzing::in_memory(Scope::push(), Instant::now());
         assert!(rx.credit("a", Some((1, 10))));
         assert!(!rx.credit("a", Some((1, 10))), "the same target again");
         assert!(!rx.credit("a", None), "the same name, not hashed this time");
