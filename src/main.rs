@@ -12,6 +12,11 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_max_level(args.log_level())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     // Trees keep hundreds of files open on each side; the default soft limit is too tight.
     zcp_engine::sys::raise_open_files_limit();
     let code = cli::run(args);

@@ -50,5 +50,5 @@ pub(crate) fn run(a: GetArgs) -> anyhow::Result<i32> {
     };
     let mut out = a.transfer.output();
     let r = get(&opts, out.reporter());
-    Ok(super::outcome(&mut out, r, "get"))
+    Ok(super::outcome(&mut out, r, "get", a.transfer.retry))
 }

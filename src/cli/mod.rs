@@ -9,6 +9,7 @@ mod get;
 mod keygen;
 mod send;
 mod serve;
+mod signals;
 
 use std::path::PathBuf;
 
@@ -49,6 +50,21 @@ pub(crate) use usage;
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log output on standard error: -v info, -vv debug, -vvv trace.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+}
+
+impl Cli {
+    /// The log level -v asks for (warnings and errors by default).
+    pub(crate) fn log_level(&self) -> tracing::Level {
+        match self.verbose {
+            0 => tracing::Level::WARN,
+            1 => tracing::Level::INFO,
+            2 => tracing::Level::DEBUG,
+            _ => tracing::Level::TRACE,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,15 +142,30 @@ struct TransferArgs {
     /// Descend into directories: send (or get) whole trees.
     #[arg(short = 'r', long)]
     recursive: bool,
-    /// Seconds between interval reports; 0 for none.
-    #[arg(short = 'i', long, default_value = "1", value_name = "SECONDS")]
-    interval: f64,
+    /// Seconds between interval reports; 0 for none. Default 1, except on a terminal, where
+    /// a progress line takes their place unless -i is given.
+    #[arg(short = 'i', long, value_name = "SECONDS")]
+    interval: Option<f64>,
     /// Print one JSON document at the end instead of the text report.
     #[arg(short = 'J', long, conflicts_with = "json_stream")]
     json: bool,
     /// Print one JSON object per line as events happen.
     #[arg(long)]
     json_stream: bool,
+    /// Draw the progress line (bytes and files of the total, percent, rates, ETA, phase) on
+    /// standard error even when it is not a terminal (then as one line a second).
+    #[arg(long, conflicts_with_all = ["json", "json_stream", "quiet"])]
+    progress: bool,
+    /// Print nothing but errors.
+    #[arg(short = 'q', long, conflicts_with_all = ["json", "json_stream"])]
+    quiet: bool,
+    /// After a lost connection, a timeout or a busy or restarting server, connect again up to
+    /// N times and resume: only what the receiver does not hold verified and durable is sent.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    retry: u32,
+    /// Seconds before the first retry; each later retry waits twice as long (at most 300).
+    #[arg(long, default_value = "2", value_name = "SECONDS")]
+    retry_wait: f64,
 }
 
 impl TransferArgs {
@@ -162,28 +193,67 @@ impl TransferArgs {
             streams: self.streams,
             recursive: self.recursive,
             interval: self.interval()?,
+            retries: self.retry,
+            retry_wait: self.retry_wait()?,
+            stop: Some(signals::stop_on_signals()),
         })
     }
 
-    fn interval(&self) -> anyhow::Result<Option<std::time::Duration>> {
-        if !self.interval.is_finite() || self.interval < 0.0 {
-            usage!(
-                "-i/--interval takes a number of seconds >= 0, got {}",
-                self.interval
-            );
+    fn retry_wait(&self) -> anyhow::Result<std::time::Duration> {
+        let w = self.retry_wait;
+        if !w.is_finite() || !(0.0..=3600.0).contains(&w) {
+            usage!("--retry-wait takes 0 to 3600 seconds, got {w}");
         }
-        Ok((self.interval > 0.0)
-            .then(|| std::time::Duration::from_secs_f64(self.interval.max(0.01))))
+        Ok(std::time::Duration::from_secs_f64(w))
+    }
+
+    /// Whether the progress line is drawn, and where.
+    fn bar(&self) -> Option<zcp_report::BarTarget> {
+        use std::io::IsTerminal;
+        let terminal = std::io::stderr().is_terminal();
+        if self.progress {
+            Some(if terminal {
+                zcp_report::BarTarget::Terminal
+            } else {
+                zcp_report::BarTarget::Lines
+            })
+        } else if terminal && !self.json && !self.json_stream && !self.quiet {
+            // On a terminal the line replaces the interval lines, unless -i asks for them.
+            self.interval
+                .is_none()
+                .then_some(zcp_report::BarTarget::Terminal)
+        } else {
+            None
+        }
+    }
+
+    fn interval(&self) -> anyhow::Result<Option<std::time::Duration>> {
+        let i = match self.interval {
+            Some(i) => i,
+            // The progress line takes the place of the interval lines.
+            None if self.bar().is_some() || self.quiet => 0.0,
+            None => 1.0,
+        };
+        if !i.is_finite() || i < 0.0 {
+            usage!("-i/--interval takes a number of seconds >= 0, got {i}");
+        }
+        Ok((i > 0.0).then(|| std::time::Duration::from_secs_f64(i.max(0.01))))
     }
 
     /// The reporter the output flags ask for, writing to stdout.
     fn output(&self) -> Output {
+        let human = || zcp_report::Human::new(std::io::stdout());
         if self.json {
             Output::Json(zcp_report::JsonDoc::new(std::io::stdout()))
         } else if self.json_stream {
             Output::Stream(zcp_report::JsonStream::new(std::io::stdout()))
+        } else if self.quiet {
+            Output::Quiet(ErrorsOnly)
+        } else if let Some(target) = self.bar() {
+            let intervals = self.interval.is_some_and(|i| i > 0.0);
+            Output::Bar(zcp_report::ProgressReport::new(human(), target, intervals))
         } else {
-            Output::Human(zcp_report::Human::new(std::io::stdout()))
+            Output::Human(human())
         }
     }
 }
@@ -191,16 +261,36 @@ impl TransferArgs {
 /// The chosen output format.
 enum Output {
     Human(zcp_report::Human<std::io::Stdout>),
+    Bar(zcp_report::ProgressReport<zcp_report::Human<std::io::Stdout>>),
     Json(zcp_report::JsonDoc<std::io::Stdout>),
     Stream(zcp_report::JsonStream<std::io::Stdout>),
+    Quiet(ErrorsOnly),
+}
+
+/// `-q`: entries that failed, on standard error; nothing else.
+struct ErrorsOnly;
+
+impl zcp_session::Reporter for ErrorsOnly {
+    fn event(&mut self, event: &zcp_session::Event) {
+        if let zcp_session::Event::Failed(f) = event {
+            eprintln!(
+                "zcp: failed: {}: {} [{}]",
+                zcp_wire::escape_text(&f.path),
+                zcp_wire::escape_text(&f.message),
+                f.code
+            );
+        }
+    }
 }
 
 impl Output {
     fn reporter(&mut self) -> &mut dyn zcp_session::Reporter {
         match self {
             Output::Human(h) => h,
+            Output::Bar(b) => b,
             Output::Json(j) => j,
             Output::Stream(s) => s,
+            Output::Quiet(q) => q,
         }
     }
 
@@ -208,7 +298,11 @@ impl Output {
     /// stdout (JSON), so the caller need not repeat it.
     fn fail(&mut self, e: &SessionError) -> bool {
         match self {
-            Output::Human(_) => false,
+            Output::Human(_) | Output::Quiet(_) => false,
+            Output::Bar(b) => {
+                b.clear();
+                false
+            }
             Output::Json(j) => {
                 j.fail(&e.to_string(), e.exit_code());
                 true
@@ -341,7 +435,12 @@ impl ConnArgs {
 }
 
 /// Reports a finished transfer's outcome as an exit code: 0 only when every entry arrived.
-fn outcome(out: &mut Output, r: Result<zcp_session::Summary, SessionError>, what: &str) -> i32 {
+fn outcome(
+    out: &mut Output,
+    r: Result<zcp_session::Summary, SessionError>,
+    what: &str,
+    retry: u32,
+) -> i32 {
     match r {
         Ok(s) if s.failed == 0 => 0,
         Ok(s) => {
@@ -365,9 +464,24 @@ fn outcome(out: &mut Output, r: Result<zcp_session::Summary, SessionError>, what
             code
         }
         Err(e) => {
-            let code = e.exit_code();
+            let mut code = e.exit_code();
             out.fail(&e);
             eprintln!("zcp: {}", zcp_wire::escape_text(&e.to_string()));
+            let signal = signals::caught();
+            if let SessionError::Stopped { durable, .. } = e {
+                eprintln!(
+                    "zcp: {} verified and durable on the receiver; run the same command again \
+                     to resume (only what is missing is sent)",
+                    zcp_report::units::size(durable)
+                );
+                code = 128 + signal.unwrap_or(2);
+            } else if e.retryable() {
+                eprintln!(
+                    "zcp: what the receiver verified is kept: run the same command again to \
+                     resume{}",
+                    if retry > 0 { "" } else { " (or add --retry N)" }
+                );
+            }
             code
         }
     }

@@ -1,6 +1,6 @@
 //! `zcp serve`: the receiver.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -14,9 +14,23 @@ pub(crate) struct ServeArgs {
     /// Directory to receive into; nothing is ever written outside it.
     #[arg(long, value_name = "DIR")]
     root: PathBuf,
-    /// Address to listen on.
-    #[arg(long, default_value = "0.0.0.0", value_name = "ADDR")]
-    bind: IpAddr,
+    #[arg(
+        long,
+        value_name = "ADDR",
+        conflicts_with_all = ["ipv4", "ipv6"],
+        help = "Address to listen on (default: [::], IPv6 and IPv4 alike; 0.0.0.0 where the \
+                host has no IPv6)"
+    )]
+    bind: Option<IpAddr>,
+    /// Listen on IPv4 only (0.0.0.0).
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    ipv4: bool,
+    #[arg(
+        short = '6',
+        long = "ipv6",
+        help = "Listen on IPv6 only ([::] with IPV6_V6ONLY)"
+    )]
+    ipv6: bool,
     /// Port to listen on (0: any free port, printed on start).
     #[arg(short = 'p', long, default_value_t = zcp_session::DEFAULT_PORT)]
     port: u16,
@@ -68,8 +82,49 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
         std::io::stdout(),
         std::io::stderr(),
     ));
-    let server = Server::bind(SocketAddr::new(a.bind, a.port), cfg, log)?;
-    let stop = AtomicBool::new(false);
+    cfg.v6only = a.ipv6;
+    let server = match (a.bind, a.ipv4) {
+        (Some(ip), _) => Server::bind(SocketAddr::new(ip, a.port), cfg, log)?,
+        (None, true) => Server::bind((Ipv4Addr::UNSPECIFIED, a.port).into(), cfg, log)?,
+        (None, false) => {
+            match Server::bind(
+                (Ipv6Addr::UNSPECIFIED, a.port).into(),
+                cfg.clone(),
+                log.clone(),
+            ) {
+                Ok(s) => s,
+                // No IPv6 on this host: IPv4 alone, unless -6 asked for IPv6.
+                Err(e) if !a.ipv6 && no_ipv6(&e) => {
+                    eprintln!("zcp: this host has no IPv6; listening on IPv4 only");
+                    Server::bind((Ipv4Addr::UNSPECIFIED, a.port).into(), cfg, log)?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    // SIGINT or SIGTERM: accept nothing more, end the running sessions (their clients are
+    // told, and what is durable stays for a resume), exit 0. A second signal exits at once.
+    let caught = super::signals::stop_on_signals();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("zcp-signals".into())
+            .spawn(move || {
+                while caught.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            })?;
+    }
     // With --once, the session's own exit code: 0 only when every entry arrived.
     Ok(server.run(&stop, a.once).unwrap_or(zcp_session::exit::OK))
+}
+
+/// Whether binding failed because the host has no IPv6.
+fn no_ipv6(e: &zcp_session::SessionError) -> bool {
+    use std::error::Error;
+    e.source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(zcp_engine::sys::is_no_ipv6)
 }

@@ -15,34 +15,9 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-/// Durable bytes the journal beside `target` holds (0 without one).
-fn journaled(target: &Path) -> u64 {
-    let name = target.file_name().unwrap().as_encoded_bytes();
-    let key = hex_key(name);
-    let Ok(bytes) = std::fs::read(target.with_file_name(format!(".zcp-{key}.journal"))) else {
-        return 0;
-    };
-    let Ok(j) = zcp_wire::journal::decode_journal(&bytes) else {
-        return 0;
-    };
-    let Ok(plan) = zcp_wire::ChunkPlan::new(j.header.size, j.header.chunk_size) else {
-        return 0;
-    };
-    let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.1).collect();
-    chunks.iter().map(|i| plan.chunk(*i).1).sum()
-}
-
 /// Whether `b` exists and holds what `a` holds.
 fn same(a: &Path, b: &Path) -> bool {
     b.exists() && same_file(a, b)
-}
-
-/// The part file's key: the first 8 bytes of BLAKE3(name), in hex.
-fn hex_key(name: &[u8]) -> String {
-    blake3::hash(name).as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Counts of one kind of kill.

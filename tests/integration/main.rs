@@ -12,6 +12,7 @@ mod faults;
 mod hostile;
 mod killed;
 mod netns;
+mod operator;
 mod paths;
 mod protocol;
 mod resume;

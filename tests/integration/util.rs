@@ -137,10 +137,13 @@ impl ServerProc {
     }
 
     /// `cmd` (a `zcp` or `ip netns exec NS zcp` command with `serve` and its bind address
-    /// already given) on an ephemeral port.
+    /// already given) on an ephemeral port, unless `extra` names one with `-p`.
     pub fn spawn(mut cmd: Command, root: &Path, key: &Path, extra: &[&str]) -> ServerProc {
+        if !extra.contains(&"-p") {
+            cmd.args(["-p", "0"]);
+        }
         let mut child = cmd
-            .args(["-p", "0", "--root"])
+            .arg("--root")
             .arg(root)
             .arg("--key-file")
             .arg(key)
@@ -688,3 +691,28 @@ pub const SLOW: [&str; 8] = [
     "--chunk-size",
     "16M",
 ];
+
+/// Durable bytes the journal beside `target` holds (0 without one).
+pub fn journaled(target: &Path) -> u64 {
+    let name = target.file_name().unwrap().as_encoded_bytes();
+    let key = hex_key(name);
+    let Ok(bytes) = std::fs::read(target.with_file_name(format!(".zcp-{key}.journal"))) else {
+        return 0;
+    };
+    let Ok(j) = zcp_wire::journal::decode_journal(&bytes) else {
+        return 0;
+    };
+    let Ok(plan) = zcp_wire::ChunkPlan::new(j.header.size, j.header.chunk_size) else {
+        return 0;
+    };
+    let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.1).collect();
+    chunks.iter().map(|i| plan.chunk(*i).1).sum()
+}
+
+/// The part file's key: the first 8 bytes of BLAKE3(name), in hex.
+pub fn hex_key(name: &[u8]) -> String {
+    blake3::hash(name).as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -196,6 +196,67 @@ pub fn raise_open_files_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
+/// The process's resident set size now, in bytes (`/proc/self/statm`); `None` where procfs
+/// is not mounted. Sampled while a session runs, its maximum is the process's peak during the
+/// session — unlike `ru_maxrss`, which is the peak over the process's whole life.
+pub fn current_rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
+
+/// The peak of [`current_rss_bytes`] over a stretch of time (a session), sampled at most
+/// every 100 ms.
+#[derive(Debug, Default)]
+pub struct RssPeak {
+    peak: u64,
+    last: Option<std::time::Instant>,
+}
+
+impl RssPeak {
+    /// Samples the RSS now unless a sample was taken in the last 100 ms; returns the peak.
+    pub fn sample(&mut self) -> u64 {
+        let now = std::time::Instant::now();
+        if self
+            .last
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(100))
+        {
+            self.last = Some(now);
+            self.peak = self.peak.max(current_rss_bytes().unwrap_or(0));
+        }
+        self.peak
+    }
+}
+
+/// Whether `e` says the host has no IPv6 (the family is not supported, or `::` cannot be
+/// bound).
+pub fn is_no_ipv6(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    e.raw_os_error()
+        .map(Errno::from_raw_os_error)
+        .is_some_and(|n| n == Errno::AFNOSUPPORT || n == Errno::ADDRNOTAVAIL)
+}
+
+/// A TCP listener on `addr`. For an IPv6 address, `v6only` sets `IPV6_V6ONLY` explicitly:
+/// `false` makes `[::]` dual-stack (IPv4 clients arrive as `::ffff:a.b.c.d`) whatever the
+/// host's `net.ipv6.bindv6only` says; `true` refuses IPv4. Ignored for IPv4 addresses.
+pub fn listen_tcp(addr: std::net::SocketAddr, v6only: bool) -> io::Result<std::net::TcpListener> {
+    use rustix::net::{AddressFamily, SocketType, bind, ipproto, listen, socket, sockopt};
+    let family = if addr.is_ipv6() {
+        AddressFamily::INET6
+    } else {
+        AddressFamily::INET
+    };
+    let fd = socket(family, SocketType::STREAM, Some(ipproto::TCP))?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    if addr.is_ipv6() {
+        sockopt::set_ipv6_v6only(&fd, v6only)?;
+    }
+    bind(&fd, &addr)?;
+    listen(&fd, 1024)?;
+    Ok(std::net::TcpListener::from(fd))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +274,7 @@ mod tests {
         let d = thread_usage().since(&before);
         assert!(d.user + d.sys >= Duration::from_millis(20), "{d:?}");
         assert!(process_usage().max_rss_bytes > 0);
+        assert!(current_rss_bytes().is_some_and(|r| r > 0));
     }
 
     #[test]
@@ -231,6 +293,23 @@ mod tests {
         assert!(info.snd_mss > 0);
         let f = std::fs::File::open("/proc/self/status").unwrap();
         assert!(tcp_info(&f).is_none());
+    }
+
+    #[test]
+    fn dual_stack_listener_takes_ipv4_and_v6only_refuses_it() {
+        use std::net::{Ipv6Addr, SocketAddr, TcpStream};
+        let any6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0));
+        let Ok(dual) = listen_tcp(any6, false) else {
+            eprintln!("skipped: this host has no IPv6");
+            return;
+        };
+        let port = dual.local_addr().unwrap().port();
+        TcpStream::connect(("127.0.0.1", port)).expect("IPv4 reaches [::]");
+        TcpStream::connect(("::1", port)).expect("IPv6 reaches [::]");
+        let only6 = listen_tcp(any6, true).unwrap();
+        let port = only6.local_addr().unwrap().port();
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+        TcpStream::connect(("::1", port)).expect("IPv6 reaches a v6-only [::]");
     }
 
     #[test]

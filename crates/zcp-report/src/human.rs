@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use zcp_session::{Event, Failure, Interval, Reporter, Start, Summary};
+use zcp_session::{Event, Failure, Interval, Phase, Reporter, Retry, Start, Summary};
 
 use crate::units::{bits_per_second, bytes, rate, size};
 
@@ -136,7 +136,20 @@ impl<W: Write> Human<W> {
         if i.streams.len() > 1 {
             self.line("SUM", i.start, i.end, i.bytes(), i.retransmits(), None)?;
         }
+        // When nothing moves, say why: the end of a transfer must not read as a stall.
+        let phase = i.progress.phase;
+        if i.bytes() == 0 && !matches!(phase, Phase::Sending | Phase::Done) {
+            writeln!(self.out, "      ({})", phase.name())?;
+        }
         Ok(())
+    }
+
+    fn retry(&mut self, r: &Retry) -> std::io::Result<()> {
+        writeln!(
+            self.out,
+            "retry:    {}; attempt {} of {} in {:.1} s (what is durable is not sent again)",
+            r.reason, r.attempt, r.attempts, r.wait
+        )
     }
 
     fn failed(&mut self, f: &Failure) -> std::io::Result<()> {
@@ -193,6 +206,13 @@ impl<W: Write> Human<W> {
                 String::new()
             }
         )?;
+        if s.retries > 0 {
+            writeln!(
+                o,
+                "Retries:  {} (each resumed what the receiver held)",
+                s.retries
+            )?;
+        }
         if s.bytes_skipped > 0 {
             writeln!(
                 o,
@@ -234,7 +254,7 @@ impl<W: Write> Human<W> {
         )?;
         writeln!(
             o,
-            "Memory:   peak RSS sender {}, receiver {}",
+            "Memory:   peak RSS sender {}, receiver {} (whole processes, during the session)",
             size(s.sender_max_rss),
             size(s.receiver_max_rss)
         )?;
@@ -264,6 +284,10 @@ fn cleaned(event: &Event) -> Event {
             ..s.clone()
         }),
         Event::Notice(n) => Event::Notice(t(n)),
+        Event::Retry(r) => Event::Retry(Retry {
+            reason: t(&r.reason),
+            ..r.clone()
+        }),
         Event::Failed(f) => Event::Failed(failure(f)),
         Event::Summary(s) => Event::Summary(Summary {
             sender_engine: t(&s.sender_engine),
@@ -286,6 +310,9 @@ impl<W: Write> Reporter for Human<W> {
             Event::Notice(n) => writeln!(self.out, "note:     {n}"),
             Event::Failed(f) => self.failed(f),
             Event::Summary(s) => self.summary(s),
+            Event::Retry(r) => self.retry(r),
+            // Drawn by the progress bar, when there is one.
+            Event::Progress(_) => Ok(()),
         };
         let _ = self.out.flush();
     }

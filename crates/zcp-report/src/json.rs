@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use serde_json::{Value, json};
-use zcp_session::{Event, Failure, Interval, Reporter, Start, Summary};
+use zcp_session::{Event, Failure, Interval, Progress, Reporter, Retry, Start, Summary};
 
 use crate::units::bits_per_second;
 
@@ -40,6 +40,25 @@ fn start(s: &Start) -> Value {
     })
 }
 
+fn progress(p: &Progress) -> Value {
+    json!({
+        "phase": p.phase.name(),
+        "bytes": p.bytes,
+        "total_bytes": p.total_bytes,
+        "files": p.files,
+        "total_files": p.total_files,
+    })
+}
+
+fn retry(r: &Retry) -> Value {
+    json!({
+        "attempt": r.attempt,
+        "attempts": r.attempts,
+        "reason": r.reason,
+        "wait_seconds": r.wait,
+    })
+}
+
 fn interval(i: &Interval) -> Value {
     let secs = i.end - i.start;
     let streams: Vec<Value> = i
@@ -70,6 +89,7 @@ fn interval(i: &Interval) -> Value {
             "bits_per_second": bits_per_second(i.bytes(), secs),
             "retransmits": i.retransmits(),
         },
+        "progress": progress(&i.progress),
     })
 }
 
@@ -133,6 +153,7 @@ fn end(s: &Summary) -> Value {
         "stored": s.stored,
         "digest": s.digest,
         "target": s.target,
+        "retries": s.retries,
     })
 }
 
@@ -143,6 +164,7 @@ pub struct JsonDoc<W: Write> {
     start: Value,
     intervals: Vec<Value>,
     notices: Vec<String>,
+    retries: Vec<Value>,
 }
 
 impl<W: Write> JsonDoc<W> {
@@ -153,6 +175,7 @@ impl<W: Write> JsonDoc<W> {
             start: json!({}),
             intervals: Vec::new(),
             notices: Vec::new(),
+            retries: Vec::new(),
         }
     }
 
@@ -167,6 +190,7 @@ impl<W: Write> JsonDoc<W> {
             "start": self.start,
             "intervals": self.intervals,
             "notices": self.notices,
+            "retries": self.retries,
             "error": message,
             "exit_code": exit_code,
         });
@@ -188,13 +212,19 @@ impl<W: Write> Reporter for JsonDoc<W> {
                     self.notices.push(n.clone());
                 }
             }
-            // Failures are listed in `end.files.failures`.
-            Event::Failed(_) => {}
+            // Failures are listed in `end.files.failures`; progress is for live displays.
+            Event::Failed(_) | Event::Progress(_) => {}
+            Event::Retry(r) => {
+                if self.retries.len() < 1000 {
+                    self.retries.push(retry(r));
+                }
+            }
             Event::Summary(s) => {
                 let doc = json!({
                     "start": self.start,
                     "intervals": self.intervals,
                     "notices": self.notices,
+                    "retries": self.retries,
                     "end": end(s),
                 });
                 let _ = writeln!(
@@ -247,6 +277,9 @@ impl<W: Write> Reporter for JsonStream<W> {
             Event::Notice(n) => self.line("notice", json!({ "message": n })),
             Event::Failed(f) => self.line("failed", failure(f)),
             Event::Summary(s) => self.line("end", end(s)),
+            Event::Retry(r) => self.line("retry", retry(r)),
+            // The interval lines carry the phase and totals; ten lines a second would not help.
+            Event::Progress(_) => {}
         }
     }
 }

@@ -9,11 +9,13 @@
 
 mod human;
 mod json;
+mod progress;
 mod server;
 pub mod units;
 
 pub use human::Human;
 pub use json::{JSON_VERSION, JsonDoc, JsonStream};
+pub use progress::{BarTarget, ProgressReport, line as progress_line};
 pub use server::ServerLog;
 
 #[cfg(test)]

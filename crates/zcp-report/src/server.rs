@@ -1,6 +1,10 @@
-//! The server's log: one line per event, on a writer shared by every session's threads.
+//! The server's log: one line per event, on a writer shared by every session's threads. Each
+//! line starts with an RFC 3339 timestamp (UTC); a session's lines name its id, its peer and
+//! its direction (`push` stores, `pull` sends).
 
+use std::collections::HashMap;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use zcp_engine::sync::Locked;
 
@@ -12,9 +16,14 @@ use crate::units::{bits_per_second, rate, size};
 /// from it); everything else to `log`.
 #[derive(Debug)]
 pub struct ServerLog<O: Write + Send, L: Write + Send> {
-    out: Mutex<O>,
+    pub(crate) out: Mutex<O>,
     log: Mutex<L>,
+    /// Each running session's peer and direction, by session id.
+    sessions: Mutex<HashMap<String, (SocketAddr, &'static str)>>,
 }
+
+/// Sessions the log remembers the peer of, at most (a server runs far fewer).
+const MAX_REMEMBERED: usize = 4096;
 
 impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
     /// A log writing the listening line to `out` and the rest to `log`.
@@ -22,22 +31,56 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
         ServerLog {
             out: Mutex::new(out),
             log: Mutex::new(log),
+            sessions: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Formats one event as one line: whatever a peer put in its texts is escaped
-    /// ([`zcp_wire::escape_text`]), so it can neither drive a terminal nor forge a line.
-    pub fn line(event: &ServerEvent) -> String {
-        zcp_wire::escape_text(&Self::raw_line(event))
+    /// Formats one event as one line, without the timestamp: whatever a peer put in its
+    /// texts is escaped ([`zcp_wire::escape_text`]), so it can neither drive a terminal nor
+    /// forge a line. A session's lines name its peer and direction once it has started.
+    pub fn line(&self, event: &ServerEvent) -> String {
+        let mut known = self.sessions.locked();
+        match event {
+            ServerEvent::SessionStart {
+                peer,
+                session,
+                direction,
+                ..
+            } if known.len() < MAX_REMEMBERED => {
+                known.insert(session.clone(), (*peer, direction));
+            }
+            _ => {}
+        }
+        let id = match event {
+            ServerEvent::FileDone { session, .. }
+            | ServerEvent::FileFailed { session, .. }
+            | ServerEvent::Note { session, .. }
+            | ServerEvent::SessionEnd { session, .. } => Some(session),
+            _ => None,
+        };
+        let ctx = id.and_then(|s| known.get(s)).copied();
+        if let ServerEvent::SessionEnd { session, .. } = event {
+            known.remove(session);
+        }
+        drop(known);
+        zcp_wire::escape_text(&Self::raw_line(event, ctx))
     }
 
-    fn raw_line(event: &ServerEvent) -> String {
-        let short = |s: &str| s[..s.len().min(16)].to_string();
+    fn raw_line(event: &ServerEvent, ctx: Option<(SocketAddr, &str)>) -> String {
+        let short = |s: &str| match ctx {
+            Some((peer, dir)) => format!("{} ({dir} from {peer})", &s[..s.len().min(16)]),
+            None => s[..s.len().min(16)].to_string(),
+        };
+        let pull = ctx.is_some_and(|(_, d)| d == "pull");
         match event {
             ServerEvent::Listening { addr, root } => {
                 format!("zcp: listening on {addr}, root {root}")
             }
             ServerEvent::Rejected { peer, reason } => format!("zcp: refused {peer}: {reason}"),
+            ServerEvent::Stopping { sessions } => format!(
+                "zcp: shutting down: accepting no more connections, ending {sessions} session{}",
+                if *sessions == 1 { "" } else { "s" }
+            ),
             ServerEvent::SessionStart {
                 peer,
                 session,
@@ -60,7 +103,12 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
             } => format!(
                 "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}{}",
                 short(session),
-                if *stored { "stored" } else { "received" },
+                match (pull, stored) {
+                    (true, true) => "sent (stored by the client)",
+                    (true, false) => "sent",
+                    (false, true) => "stored",
+                    (false, false) => "received",
+                },
                 target,
                 size(*bytes),
                 seconds,
@@ -114,7 +162,11 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
 
 impl<O: Write + Send, L: Write + Send> ServerReporter for ServerLog<O, L> {
     fn event(&self, event: &ServerEvent) {
-        let line = Self::line(event);
+        let line = format!(
+            "{} {}",
+            humantime::format_rfc3339_millis(std::time::SystemTime::now()),
+            self.line(event)
+        );
         fn put(w: &mut dyn Write, line: &str) {
             let _ = writeln!(w, "{line}");
             let _ = w.flush();

@@ -2,7 +2,8 @@
 //! the machine.
 
 use zcp_session::{
-    Cpu, Event, Failure, Interval, Reporter, ServerEvent, Start, StreamInterval, Summary, TcpStats,
+    Cpu, Event, Failure, Interval, Phase, Progress, Reporter, Retry, ServerEvent, ServerReporter,
+    Start, StreamInterval, Summary, TcpStats,
 };
 
 use crate::{Human, JsonDoc, JsonStream, ServerLog};
@@ -38,7 +39,20 @@ fn events(verify: bool) -> Vec<Event> {
         total_retrans: 0,
     };
     let iv = |start: f64, end: f64, bytes: u64| {
+        let phase = if bytes == 0 {
+            Phase::Syncing
+        } else {
+            Phase::Sending
+        };
         Event::Interval(Interval {
+            progress: Progress {
+                phase,
+                bytes: ((end / 2.4) * (4u64 << 30) as f64) as u64,
+                total_bytes: Some(4 << 30),
+                files: 0,
+                total_files: Some(1),
+                seconds: end,
+            },
             start,
             end,
             streams: vec![
@@ -58,10 +72,25 @@ fn events(verify: bool) -> Vec<Event> {
         })
     };
     vec![
+        Event::Retry(Retry {
+            attempt: 2,
+            attempts: 4,
+            reason: "cannot connect to 127.0.0.1:5310: Connection refused (os error 111)".into(),
+            wait: 2.0,
+        }),
         Event::Start(start),
+        Event::Progress(Progress {
+            phase: Phase::Sending,
+            bytes: 1 << 30,
+            total_bytes: Some(4 << 30),
+            files: 0,
+            total_files: Some(1),
+            seconds: 0.5,
+        }),
         iv(0.0, 1.0, 2_040_109_465),
         iv(1.0, 2.0, 2_147_483_648),
         iv(2.0, 2.1, 107_374_183),
+        iv(2.1, 2.4, 0),
         Event::Notice(
             "data.bin: resumed; 1073741824 bytes were already on the receiver and not sent again"
                 .into(),
@@ -111,8 +140,54 @@ fn events(verify: bool) -> Vec<Event> {
             stored: verify,
             digest: verify.then(|| "9f".repeat(32)),
             target: "incoming/data.bin".into(),
+            retries: 1,
         }),
     ]
+}
+
+#[test]
+fn progress_lines() {
+    let p = |phase, bytes, total: Option<u64>, files, total_files: Option<u64>, seconds| Progress {
+        phase,
+        bytes,
+        total_bytes: total,
+        files,
+        total_files,
+        seconds,
+    };
+    let lines = [
+        crate::progress_line(
+            &p(Phase::Connecting, 0, Some(4 << 30), 0, Some(1), 0.0),
+            0.0,
+        ),
+        crate::progress_line(&p(Phase::Checking, 0, None, 0, None, 0.2), 0.0),
+        crate::progress_line(
+            &p(Phase::Sending, 1 << 30, Some(4 << 30), 0, Some(1), 1.0),
+            8.0e9,
+        ),
+        crate::progress_line(
+            &p(Phase::Sending, 3 << 20, Some(10 << 20), 3, Some(10), 0.5),
+            5.0e7,
+        ),
+        crate::progress_line(
+            &p(Phase::Syncing, 4 << 30, Some(4 << 30), 0, Some(1), 4.0),
+            0.0,
+        ),
+        crate::progress_line(
+            &p(Phase::Done, 4 << 30, Some(4 << 30), 1, Some(1), 4.2),
+            0.0,
+        ),
+        crate::progress_line(&p(Phase::Sending, 5 << 20, None, 2, None, 1.0), 4.0e7),
+    ];
+    for l in &lines[2..] {
+        assert!(l.contains("ETA"), "{l}");
+    }
+    assert!(
+        lines[2].contains("25%") && lines[2].contains("ETA 0:00:03"),
+        "{}",
+        lines[2]
+    );
+    insta::assert_snapshot!(lines.join("\n"));
 }
 
 #[test]
@@ -164,7 +239,7 @@ fn json_document() {
 #[test]
 fn json_document_on_failure() {
     let mut j = JsonDoc::new(Vec::new());
-    j.event(&events(true)[0]);
+    j.event(&events(true)[1]);
     j.fail(
         "the receiver did not commit the file: no space on the receiver [no-space]",
         4,
@@ -228,9 +303,38 @@ fn server_lines() {
             bytes: 1 << 30,
         },
     ];
-    let lines: Vec<String> = evs
-        .iter()
-        .map(ServerLog::<Vec<u8>, Vec<u8>>::line)
-        .collect();
+    let log = ServerLog::new(Vec::new(), Vec::new());
+    let mut lines: Vec<String> = evs.iter().map(|e| log.line(e)).collect();
+    // After its end, a session's lines no longer name its peer; a pull's files are "sent".
+    let pull = [
+        ServerEvent::SessionStart {
+            peer: "[::1]:4002".parse().unwrap(),
+            session: "ffeeddccbbaa99887766554433221100".into(),
+            direction: "pull",
+            streams: 1,
+        },
+        ServerEvent::FileDone {
+            session: "ffeeddccbbaa99887766554433221100".into(),
+            target: "run1/a.dat".into(),
+            bytes: 1 << 20,
+            skipped: 0,
+            seconds: 0.25,
+            engine: "splice".into(),
+            verified: true,
+            stored: true,
+        },
+    ];
+    lines.extend(pull.iter().map(|e| log.line(e)));
+    lines.push(log.line(&evs[4]));
+    // The real log adds an RFC 3339 timestamp in front of each line.
+    log.event(&evs[0]);
+    let (out, _) = (log.out.into_inner().unwrap(), ());
+    let first = String::from_utf8(out).unwrap();
+    let stamp = first.split(' ').next().unwrap();
+    assert!(humantime::parse_rfc3339(stamp).is_ok(), "{first}");
+    assert!(
+        first.ends_with("zcp: listening on 127.0.0.1:5310, root /data\n"),
+        "{first}"
+    );
     insta::assert_snapshot!(lines.join("\n"));
 }

@@ -85,6 +85,15 @@ pub enum SessionError {
         /// What happened.
         reason: String,
     },
+    /// The session was stopped on purpose (a signal, a server shutting down) before it
+    /// finished; what was verified and durable stays for a resume.
+    #[error("{reason}")]
+    Stopped {
+        /// Why.
+        reason: String,
+        /// Bytes verified and durable on the receiver in files not yet committed.
+        durable: u64,
+    },
     /// A local engine failure.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -194,6 +203,22 @@ pub mod exit {
 }
 
 impl SessionError {
+    /// Whether trying the same session again may succeed (`--retry`): the connection could
+    /// not be made or was lost, a peer went quiet, or the server was busy or shutting down.
+    /// A key, a path, a source or the data itself is not retried: the next try would fail
+    /// the same way.
+    pub fn retryable(&self) -> bool {
+        match self {
+            SessionError::Connect { .. } | SessionError::Connection { .. } => true,
+            SessionError::Refused { code, .. } => *code == ErrorCode::Busy,
+            SessionError::Engine(e) => matches!(
+                e,
+                EngineError::Disconnected { .. } | EngineError::Timeout { .. }
+            ),
+            _ => false,
+        }
+    }
+
     /// The exit code for this failure (see [`exit`]).
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -70,6 +70,58 @@ pub struct Start {
     pub verify: bool,
 }
 
+/// Where a transfer is, for the person watching: the end of a transfer (the receiver
+/// verifying, syncing and renaming) must not look like a stall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// Connecting and authenticating.
+    #[default]
+    Connecting,
+    /// Checking what is already there: the receiver hashing an existing target or reading a
+    /// journal, the sender hashing its source against what the receiver holds.
+    Checking,
+    /// Bytes are moving.
+    Sending,
+    /// Every byte was sent; the receiver is verifying and syncing it.
+    Syncing,
+    /// Verified and durable; files are being renamed into place.
+    Committing,
+    /// Finished.
+    Done,
+}
+
+impl Phase {
+    /// The phase's name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Connecting => "connecting",
+            Phase::Checking => "checking",
+            Phase::Sending => "sending",
+            Phase::Syncing => "verifying and syncing",
+            Phase::Committing => "committing",
+            Phase::Done => "done",
+        }
+    }
+}
+
+/// How far a transfer is: sent about ten times a second while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// What the transfer is doing now.
+    pub phase: Phase,
+    /// Bytes done: moved over the data streams (a chunk sent again counts once more) plus
+    /// bytes resumed from an earlier attempt.
+    pub bytes: u64,
+    /// Bytes to move in all, once the sender has counted its sources.
+    pub total_bytes: Option<u64>,
+    /// Files finished (committed or failed).
+    pub files: u64,
+    /// Files in all, once counted.
+    pub total_files: Option<u64>,
+    /// Seconds since the first byte could move.
+    pub seconds: f64,
+}
+
 /// One data stream's numbers over one interval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamInterval {
@@ -92,6 +144,8 @@ pub struct Interval {
     pub end: f64,
     /// Per-stream numbers.
     pub streams: Vec<StreamInterval>,
+    /// The phase and totals at the interval's end.
+    pub progress: Progress,
 }
 
 impl Interval {
@@ -164,6 +218,8 @@ pub struct Summary {
     pub failures: Vec<Failure>,
     /// How many entries failed.
     pub failed: u64,
+    /// Sessions that ended early and were tried again (`--retry`).
+    pub retries: u32,
 }
 
 /// What a client session reports.
@@ -178,8 +234,25 @@ pub enum Event {
     Notice(String),
     /// An entry did not arrive; the transfer goes on with the rest.
     Failed(Failure),
+    /// How far the transfer is; about ten times a second (for progress bars).
+    Progress(Progress),
+    /// The session ended early and is tried again (`--retry`).
+    Retry(Retry),
     /// The transfer finished (some entries may have failed: see `failed`).
     Summary(Summary),
+}
+
+/// A session that failed and is about to be tried again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    /// The attempt about to start (the first retry is attempt 2).
+    pub attempt: u32,
+    /// Attempts allowed in all.
+    pub attempts: u32,
+    /// Why the last attempt ended.
+    pub reason: String,
+    /// Seconds waited before the attempt.
+    pub wait: f64,
 }
 
 /// Receives a client session's events, on the session's own thread, in order.
@@ -207,6 +280,11 @@ pub enum ServerEvent {
         addr: SocketAddr,
         /// The root directory.
         root: String,
+    },
+    /// The server stops: it accepts nothing more and ends its running sessions.
+    Stopping {
+        /// Sessions running when it began to stop.
+        sessions: usize,
     },
     /// A connection was refused before or during authentication.
     Rejected {
@@ -307,8 +385,15 @@ pub(crate) trait Observer {
     fn file_done(&mut self, done: FileOutcome);
     /// A directory or link failed, or a note for the person.
     fn notice(&mut self, failure: Option<Failure>, note: Option<String>);
-    /// Called about every 100 ms while the role runs.
-    fn tick(&mut self);
+    /// Called about every 100 ms while the role runs, with the role's phase.
+    fn tick(&mut self, phase: Phase);
+    /// The sender counted what the session will announce: files and bytes.
+    fn plan(&mut self, _files: u64, _bytes: u64) {}
+    /// Why the role must stop now (a signal, the server shutting down), if it must. Asked
+    /// every tick; the role then ends as after a lost connection, keeping what is durable.
+    fn stop(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How one file ended, as a role reports it.
@@ -340,6 +425,8 @@ pub(crate) enum Report {
     FileDone(FileOutcome),
     /// [`Observer::notice`].
     Notice(Option<Failure>, Option<String>),
+    /// [`Observer::plan`].
+    Plan { files: u64, bytes: u64 },
 }
 
 impl Report {
@@ -359,6 +446,7 @@ impl Report {
             ),
             Report::FileDone(d) => o.file_done(d),
             Report::Notice(f, n) => o.notice(f, n),
+            Report::Plan { files, bytes } => o.plan(files, bytes),
         }
     }
 }

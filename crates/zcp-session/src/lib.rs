@@ -27,11 +27,13 @@ mod send;
 mod server;
 mod transport;
 
-pub use client::{Connection, GetOptions, SendOptions, Transfer, get, send};
+pub use client::{
+    Connection, GetOptions, MAX_RETRY_WAIT, SendOptions, StopFlag, Transfer, get, send,
+};
 pub use error::{SessionError, exit};
 pub use event::{
-    Collect, Cpu, Event, Failure, Interval, Quiet, Reporter, ServerEvent, ServerReporter, Start,
-    StreamInterval, Summary, TcpStats,
+    Collect, Cpu, Event, Failure, Interval, Phase, Progress, Quiet, Reporter, Retry, ServerEvent,
+    ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};

@@ -45,7 +45,7 @@ pub(crate) enum Entry {
 }
 
 /// Where a walk starts.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Top {
     /// A directory to create on the receiver (the destination of several sources).
     Dir { dest: Vec<u8> },
@@ -139,6 +139,11 @@ impl Walker {
             recursive,
             dirs: Vec::new(),
         }
+    }
+
+    /// The sources still to walk, and whether directories are entered (for [`tally`]).
+    pub(crate) fn tops(&self) -> (Vec<Top>, bool) {
+        (self.tops.iter().cloned().collect(), self.recursive)
     }
 
     /// Directories seen so far, with the mode and mtime to give them once every file is in.
@@ -292,6 +297,87 @@ impl Walker {
     }
 }
 
+/// Entries [`tally`] looks at, at most.
+const TALLY_MAX_ENTRIES: u64 = 2_000_000;
+/// Time [`tally`] may take, at most.
+const TALLY_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Counts the regular files beneath `tops` and their bytes, as the walk would send them
+/// (nothing followed, zcp's own part files left out), with `stat` alone: what a progress
+/// display shows as the total. `None` when the count would take too long (more than
+/// [`TALLY_MAX_ENTRIES`] entries or [`TALLY_MAX_TIME`]): the display then shows no total.
+/// Gives up (`None`) as soon as `going` is cleared.
+pub(crate) fn tally(
+    tops: Vec<Top>,
+    recursive: bool,
+    going: &std::sync::atomic::AtomicBool,
+) -> Option<(u64, u64)> {
+    let until = std::time::Instant::now() + TALLY_MAX_TIME;
+    let (mut files, mut bytes, mut seen) = (0u64, 0u64, 0u64);
+    let mut dirs: Vec<OwnedFd> = Vec::new();
+    let mut count = |m: &Meta, fd: Option<OwnedFd>, dirs: &mut Vec<OwnedFd>| match m.kind {
+        EntryKind::File => {
+            files += 1;
+            bytes += m.size;
+        }
+        EntryKind::Dir if recursive => dirs.extend(fd),
+        _ => {}
+    };
+    for top in tops {
+        match top {
+            Top::Dir { .. } => {}
+            Top::Local { path, .. } => {
+                let Ok(fd) = fs::open_path(&path) else {
+                    continue;
+                };
+                let Ok(m) = fs::stat_fd(&fd) else { continue };
+                count(&m, Some(fd), &mut dirs);
+            }
+            Top::Beneath {
+                root, parent, name, ..
+            } => {
+                let Ok(dir) = root.open_dir(&parent, false) else {
+                    continue;
+                };
+                let Ok(m) = fs::stat_at(&dir, &name) else {
+                    continue;
+                };
+                let fd = (m.kind == EntryKind::Dir)
+                    .then(|| fs::open_at(&dir, &name).ok())
+                    .flatten();
+                count(&m, fd, &mut dirs);
+            }
+        }
+    }
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for name in entries {
+            let Ok(name) = name else { break };
+            seen += 1;
+            if seen > TALLY_MAX_ENTRIES
+                || (seen % 1024 == 0
+                    && (std::time::Instant::now() > until
+                        || !going.load(std::sync::atomic::Ordering::Relaxed)))
+            {
+                return None;
+            }
+            if fs::is_reserved_name(&name) {
+                continue;
+            }
+            let Ok(m) = fs::stat_at(&dir, &name) else {
+                continue;
+            };
+            let fd = (m.kind == EntryKind::Dir)
+                .then(|| fs::open_at(&dir, &name).ok())
+                .flatten();
+            count(&m, fd, &mut dirs);
+        }
+    }
+    Some((files, bytes))
+}
+
 impl Iterator for Walker {
     type Item = Entry;
 
@@ -367,15 +453,16 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let w = Walker::new(
-            vec![Top::Local {
-                path: t.clone(),
-                dest: b"dst/tree".to_vec(),
-                name: Vec::new(),
-            }],
-            true,
-        );
-        let got = names(w);
+        let tops = vec![Top::Local {
+            path: t.clone(),
+            dest: b"dst/tree".to_vec(),
+            name: Vec::new(),
+        }];
+        // The count agrees with the walk: two files of 3 and 0 bytes, nothing followed.
+        let on = std::sync::atomic::AtomicBool::new(true);
+        assert_eq!(tally(tops.clone(), true, &on), Some((2, 3)));
+        assert_eq!(tally(tops.clone(), false, &on), Some((0, 0)));
+        let got = names(Walker::new(tops, true));
         let skip = |what: &str| {
             got.iter()
                 .find(|s| s.starts_with("S ") && s.contains(what))

@@ -52,6 +52,10 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// A session with no traffic for this long is ended.
     pub idle_timeout: Duration,
+    /// For an IPv6 address: refuse IPv4 clients (`-6`). Otherwise `[::]` is dual-stack.
+    pub v6only: bool,
+    /// Longest a stopping server waits for its sessions to end.
+    pub drain_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -65,6 +69,8 @@ impl ServerConfig {
             max_pending: 64,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            v6only: false,
+            drain_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -78,6 +84,8 @@ struct Ctx {
     /// `serve --once`: the server runs one session; set once it is taken.
     single: AtomicBool,
     taken: AtomicBool,
+    /// The server is stopping: running sessions end, telling their clients why.
+    pub(crate) shutdown: AtomicBool,
 }
 
 /// A bound server.
@@ -102,9 +110,11 @@ impl Server {
         reporter: Arc<dyn ServerReporter>,
     ) -> Result<Server, crate::SessionError> {
         let root = Arc::new(Root::open(&cfg.root)?);
-        let listener = TcpListener::bind(addr).map_err(|source| crate::SessionError::Io {
-            what: format!("cannot listen on {addr}"),
-            source,
+        let listener = zcp_engine::sys::listen_tcp(addr, cfg.v6only).map_err(|source| {
+            crate::SessionError::Io {
+                what: format!("cannot listen on {addr}"),
+                source,
+            }
         })?;
         listener
             .set_nonblocking(true)
@@ -121,6 +131,7 @@ impl Server {
                 pending: AtomicUsize::new(0),
                 reporter,
                 single: AtomicBool::new(false),
+                shutdown: AtomicBool::new(false),
                 taken: AtomicBool::new(false),
             }),
         })
@@ -138,6 +149,10 @@ impl Server {
     /// it) and this returns when it ends, with its exit code (see
     /// [`crate::exit::for_failures`]: 0 only when every entry arrived); otherwise returns
     /// `None` when stopped.
+    ///
+    /// Once `stop` is set, no connection is accepted; every running session ends (its client
+    /// is told the server is shutting down; what is durable stays for a resume), and this
+    /// returns once they have, or after [`ServerConfig::drain_timeout`].
     pub fn run(&self, stop: &AtomicBool, once: bool) -> Option<i32> {
         self.ctx.single.store(once, Ordering::Relaxed);
         self.ctx.reporter.event(&ServerEvent::Listening {
@@ -147,6 +162,7 @@ impl Server {
         let (ended_tx, ended_rx) = mpsc::channel::<i32>();
         loop {
             if stop.load(Ordering::Relaxed) {
+                self.drain();
                 return None;
             }
             if once && let Ok(ok) = ended_rx.try_recv() {
@@ -170,6 +186,22 @@ impl Server {
                 // EMFILE, ECONNABORTED and friends: transient; keep serving.
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
+        }
+    }
+}
+
+impl Server {
+    /// Ends every running session and waits for them, at most the drain timeout.
+    fn drain(&self) {
+        self.ctx.shutdown.store(true, Ordering::Relaxed);
+        let sessions = self.ctx.sessions.locked().len();
+        self.ctx.reporter.event(&ServerEvent::Stopping { sessions });
+        let until = Instant::now() + self.ctx.cfg.drain_timeout;
+        while Instant::now() < until
+            && (!self.ctx.sessions.locked().is_empty()
+                || self.ctx.pending.load(Ordering::Relaxed) > 0)
+        {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

@@ -10,6 +10,7 @@
 
 mod bounds;
 mod harness;
+mod plan;
 mod pull;
 mod push;
 mod review;

@@ -11,7 +11,7 @@ mod open;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
 use crate::control::ControlWriter;
 use crate::error::SessionError;
-use crate::event::{Cpu, Observer, Reporter, Summary};
+use crate::event::{Cpu, Event, Observer, Phase, Progress, Reporter, Retry, Summary};
 use crate::manifest::{Top, Walker, join};
 use crate::recv::state::RxConfig;
 use crate::recv::{RxCore, RxEvent, RxSetup};
@@ -65,6 +65,75 @@ pub struct Transfer {
     pub recursive: bool,
     /// Interval between reports; `None` for none.
     pub interval: Option<Duration>,
+    /// Times a failed session is tried again (`--retry`): only failures another try may
+    /// mend (see [`SessionError::retryable`]); each try resumes what is durable.
+    pub retries: u32,
+    /// Wait before the first retry; each later one waits twice as long, up to
+    /// [`MAX_RETRY_WAIT`].
+    pub retry_wait: Duration,
+    /// Set to a signal's number to stop the transfer: it ends as after a lost connection,
+    /// keeping what is durable, with [`SessionError::Stopped`].
+    pub stop: Option<StopFlag>,
+}
+
+/// Set to a signal's number (non-zero) to stop a running transfer.
+pub type StopFlag = Arc<std::sync::atomic::AtomicUsize>;
+
+/// Longest wait between two tries.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(300);
+
+/// Runs `once` until it succeeds, fails for good, or the tries allowed are used up; tells
+/// the reporter before each retry and how long it waits.
+fn retrying(
+    t: &Transfer,
+    reporter: &mut dyn Reporter,
+    mut once: impl FnMut(&mut dyn Reporter, u32) -> Result<Summary, SessionError>,
+) -> Result<Summary, SessionError> {
+    let attempts = t.retries.saturating_add(1);
+    let mut attempt = 1;
+    loop {
+        let e = match once(reporter, attempt - 1) {
+            Err(e) if e.retryable() && attempt < attempts => e,
+            done => return done,
+        };
+        let shift = (attempt - 1).min(16);
+        let wait = (t.retry_wait * (1u32 << shift)).min(MAX_RETRY_WAIT.max(t.retry_wait));
+        attempt += 1;
+        tracing::warn!(attempt, attempts, wait_s = wait.as_secs_f64(), error = %e, "retrying");
+        reporter.event(&Event::Retry(Retry {
+            attempt,
+            attempts,
+            reason: e.to_string(),
+            wait: wait.as_secs_f64(),
+        }));
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if let Some(s) = t.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
+                && s != 0
+            {
+                return Err(SessionError::Stopped {
+                    reason: format!(
+                        "the client was interrupted ({}) while waiting to retry",
+                        observer::signal_name(s as i32)
+                    ),
+                    durable: 0,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
+        }
+    }
+}
+
+/// Shows that the session is connecting (before anything else is known).
+fn connecting(reporter: &mut dyn Reporter, size: Option<u64>) {
+    reporter.event(&Event::Progress(Progress {
+        phase: Phase::Connecting,
+        bytes: 0,
+        total_bytes: size,
+        files: 0,
+        total_files: size.map(|_| 1),
+        seconds: 0.0,
+    }));
 }
 
 /// `zcp send`: what to send and where.
@@ -128,8 +197,18 @@ fn basename(p: &Path) -> Vec<u8> {
 }
 
 /// Sends files and trees; returns once every entry is committed or failed and the session
-/// has ended. The summary is also pushed to `reporter`.
+/// has ended (tried again as `--retry` allows). The summary is also pushed to `reporter`.
 pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
+    retrying(&opts.transfer, reporter, |r, retries| {
+        send_once(opts, r, retries)
+    })
+}
+
+fn send_once(
+    opts: &SendOptions,
+    reporter: &mut dyn Reporter,
+    retries: u32,
+) -> Result<Summary, SessionError> {
     let t = &opts.transfer;
     zcp_wire::RelPath::parse(&opts.dest).map_err(|e| {
         SessionError::Usage(format!("invalid destination '{}': {e}", escape(&opts.dest)))
@@ -173,6 +252,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         .collect();
 
     let usage0 = thread_usage();
+    connecting(reporter, size);
     let Opened {
         cs,
         streams,
@@ -191,7 +271,14 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         t,
         streams,
     );
-    let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    let mut obs = ClientObserver::new(
+        reporter,
+        start,
+        t.interval,
+        &data,
+        counters.clone(),
+        t.stop.clone(),
+    );
     obs.notice(None, capped);
     let ClientSession {
         tx,
@@ -216,8 +303,10 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         peer,
     };
     let walker = Walker::new(tops, t.recursive);
-    let (totals, reader_usage) = crate::send::run(setup, walker, &mut obs)?;
+    let (totals, reader_usage) =
+        crate::send::run(setup, walker, &mut obs).map_err(|e| with_committed(e, &obs))?;
     obs.flush_start();
+    obs.done();
     obs.last_interval(totals.send_end.unwrap_or_else(Instant::now));
     let mut usage = thread_usage().since(&usage0);
     usage.add(&reader_usage);
@@ -237,8 +326,23 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         receiver_cpu: peer_cpu(peer),
         sender_max_rss: process_usage().max_rss_bytes,
         receiver_max_rss: peer.max_rss_bytes,
-        target: escape(&opts.dest),
+        target: match (&totals.stored_as, lone_file) {
+            (Some(t), true) => escape(t),
+            _ => escape(&opts.dest),
+        },
+        retries,
     }))
+}
+
+/// A stopped session's durable bytes, with the files already committed counted in.
+fn with_committed(e: SessionError, obs: &ClientObserver<'_>) -> SessionError {
+    match e {
+        SessionError::Stopped { reason, durable } => SessionError::Stopped {
+            reason,
+            durable: durable + obs.committed().1,
+        },
+        other => other,
+    }
 }
 
 /// The CPU time a peer reported in its `Stats`.
@@ -247,6 +351,18 @@ fn peer_cpu(s: &zcp_wire::SideStats) -> Cpu {
         Duration::from_micros(s.cpu_user_us),
         Duration::from_micros(s.cpu_sys_us),
     )
+}
+
+/// Where one fetched path is stored, shown: the destination directory joined with its name.
+fn stored_as(root: &Path, names: &[Vec<u8>]) -> Option<String> {
+    match names {
+        [one] => Some(escape(
+            root.join(std::ffi::OsStr::from_bytes(one))
+                .as_os_str()
+                .as_bytes(),
+        )),
+        _ => None,
+    }
 }
 
 /// What a `get` asks for and where it goes, checked before connecting.
@@ -318,8 +434,19 @@ fn pull_plan(opts: &GetOptions) -> Result<PullPlan, SessionError> {
 }
 
 /// Fetches paths from the server; returns once every entry is committed or failed and the
-/// session has ended. The summary is also pushed to `reporter`.
+/// session has ended (tried again as `--retry` allows). The summary is also pushed to
+/// `reporter`.
 pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
+    retrying(&opts.transfer, reporter, |r, retries| {
+        get_once(opts, r, retries)
+    })
+}
+
+fn get_once(
+    opts: &GetOptions,
+    reporter: &mut dyn Reporter,
+    retries: u32,
+) -> Result<Summary, SessionError> {
     let t = &opts.transfer;
     let PullPlan {
         names,
@@ -336,6 +463,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         .then(|| Root::open(&root_path))
         .transpose()?;
     let usage0 = thread_usage();
+    connecting(reporter, None);
     let Opened {
         cs,
         streams,
@@ -364,7 +492,14 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         t,
         streams,
     );
-    let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
+    let mut obs = ClientObserver::new(
+        reporter,
+        start,
+        t.interval,
+        &data,
+        counters.clone(),
+        t.stop.clone(),
+    );
     obs.notice(None, capped);
     let ClientSession {
         tx,
@@ -375,6 +510,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
     } = cs;
     let ctl = Arc::new(ControlWriter::new(tx));
     let cork = ctl.cork();
+    let stored = stored_as(&root_path, &names);
     for (path, name) in opts.paths.iter().zip(names) {
         ctl.send(&Message::Get {
             path: path.clone(),
@@ -403,8 +539,10 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
     });
     let transport = Box::new(TcpStreams::new(data, counters.clone()));
     let (totals, mut reader_usage) =
-        crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)?;
+        crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)
+            .map_err(|e| with_committed(e, &obs))?;
     obs.flush_start();
+    obs.done();
     obs.last_interval(Instant::now());
     reader_usage.add(&thread_usage().since(&usage0));
     let mut usage = totals.usage;
@@ -423,6 +561,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         receiver_cpu: Cpu::new(usage.user, usage.sys),
         sender_max_rss: totals.peer.max_rss_bytes,
         receiver_max_rss: process_usage().max_rss_bytes,
-        target: escape(opts.dest.as_os_str().as_bytes()),
+        target: stored.unwrap_or_else(|| escape(opts.dest.as_os_str().as_bytes())),
+        retries,
     }))
 }

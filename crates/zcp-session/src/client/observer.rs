@@ -10,7 +10,8 @@ use zcp_engine::RecvEngine;
 use zcp_engine::sys::tcp_info;
 
 use crate::event::{
-    Cpu, Event, Failure, FileOutcome, Interval, Observer, Reporter, Start, StreamInterval, Summary,
+    Cpu, Event, Failure, FileOutcome, Interval, Observer, Phase, Progress, Reporter, Start,
+    StreamInterval, Summary,
 };
 
 /// Failures kept in a summary (all are counted).
@@ -31,6 +32,7 @@ pub(super) struct Measured {
     pub(super) sender_max_rss: u64,
     pub(super) receiver_max_rss: u64,
     pub(super) target: String,
+    pub(super) retries: u32,
 }
 
 /// Turns a role's reports into events, and adds intervals.
@@ -57,7 +59,22 @@ pub(super) struct ClientObserver<'a> {
     /// Notices and failures that came before the engines were known; shown right after the
     /// `Start` they would otherwise have forced out early.
     early: Vec<Event>,
+    /// What the role is doing, as of the last tick.
+    phase: Phase,
+    /// Files and bytes the sender counted, once it has.
+    plan: Option<(u64, u64)>,
+    /// When the last `Progress` went out, and the bytes moved then.
+    progress_at: (Instant, u64),
+    /// When bytes last moved.
+    moved_at: Instant,
+    /// Set (to the signal's number) when the person asked the transfer to stop.
+    stop: Option<crate::client::StopFlag>,
 }
+
+/// Between two `Progress` events, at least.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// Bytes moved this recently: the phase shows as sending.
+const MOVING: Duration = Duration::from_millis(500);
 
 /// Early events kept before `Start` at most; more force it out.
 const MAX_EARLY: usize = 1000;
@@ -69,6 +86,7 @@ impl<'a> ClientObserver<'a> {
         interval: Option<Duration>,
         streams: &[TcpStream],
         counters: Vec<Arc<AtomicU64>>,
+        stop: Option<crate::client::StopFlag>,
     ) -> Self {
         let socks: Vec<TcpStream> = streams.iter().filter_map(|s| s.try_clone().ok()).collect();
         let first_retrans: Vec<u32> = socks
@@ -97,6 +115,45 @@ impl<'a> ClientObserver<'a> {
             receiver_engine: None,
             sender_engine: None,
             early: Vec::new(),
+            phase: Phase::Connecting,
+            plan: None,
+            progress_at: (now, 0),
+            moved_at: now,
+            stop,
+        }
+    }
+
+    /// Payload bytes over every stream so far.
+    fn moved(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Where the transfer is now.
+    pub(super) fn progress(&self) -> Progress {
+        Progress {
+            phase: self.phase,
+            bytes: self.moved() + self.skipped,
+            total_bytes: self.plan.map(|p| p.1),
+            files: self.files + self.failed,
+            total_files: self.plan.map(|p| p.0),
+            seconds: self.t0.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// Files and bytes committed so far.
+    pub(super) fn committed(&self) -> (u64, u64) {
+        (self.files, self.bytes)
+    }
+
+    /// The transfer is over: a last `Progress` that says so.
+    pub(super) fn done(&mut self) {
+        self.phase = Phase::Done;
+        if self.start.is_none() {
+            let p = self.progress();
+            self.reporter.event(&Event::Progress(p));
         }
     }
 
@@ -137,10 +194,12 @@ impl<'a> ClientObserver<'a> {
             });
             self.at_tick[i] = (bytes, retrans);
         }
+        let progress = self.progress();
         self.reporter.event(&Event::Interval(Interval {
             start: self.last_tick.duration_since(self.t0).as_secs_f64(),
             end: now.duration_since(self.t0).as_secs_f64(),
             streams,
+            progress,
         }));
         self.last_tick = now;
     }
@@ -199,6 +258,7 @@ impl<'a> ClientObserver<'a> {
             target: m.target,
             failed: self.failed,
             failures: self.failures.clone(),
+            retries: m.retries,
         };
         self.reporter.event(&Event::Summary(summary.clone()));
         summary
@@ -221,6 +281,7 @@ impl Observer for ClientObserver<'_> {
         receiver: &str,
         receiver_note: Option<&str>,
     ) {
+        tracing::info!(sender, receiver, "engines");
         self.receiver_engine = Some(receiver.to_string());
         self.sender_engine = Some(sender.to_string());
         if let Some(s) = self.start.as_mut() {
@@ -242,6 +303,8 @@ impl Observer for ClientObserver<'_> {
                 self.record_failure(f);
             }
             None => {
+                tracing::debug!(path = %done.path, bytes = done.bytes, skipped = done.skipped,
+                    engine = %done.engine, "committed");
                 self.files += 1;
                 self.bytes += done.bytes;
                 self.skipped += done.skipped;
@@ -269,15 +332,55 @@ impl Observer for ClientObserver<'_> {
         }
     }
 
-    fn tick(&mut self) {
+    fn tick(&mut self, phase: Phase) {
         if self.start.is_some() {
             return;
         }
-        if let Some(i) = self.interval {
-            let now = Instant::now();
-            if now >= self.last_tick + i {
-                self.interval(now);
-            }
+        let now = Instant::now();
+        let moved = self.moved();
+        if moved != self.progress_at.1 {
+            self.moved_at = now;
         }
+        // Bytes moving is sending, whatever else the role waits for.
+        self.phase = if now.duration_since(self.moved_at) < MOVING && moved > 0 {
+            Phase::Sending
+        } else {
+            phase
+        };
+        if now >= self.progress_at.0 + PROGRESS_EVERY {
+            self.progress_at = (now, moved);
+            let p = self.progress();
+            self.reporter.event(&Event::Progress(p));
+        }
+        if let Some(i) = self.interval
+            && now >= self.last_tick + i
+        {
+            self.interval(now);
+        }
+    }
+
+    fn plan(&mut self, files: u64, bytes: u64) {
+        tracing::debug!(files, bytes, "the sender counted its sources");
+        self.plan = Some((files, bytes));
+    }
+
+    fn stop(&self) -> Option<String> {
+        let signal = self.stop.as_ref()?.load(Ordering::Relaxed);
+        (signal != 0).then(|| {
+            format!(
+                "the client was interrupted ({})",
+                signal_name(signal as i32)
+            )
+        })
+    }
+}
+
+/// `SIGINT`, `SIGTERM`, ... for the signals a client stops on.
+pub(crate) fn signal_name(signal: i32) -> String {
+    match signal {
+        2 => "SIGINT".into(),
+        15 => "SIGTERM".into(),
+        1 => "SIGHUP".into(),
+        n => format!("signal {n}"),
     }
 }

@@ -36,6 +36,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
     })?;
     let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
     let peer = cs.peer.to_string();
+    tracing::info!(%peer, session = %hex::encode(cs.session_id), "authenticated");
     // The server said its limit in Welcome; ask for no more, and say so.
     let wanted = open.streams.max(1);
     open.streams = wanted.min(cs.max_streams.max(1));
@@ -94,6 +95,11 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         return Err(SessionError::Protocol { peer, reason });
     }
     let idle = Duration::from_millis(u64::from(idle_ms)).min(conn.idle_timeout);
+    tracing::info!(
+        streams,
+        idle_ms,
+        "session opened; connecting the data streams"
+    );
     let mut data = Vec::with_capacity(usize::from(streams));
     for i in 0..streams {
         let nonce = random().map_err(|source| SessionError::Io {

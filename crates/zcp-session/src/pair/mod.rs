@@ -106,7 +106,7 @@ impl Observer for Notes {
         self.notes.extend(note);
     }
 
-    fn tick(&mut self) {}
+    fn tick(&mut self, _: crate::event::Phase) {}
 }
 
 impl Notes {

@@ -195,6 +195,29 @@ impl RxFile {
         self.spec.id
     }
 
+    /// Where this file is, for progress displays.
+    pub(crate) fn stage(&self) -> crate::event::Phase {
+        use crate::event::Phase as P;
+        if self.phase == Phase::AwaitGo {
+            P::Checking
+        } else if self.settled {
+            P::Committing
+        } else if self.written + self.skipped < self.spec.plan.size() {
+            P::Sending
+        } else {
+            P::Syncing
+        }
+    }
+
+    /// Bytes of this file's chunks that are verified and durable (from this attempt or an
+    /// earlier one): what a resume would not send again.
+    pub(crate) fn durable_bytes(&self) -> u64 {
+        (self.chunks.iter().enumerate())
+            .filter(|(_, c)| c.flags & DURABLE != 0)
+            .map(|(i, _)| self.spec.plan.chunk(i as u64).1)
+            .sum()
+    }
+
     pub(crate) fn plan(&self) -> &ChunkPlan {
         &self.spec.plan
     }

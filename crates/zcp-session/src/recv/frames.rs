@@ -174,6 +174,11 @@ impl Receiving {
                 }
                 Ok(Step::Next)
             }
+            Message::Plan { files, bytes } => {
+                // For the display only, and not progress: a peer that repeats it is chatter.
+                self.report(Report::Plan { files, bytes });
+                Ok(Step::Next)
+            }
             Message::Finish => {
                 // Once: a repeated Finish is chatter.
                 if !self.finishing {

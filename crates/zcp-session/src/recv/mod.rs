@@ -410,7 +410,9 @@ fn control_loop(
     start: Usage,
 ) -> Result<(), SessionError> {
     let mut queue = Batched::new(events, &core.ctl);
+    let mut rss = zcp_engine::sys::RssPeak::default();
     loop {
+        rss.sample();
         let ev = match queue.next(Duration::from_millis(100)) {
             Ok(ev) => Some(ev),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -447,24 +449,30 @@ fn control_loop(
         }
         deliver(core, observer);
         if core.apply(|st, _| st.wants_stats()) {
-            let (stats, usage) = stats(core, start);
+            let (stats, usage) = stats(core, start, rss.sample());
             core.apply(|st, _| st.send_stats(stats, usage));
         }
-        observer.tick();
+        observer.tick(core.state.locked().phase());
+        if let Some(reason) = observer.stop() {
+            core.ctl.send_error(ErrorCode::Busy, &reason);
+            let durable = core.state.locked().durable_pending();
+            return Err(SessionError::Stopped { reason, durable });
+        }
         core.disk.reap();
         let bytes = core.bytes();
         core.apply(|st, now| st.tick(now, bytes))?;
     }
 }
 
-/// Our closing numbers: CPU time of the whole role, peak memory, bytes, files.
-fn stats(core: &RxCore, start: Usage) -> (SideStats, Usage) {
+/// Our closing numbers: CPU time of the whole role, the process's peak RSS while the role ran
+/// (`rss`, sampled: on a server, other sessions' memory is in it too), bytes, files.
+fn stats(core: &RxCore, start: Usage, rss: u64) -> (SideStats, Usage) {
     let mut usage = *core.usage.locked();
     usage.add(&thread_usage().since(&start));
     let stats = SideStats {
         cpu_user_us: usage.user.as_micros() as u64,
         cpu_sys_us: usage.sys.as_micros() as u64,
-        max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
+        max_rss_bytes: rss,
         bytes: core.bytes(),
         files: core.state.locked().totals.files,
     };

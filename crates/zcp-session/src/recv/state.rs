@@ -548,6 +548,28 @@ impl Receiving {
         self.send(Message::Stats(stats));
     }
 
+    /// Where the role is, for progress displays: the earliest stage any open file is in.
+    pub(crate) fn phase(&self) -> crate::event::Phase {
+        use crate::event::Phase as P;
+        let mut stages = self.files.values().map(RxFile::stage);
+        let rank = |p: &P| match p {
+            P::Checking => 0,
+            P::Sending => 1,
+            P::Syncing => 2,
+            _ => 3,
+        };
+        match stages.by_ref().min_by_key(rank) {
+            _ if self.preparing.is_some() => P::Checking,
+            Some(p) => p,
+            None => P::Sending,
+        }
+    }
+
+    /// Bytes verified and durable in files not yet committed (what a resume keeps).
+    pub(crate) fn durable_pending(&self) -> u64 {
+        self.files.values().map(RxFile::durable_bytes).sum()
+    }
+
     /// The clock: payload bytes seen so far over every stream (moving bytes is progress), a
     /// keep-alive about once a second while files are open (a long commit says nothing else),
     /// and the idle timeout, which only progress restarts — never chatter such as `Notice`.

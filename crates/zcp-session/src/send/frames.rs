@@ -39,8 +39,10 @@ impl Sending {
                 engine,
                 note,
                 resumed,
-                ..
+                target,
             } => {
+                // Where the first file lands, for the summary (shown escaped).
+                self.totals.stored_as.get_or_insert(target);
                 let (engine, note) = (escape_text(&engine), escape_text(&note));
                 self.on_ready(file_id, &engine, &note, resumed)?;
                 true

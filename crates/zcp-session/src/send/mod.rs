@@ -63,6 +63,8 @@ pub(crate) enum SendEvent {
     StreamDone { usage: Usage, end: Instant },
     /// A data stream broke.
     StreamFailed { stream: u16, why: String },
+    /// The sources were counted (see [`crate::manifest::tally`]).
+    Tally { files: u64, bytes: u64 },
 }
 
 impl From<Departure> for SendEvent {
@@ -137,6 +139,7 @@ pub(crate) fn run(
     observer: &mut dyn Observer,
 ) -> Result<(SenderTotals, Usage), SessionError> {
     let start = thread_usage();
+    let (tops, recursive) = walker.tops();
     let (engine, pending) = probe(&s.cfg, &mut walker);
     let counters = s.transport.counters();
     let close_streams = s.transport.closer();
@@ -162,6 +165,18 @@ pub(crate) fn run(
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
     let mut threads = Vec::new();
+    // Counted beside the walk, for progress displays only: nothing waits for it, and it
+    // gives up when the role ends.
+    let tallying = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let _tally = {
+        let (tx, on) = (tx.clone(), tallying.clone());
+        spawn("zcp-tally".into(), move || {
+            if let Some((files, bytes)) = crate::manifest::tally(tops, recursive, &on) {
+                let _ = tx.send(SendEvent::Tally { files, bytes });
+            }
+        })?
+    };
+    let _stop_tally = ClearOnDrop(tallying);
     for i in 0..hashers {
         let (q, ev, k, p) = (hash_q.clone(), tx.clone(), s.keys.clone(), s.psk.clone());
         threads.push(spawn(format!("zcp-hash-{i}"), move || {
@@ -188,6 +203,7 @@ pub(crate) fn run(
         send_q: &send_q,
         hash_q: &hash_q,
         peer: &s.peer,
+        rss: Default::default(),
     };
     let outcome = drive(&mut sm, &mut io, &events, &mut walker, observer, &counters);
     send_q.close();
@@ -219,7 +235,7 @@ pub(crate) fn run(
     let mine = SideStats {
         cpu_user_us: usage.user.as_micros() as u64,
         cpu_sys_us: usage.sys.as_micros() as u64,
-        max_rss_bytes: zcp_engine::sys::process_usage().max_rss_bytes,
+        max_rss_bytes: io.rss.sample(),
         bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
         files: sm.totals.files,
     };
@@ -229,6 +245,15 @@ pub(crate) fn run(
     Ok((sm.totals, reader_usage))
 }
 
+/// Clears its flag when dropped: a helper watching it stops.
+struct ClearOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Where the loop carries the role's outputs.
 struct Io<'a> {
     reader: &'a Reader,
@@ -236,6 +261,8 @@ struct Io<'a> {
     send_q: &'a Queue<crate::transport::OutChunk>,
     hash_q: &'a Queue<HashJob>,
     peer: &'a str,
+    /// The process's peak RSS while the role runs.
+    rss: zcp_engine::sys::RssPeak,
 }
 
 impl Io<'_> {
@@ -300,7 +327,15 @@ fn drive(
         io.carry_out(sm, observer)?;
         let next = queue.next(TICK);
         // Every turn, not only when idle: a busy transfer never waits a whole TICK.
-        observer.tick();
+        observer.tick(sm.phase());
+        io.rss.sample();
+        if let Some(reason) = observer.stop() {
+            io.ctl.send_error(ErrorCode::Busy, &reason);
+            return Err(SessionError::Stopped {
+                reason,
+                durable: sm.durable_pending(),
+            });
+        }
         let bytes: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();
         sm.tick(Instant::now(), bytes, io.peer)?;
         let ev = match next {
@@ -331,6 +366,7 @@ fn drive(
                 });
             }
             SendEvent::StreamDone { usage, end } => sm.stream_done(usage, end),
+            SendEvent::Tally { files, bytes } => sm.plan(files, bytes),
         }
         if sm.done() {
             return io.carry_out(sm, observer);

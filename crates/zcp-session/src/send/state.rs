@@ -110,6 +110,8 @@ pub(crate) struct SenderTotals {
     pub(crate) data_usage: Usage,
     /// The receiver's closing numbers.
     pub(crate) peer: SideStats,
+    /// Where the receiver said the first file lands (its final path beneath the root).
+    pub(crate) stored_as: Option<Vec<u8>>,
 }
 
 /// Ask the loop whether a file's source is still what it was, before its `FileEnd`.
@@ -212,6 +214,41 @@ impl Sending {
     /// The session moved forward: the idle clock restarts.
     pub(crate) fn progress(&mut self, now: Instant) {
         self.last_progress = now;
+    }
+
+    /// The walk was counted: tell the receiver and the person.
+    pub(crate) fn plan(&mut self, files: u64, bytes: u64) {
+        self.send(Message::Plan { files, bytes });
+        self.report(Report::Plan { files, bytes });
+    }
+
+    /// Where the role is, for progress displays: the earliest stage any open file is in
+    /// (chunks handed to the transport but not acknowledged count as being verified; the
+    /// observer shows `Sending` while bytes move).
+    pub(crate) fn phase(&self) -> crate::event::Phase {
+        use crate::event::Phase as P;
+        let stage = |f: &OutFile| match f.state {
+            State::Announced | State::Checking => (0, P::Checking),
+            State::Sending => (1, P::Syncing),
+            State::Ending => (2, P::Committing),
+        };
+        match self.open.values().map(stage).min_by_key(|(r, _)| *r) {
+            Some((_, p)) => p,
+            None if self.finishing => P::Committing,
+            None => P::Sending,
+        }
+    }
+
+    /// Bytes the receiver acknowledged as verified and durable in files not yet committed.
+    pub(crate) fn durable_pending(&self) -> u64 {
+        (self.open.values())
+            .map(|f| {
+                (f.acked.iter().enumerate())
+                    .filter(|(_, a)| **a)
+                    .map(|(i, _)| f.plan.chunk(i as u64).1)
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// Whether another entry may be announced: room for one more file of the largest plan,

@@ -52,6 +52,8 @@ struct ServerObserver<'a> {
     failures: Vec<&'static str>,
     /// Notices so far, logged or not.
     notices: u64,
+    /// Set when the server is stopping.
+    shutdown: &'a std::sync::atomic::AtomicBool,
 }
 
 impl ServerObserver<'_> {
@@ -135,7 +137,13 @@ impl Observer for ServerObserver<'_> {
         }
     }
 
-    fn tick(&mut self) {}
+    fn tick(&mut self, _: crate::event::Phase) {}
+
+    fn stop(&self) -> Option<String> {
+        self.shutdown
+            .load(Ordering::Relaxed)
+            .then(|| "the server is shutting down".to_string())
+    }
 }
 
 /// A session's control connection, before its role takes it over.
@@ -220,6 +228,10 @@ struct Grant {
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
 fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
+    if ctx.shutdown.load(Ordering::Relaxed) {
+        let m = "the server is shutting down".to_string();
+        return Err(c.refuse(ErrorCode::Busy, m));
+    }
     let unknown = |what: &str, name: &str, known: Vec<&str>| {
         c.refuse(
             ErrorCode::Protocol,
@@ -291,6 +303,7 @@ pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
         files: 0,
         failures: Vec::new(),
         notices: 0,
+        shutdown: &ctx.shutdown,
     };
     let result = serve(ctx, session, j, &mut observer);
     session.set_role(SessionRole::Closed);

@@ -213,6 +213,10 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             dest: r.bytes(MAX_PATH, "requested destination")?,
         },
         code::GET_END => Message::GetEnd,
+        code::PLAN => Message::Plan {
+            files: r.u64()?,
+            bytes: r.u64()?,
+        },
         code::NOTICE => Message::Notice {
             message: r.text(MAX_TEXT, "notice")?,
         },

@@ -188,6 +188,9 @@ impl Message {
             Message::Progress { file_id, bytes } => {
                 w.u32(*file_id).u64(*bytes);
             }
+            Message::Plan { files, bytes } => {
+                w.u64(*files).u64(*bytes);
+            }
             Message::Get { path, dest } => {
                 w.bytes(path).bytes(dest);
             }

@@ -405,6 +405,15 @@ pub enum Message {
     Finish,
     /// Each side's resource use at the end: the receiver's after `Finish`, then the sender's.
     Stats(SideStats),
+    /// Sender -> receiver, at most once, when the sender has counted its sources: how many
+    /// files and bytes the session will announce. For progress displays only; a receiver
+    /// never trusts it for anything else.
+    Plan {
+        /// Regular files to send.
+        files: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
 }
 
 /// Message type codes. `0x10` and above are sealed.
@@ -439,10 +448,11 @@ pub(crate) mod code {
     pub(crate) const NOTICE: u8 = 0x24;
     pub(crate) const FINISH: u8 = 0x25;
     pub(crate) const STATS: u8 = 0x26;
+    pub(crate) const PLAN: u8 = 0x27;
     /// First sealed type code.
     pub(crate) const FIRST_SEALED: u8 = 0x10;
     /// Last known type code.
-    pub(crate) const LAST: u8 = 0x26;
+    pub(crate) const LAST: u8 = 0x27;
 }
 
 /// A decoded frame header.
@@ -538,6 +548,7 @@ impl Message {
             Message::Notice { .. } => NOTICE,
             Message::Finish => FINISH,
             Message::Stats(_) => STATS,
+            Message::Plan { .. } => PLAN,
         }
     }
 
@@ -578,6 +589,7 @@ impl Message {
             Message::GetEnd => "GetEnd",
             Message::Notice { .. } => "Notice",
             Message::Finish => "Finish",
+            Message::Plan { .. } => "Plan",
             Message::Stats(_) => "Stats",
         }
     }

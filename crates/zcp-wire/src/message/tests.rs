@@ -137,6 +137,10 @@ fn file_samples() -> Vec<Message> {
             file_id: 2,
             bytes: 1 << 40,
         },
+        Message::Plan {
+            files: 10_000,
+            bytes: u64::MAX,
+        },
         Message::Get {
             path: b"data/run1".to_vec(),
             dest: b"local".to_vec(),

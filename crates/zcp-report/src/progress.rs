@@ -1,0 +1,162 @@
+//! The live progress line (`indicatif`): bytes done of the total, percent, the current and the
+//! average rate, ETA, files done of the total, and the phase, so that the end of a transfer
+//! (the receiver verifying, syncing, renaming) never looks like a stall. It wraps another
+//! reporter (the text report): every other event is printed by that one, with the line lifted
+//! out of the way while it prints.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use zcp_session::{Event, Phase, Progress, Reporter};
+
+use crate::units::{bits_per_second, rate, size};
+
+/// Where the line is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarTarget {
+    /// Redrawn in place on standard error, ten times a second (only when it is a terminal).
+    Terminal,
+    /// One plain line a second (and the last one) on standard error, for logs and pipes
+    /// (`--progress` when standard error is not a terminal).
+    Lines,
+}
+
+/// A reporter that draws the progress line and hands every other event to `inner`.
+#[derive(Debug)]
+pub struct ProgressReport<R: Reporter> {
+    /// The line on a terminal; `None` for plain lines.
+    bar: Option<ProgressBar>,
+    /// When the last plain line was written.
+    printed: Option<Instant>,
+    inner: R,
+    /// Bytes and time of the samples the current rate is taken over (about a second).
+    window: std::collections::VecDeque<(Instant, u64)>,
+    /// Interval lines are printed too (`-i` given with `--progress`).
+    intervals: bool,
+}
+
+impl<R: Reporter> ProgressReport<R> {
+    /// A progress line on `target`, other events to `inner`; interval events are passed on
+    /// only when `intervals`.
+    pub fn new(inner: R, target: BarTarget, intervals: bool) -> Self {
+        let bar = (target == BarTarget::Terminal).then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10));
+            bar.set_style(ProgressStyle::with_template("{msg}").expect("the template is valid"));
+            bar
+        });
+        ProgressReport {
+            bar,
+            printed: None,
+            inner,
+            window: Default::default(),
+            intervals,
+        }
+    }
+
+    /// Takes the line off the screen (before an error is printed).
+    pub fn clear(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+
+    /// The wrapped reporter back.
+    pub fn into_inner(mut self) -> R {
+        self.clear();
+        self.inner
+    }
+
+    fn update(&mut self, p: &Progress) {
+        let now = Instant::now();
+        self.window.push_back((now, p.bytes));
+        while self.window.len() > 2 && now.duration_since(self.window[0].0) > Duration::from_secs(1)
+        {
+            self.window.pop_front();
+        }
+        let (t0, b0) = self.window[0];
+        let current = bits_per_second(
+            p.bytes.saturating_sub(b0),
+            now.duration_since(t0).as_secs_f64(),
+        );
+        let text = line(p, current);
+        match &self.bar {
+            Some(b) => {
+                b.set_message(text);
+                b.tick();
+            }
+            None => {
+                // A line a second, and the last one.
+                let due = self
+                    .printed
+                    .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
+                if due || p.phase == Phase::Done {
+                    self.printed = Some(now);
+                    let _ = writeln!(std::io::stderr(), "{text}");
+                }
+            }
+        }
+    }
+}
+
+/// The progress line for `p`, with `current` the rate over the last second (bits/s).
+pub fn line(p: &Progress, current: f64) -> String {
+    let mut s = format!("{:<22}", p.phase.name());
+    match p.total_bytes {
+        Some(total) if total > 0 => {
+            let pct = (p.bytes.min(total) as f64 * 100.0 / total as f64).floor();
+            let _ = write!(
+                s,
+                " {} of {} {pct:>3.0}%",
+                size(p.bytes.min(total)),
+                size(total)
+            );
+        }
+        Some(_) => s.push_str(" 0 B of 0 B 100%"),
+        None => {
+            let _ = write!(s, " {} of ?", size(p.bytes));
+        }
+    }
+    let avg = bits_per_second(p.bytes, p.seconds);
+    let _ = write!(s, "  {} now, {} avg", rate(current), rate(avg));
+    let eta = match (p.total_bytes, p.phase) {
+        (_, Phase::Done) => Some(0.0),
+        (Some(total), _) if avg > 0.0 => Some(total.saturating_sub(p.bytes) as f64 * 8.0 / avg),
+        _ => None,
+    };
+    match eta {
+        Some(e) => {
+            let e = e.round() as u64;
+            let _ = write!(s, "  ETA {}:{:02}:{:02}", e / 3600, e / 60 % 60, e % 60);
+        }
+        None => s.push_str("  ETA --:--:--"),
+    }
+    match p.total_files {
+        Some(t) if t != 1 => {
+            let _ = write!(s, "  {}/{} files", p.files, t);
+        }
+        None if p.files > 0 => {
+            let _ = write!(s, "  {} files", p.files);
+        }
+        _ => {}
+    }
+    s
+}
+
+impl<R: Reporter> Reporter for ProgressReport<R> {
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::Progress(p) => self.update(p),
+            Event::Interval(_) if !self.intervals => {}
+            Event::Summary(_) => {
+                self.clear();
+                self.inner.event(event);
+            }
+            other => match &self.bar {
+                Some(b) => b.suspend(|| self.inner.event(other)),
+                None => self.inner.event(other),
+            },
+        }
+    }
+}

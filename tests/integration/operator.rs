@@ -1,0 +1,446 @@
+//! What an operator expects of the command line: a progress line (in a real pseudo-terminal,
+//! and `--progress` in a pipe), `-q` and `-v`, SIGINT/SIGTERM on each side then a resumed
+//! run, `--retry` across a server restart, a dual-stack server, timestamped server logs, and
+//! the summary naming where a file was stored.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// Waits (at most `secs`) until the receiver made at least one chunk of `target` durable.
+fn wait_journaled(target: &Path, secs: u64) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if journaled(target) > 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// Sends `sig` to a process.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child this test spawned; no memory is involved.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(rc, 0, "kill {pid} {sig}");
+}
+
+/// A sender of `src` to `dest`, spawned with its output piped.
+fn spawn_send(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -> Child {
+    send_cmd(port, key, src, dest, extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zcp send")
+}
+
+/// Options that keep a 256 MiB transfer going long enough to interrupt it with small,
+/// early-journaled chunks.
+const SLOW: &[&str] = &["-i", "0", "--chunk-size", "1M", "--recv-engine", "rw"];
+
+#[test]
+fn progress_line_in_a_pseudo_terminal() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 96 << 20, 1);
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors into the two ints; the other arguments may be
+    // null. Each descriptor is owned exactly once below.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both are fresh descriptors from openpty, owned by nothing else.
+    #[allow(unsafe_code)]
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let child = send_cmd(server.port, &env.key, &src, "dst/", &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(master);
+        let mut v = Vec::new();
+        // Ends with EIO once the child's end of the terminal is closed.
+        let _ = std::io::Read::read_to_end(&mut f, &mut v);
+        v
+    });
+    let o = wait_output(child, 60);
+    let terminal = text(&reader.join().unwrap());
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(
+        terminal.contains('%') && terminal.contains("ETA"),
+        "{terminal:?}"
+    );
+    assert!(terminal.contains("of 96.0 MiB"), "{terminal:?}");
+    // On a terminal the line takes the interval lines' place; the summary stays.
+    let out = text(&o.stdout);
+    assert!(!out.contains(" sec ") || out.contains("sent"), "{out}");
+    assert!(out.contains("Stored:   dst/src.bin"), "{out}");
+}
+
+#[test]
+fn progress_lines_in_a_pipe_show_totals_phases_and_files() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let tree = env.mkdir("tree");
+    for i in 0..5 {
+        make_dense(&tree.join(format!("f{i}")), 4 << 20, i);
+    }
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let o = run(
+        send_cmd(server.port, &env.key, &tree, "in", &["-r", "--progress"]),
+        60,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    let err = text(&o.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("done"), "{err}");
+    assert!(last.contains("20.0 MiB of 20.0 MiB 100%"), "{err}");
+    assert!(last.contains("ETA") && last.contains("5/5 files"), "{err}");
+    // The same from the other side: a get learns the totals from the server.
+    let back = env.path("back");
+    let o = run(
+        get_cmd(
+            server.port,
+            &env.key,
+            &["in/tree"],
+            &back,
+            &["-r", "--progress"],
+        ),
+        60,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(err.lines().last().unwrap().contains("5/5 files"), "{err}");
+    assert!(same_file(&tree.join("f3"), &back.join("f3")));
+}
+
+#[test]
+fn json_stream_intervals_carry_the_phase_and_totals() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 32 << 20, 2);
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let o = run(
+        send_cmd(
+            server.port,
+            &env.key,
+            &src,
+            "f",
+            &["--json-stream", "-i", "0.05"],
+        ),
+        60,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    let lines: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let intervals: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["type"] == "interval").collect();
+    assert!(!intervals.is_empty(), "{lines:?}");
+    for i in &intervals {
+        let p = &i["data"]["progress"];
+        assert_eq!(p["total_bytes"], 32 << 20, "{p}");
+        assert!(p["phase"].is_string(), "{p}");
+    }
+    let end = lines.iter().find(|l| l["type"] == "end").unwrap();
+    assert_eq!(end["data"]["retries"], 0);
+    assert_eq!(end["data"]["target"], "f");
+}
+
+#[test]
+fn quiet_prints_nothing_and_verbose_logs() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 1 << 20, 3);
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let o = run(send_cmd(server.port, &env.key, &src, "q", &["-q"]), 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(both(&o).trim(), "", "-q printed something");
+    let o = run(
+        send_cmd(server.port, &env.key, &src, "v", &["-q", "-vv"]),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("INFO") && err.contains("authenticated"),
+        "{err}"
+    );
+    assert!(err.contains("DEBUG") && err.contains("committed"), "{err}");
+    // -q still says what failed.
+    let o = run(
+        send_cmd(server.port, &env.key, &env.path("missing"), "x", &["-q"]),
+        30,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(text(&o.stderr).contains("missing"), "{}", both(&o));
+}
+
+#[test]
+fn sigint_stops_the_sender_cleanly_and_the_same_command_resumes() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 256 << 20, 4);
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let target = root.join("s.bin");
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let _ = std::fs::remove_file(&target);
+        let child = spawn_send(server.port, &env.key, &src, "s.bin", SLOW);
+        assert!(wait_journaled(&target, 30), "no chunk became durable");
+        signal(child.id(), sig);
+        let o = wait_output(child, 30);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{}", both(&o));
+        assert!(err.contains("interrupted"), "{err}");
+        assert!(
+            err.contains("run the same command again to resume"),
+            "{err}"
+        );
+        // Nothing under the final name; what was durable is kept for the next run.
+        assert!(!target.exists());
+        let held = journaled(&target);
+        assert!(held > 0);
+        let (o, v) = send_json(server.port, &env.key, &src, "s.bin", SLOW, 60);
+        assert!(o.status.success(), "{}", both(&o));
+        assert!(
+            v["end"]["resume"]["bytes_skipped"].as_u64().unwrap() >= held,
+            "{v}"
+        );
+        assert!(same_file(&src, &target));
+    }
+}
+
+#[test]
+fn sigint_stops_a_get_and_the_same_command_resumes() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    make_dense(&root.join("g.bin"), 256 << 20, 5);
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let dest = env.path("g.bin");
+    let child = get_cmd(server.port, &env.key, &["g.bin"], &dest, SLOW)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_journaled(&dest, 30), "no chunk became durable");
+    signal(child.id(), libc::SIGINT);
+    let o = wait_output(child, 30);
+    assert_eq!(o.status.code(), Some(130), "{}", both(&o));
+    assert!(!dest.exists());
+    let held = journaled(&dest);
+    assert!(held > 0);
+    let mut args = vec!["-J"];
+    args.extend_from_slice(SLOW);
+    let o = run(get_cmd(server.port, &env.key, &["g.bin"], &dest, &args), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["end"]["resume"]["bytes_skipped"].as_u64().unwrap() >= held,
+        "{v}"
+    );
+    assert!(same_file(&root.join("g.bin"), &dest));
+}
+
+#[test]
+fn sigterm_drains_the_server_and_a_retry_resumes_after_its_restart() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 256 << 20, 6);
+    let mut server = ServerProc::start(&root, &env.key, &[]);
+    let port = server.port;
+    let target = root.join("r.bin");
+    // Without --retry: the client hears why, and how to resume.
+    let child = spawn_send(port, &env.key, &src, "r.bin", SLOW);
+    assert!(wait_journaled(&target, 30), "no chunk became durable");
+    let t = Instant::now();
+    signal(server.pid(), libc::SIGTERM);
+    assert_eq!(server.exit_code(15), Some(0), "{}", server.log());
+    assert!(t.elapsed() < Duration::from_secs(12));
+    assert!(server.log().contains("shutting down"), "{}", server.log());
+    let o = wait_output(child, 30);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(err.contains("the server is shutting down"), "{err}");
+    assert!(
+        err.contains("run the same command again to resume"),
+        "{err}"
+    );
+    assert!(!target.exists() && journaled(&target) > 0);
+
+    // With --retry: the server goes away mid-transfer and comes back on the same port.
+    let server = ServerProc::start(&root, &env.key, &["-p", &port.to_string()]);
+    let _ = std::fs::remove_file(&target);
+    let mut args = vec!["-J", "--retry", "8", "--retry-wait", "0.2"];
+    args.extend_from_slice(SLOW);
+    let child = spawn_send(port, &env.key, &src, "r.bin", &args);
+    assert!(wait_journaled(&target, 30), "no chunk became durable");
+    let mut server = server;
+    signal(server.pid(), libc::SIGTERM);
+    assert_eq!(server.exit_code(15), Some(0));
+    let _back = ServerProc::start(&root, &env.key, &["-p", &port.to_string()]);
+    let o = wait_output(child, 90);
+    assert!(o.status.success(), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["end"]["retries"].as_u64().unwrap() >= 1, "{v}");
+    assert!(
+        v["end"]["resume"]["bytes_skipped"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    // Why the first try ended: the server's word, or the stream it closed (whichever the
+    // client heard first).
+    assert!(v["retries"][0]["reason"].is_string(), "{v}");
+    assert!(same_file(&src, &target));
+}
+
+#[test]
+fn retry_gives_up_after_n_tries_and_skips_what_cannot_mend() {
+    let env = Env::new();
+    let src = env.path("src.bin");
+    make_dense(&src, 1 << 20, 7);
+    // Nothing listens on this port: connecting fails each time.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Instant::now();
+    let o = run(
+        send_cmd(
+            port,
+            &env.key,
+            &src,
+            "x",
+            &["--retry", "2", "--retry-wait", "0.1"],
+        ),
+        30,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("attempt 2 of 3") && out.contains("attempt 3 of 3"),
+        "{out}"
+    );
+    // 0.1 s, then 0.2 s: backoff.
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    // A wrong key is not retried.
+    let root = env.mkdir("root");
+    let other = env.path("other.key");
+    assert!(
+        run(
+            {
+                let mut c = zcp();
+                c.args(["keygen", "--output"]).arg(&other);
+                c
+            },
+            10
+        )
+        .status
+        .success()
+    );
+    let server = ServerProc::start(&root, &other, &[]);
+    let o = run(
+        send_cmd(server.port, &env.key, &src, "x", &["--retry", "3"]),
+        30,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", both(&o));
+    assert!(!text(&o.stdout).contains("attempt 2"), "{}", both(&o));
+}
+
+#[test]
+fn the_server_listens_on_both_families_by_default_and_on_one_with_4_or_6() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 1 << 20, 8);
+    let mut c = zcp();
+    c.arg("serve");
+    let server = ServerProc::spawn(c, &root, &env.key, &[]);
+    if !server.log().contains("listening on [::]") {
+        eprintln!("skipped: this host has no IPv6 ({})", server.log());
+        return;
+    }
+    let to = |host: &str, port: u16, name: &str| {
+        let mut c = zcp();
+        c.args(["send", "-i", "0", "-p", &port.to_string(), "--key-file"])
+            .arg(&env.key)
+            .arg(&src)
+            .arg(format!("{host}:{name}"));
+        run(c, 30)
+    };
+    assert!(to("[::1]", server.port, "six").status.success());
+    assert!(to("127.0.0.1", server.port, "four").status.success());
+    assert!(same_file(&src, &root.join("six")) && same_file(&src, &root.join("four")));
+    // The log: RFC 3339 timestamps, the peer and direction on each session line.
+    let log = server.log();
+    let line = log.lines().find(|l| l.contains("stored six")).unwrap();
+    let stamp = line.split(' ').next().unwrap();
+    assert!(
+        stamp.len() >= 20 && stamp.ends_with('Z') && stamp.contains('T'),
+        "{line}"
+    );
+    assert!(line.contains("(push from [::1]:"), "{line}");
+    // A pull is logged as sent.
+    let o = run(
+        get_cmd(server.port, &env.key, &["six"], &env.path("back"), &[]),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(
+        server.wait_log("sent (stored by the client) six", 10),
+        "{}",
+        server.log()
+    );
+
+    for (flag, ok, refused) in [("-4", "127.0.0.1", "[::1]"), ("-6", "[::1]", "127.0.0.1")] {
+        let mut c = zcp();
+        c.args(["serve", flag]);
+        let s = ServerProc::spawn(c, &root, &env.key, &[]);
+        assert!(to(ok, s.port, "ok").status.success(), "{flag}");
+        let o = to(refused, s.port, "no");
+        assert_eq!(o.status.code(), Some(1), "{flag}: {}", both(&o));
+        assert!(text(&o.stderr).contains("cannot connect"), "{}", both(&o));
+    }
+}
+
+/// `zcp get` of `paths` from 127.0.0.1:`port` into `dest`.
+fn get_cmd(
+    port: u16,
+    key: &Path,
+    paths: &[&str],
+    dest: &Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut c = zcp();
+    c.args(["get", "-p", &port.to_string(), "--key-file"])
+        .arg(key)
+        .args(extra);
+    for p in paths {
+        c.arg(format!("127.0.0.1:{p}"));
+    }
+    c.arg(dest);
+    c
+}
