@@ -1,6 +1,6 @@
 //! The command-line surface: one file per subcommand, shared argument parsers here. Flag
 //! letters follow iperf3 where the meaning matches (`-p`, `-i`, `-J`); targets follow scp
-//! (`HOST:PATH`, `[v6addr]:PATH`).
+//! (`HOST:PATH`, `[v6addr]:PATH`) or are `zcp://` URLs (target.rs).
 
 mod bench;
 mod demo;
@@ -9,12 +9,15 @@ mod get;
 mod keygen;
 mod send;
 mod serve;
+mod target;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_session::SessionError;
+
+pub(crate) use target::parse_target;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success; 1 failure (network, I/O, protocol); 2 bad usage;
@@ -265,45 +268,15 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is too large"))
 }
 
-/// `HOST:PATH` or `[IPV6]:PATH`, as scp writes them. `HOST:` alone means the server root.
-/// The path keeps its exact bytes (Linux names need not be UTF-8); the host must be text.
-pub(crate) fn parse_target(arg: &std::ffi::OsStr) -> Result<(String, Vec<u8>), String> {
-    use std::os::unix::ffi::OsStrExt;
-    let raw = arg.as_bytes();
-    let shown = zcp_wire::escape(raw);
-    let (host, path) = if let Some(rest) = raw.strip_prefix(b"[") {
-        let close = rest
-            .iter()
-            .position(|b| *b == b']')
-            .ok_or_else(|| format!("{shown}: an IPv6 address needs a closing ']'"))?;
-        let path = rest[close + 1..]
-            .strip_prefix(b":")
-            .ok_or_else(|| format!("{shown}: expected ':' after ']' (write [ADDR]:PATH)"))?;
-        (&rest[..close], path)
-    } else {
-        let colon = raw
-            .iter()
-            .position(|b| *b == b':')
-            .ok_or_else(|| format!("{shown} is not HOST:PATH (write host:dir/ or host:file)"))?;
-        (&raw[..colon], &raw[colon + 1..])
-    };
-    let host = std::str::from_utf8(host).map_err(|_| format!("{shown}: the host is not text"))?;
-    if host.is_empty() {
-        return Err(format!("{shown} has no host before ':'"));
-    }
-    let path = if path.is_empty() { b"." } else { path };
-    Ok((host.to_string(), path.to_vec()))
-}
-
 /// Most data streams one transfer may ask for.
 const MAX_STREAMS: u16 = 64;
 
 /// Connection flags shared by `send` and `get`.
 #[derive(Debug, Clone, Args)]
 struct ConnArgs {
-    /// Server port.
-    #[arg(short = 'p', long, default_value_t = zcp_session::DEFAULT_PORT)]
-    port: u16,
+    /// Server port [default: 5310, or the port a zcp:// target names].
+    #[arg(short = 'p', long)]
+    port: Option<u16>,
     /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
@@ -316,8 +289,19 @@ struct ConnArgs {
 }
 
 impl ConnArgs {
-    fn connection(&self, host: String) -> anyhow::Result<zcp_session::Connection> {
-        if self.port == 0 {
+    /// The connection to `host`; `url_port` is the port its zcp:// target named, if any.
+    fn connection(
+        &self,
+        host: String,
+        url_port: Option<u16>,
+    ) -> anyhow::Result<zcp_session::Connection> {
+        let port = match (self.port, url_port) {
+            (Some(p), Some(u)) if p != u => {
+                usage!("-p {p} and the zcp:// target's port {u} disagree; give the port once")
+            }
+            (p, u) => u.or(p).unwrap_or(zcp_session::DEFAULT_PORT),
+        };
+        if port == 0 {
             usage!(
                 "-p/--port 0 names no server; give the port zcp serve listens on (default {})",
                 zcp_session::DEFAULT_PORT
@@ -332,7 +316,7 @@ impl ConnArgs {
         let psk = key_arg(&self.key_file)?;
         Ok(zcp_session::Connection {
             host,
-            port: self.port,
+            port,
             psk,
             connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
             idle_timeout: std::time::Duration::from_secs(self.idle_timeout),
@@ -395,23 +379,6 @@ mod tests {
                 .unwrap_err()
                 .contains("too large")
         );
-    }
-
-    #[test]
-    fn targets() {
-        use std::os::unix::ffi::OsStrExt;
-        let t = |s: &[u8]| parse_target(std::ffi::OsStr::from_bytes(s));
-        assert_eq!(t(b"host:dir/f"), Ok(("host".into(), b"dir/f".to_vec())));
-        assert_eq!(t(b"[::1]:x"), Ok(("::1".into(), b"x".to_vec())));
-        assert_eq!(t(b"h:"), Ok(("h".into(), b".".to_vec())));
-        assert_eq!(t(b"h:a:b"), Ok(("h".into(), b"a:b".to_vec())));
-        assert_eq!(
-            t(b"h:odd\xffname"),
-            Ok(("h".into(), b"odd\xffname".to_vec()))
-        );
-        assert!(t(b"nocolon").is_err());
-        assert!(t(b":x").is_err());
-        assert!(t(b"[::1]x").is_err());
     }
 
     #[test]
