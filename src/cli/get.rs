@@ -8,7 +8,18 @@ use zcp_session::{GetOptions, get};
 
 use super::{ConnArgs, TransferArgs};
 
+/// `zcp get --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp get dtn.example.org:run42/big.h5 .           # into the current directory
+  zcp get dtn.example.org:run42/big.h5 copy.h5     # ... under a new name
+  zcp get -r -P 4 dtn.example.org:archive/run42 restore/
+                                                   # a tree, 4 parallel streams
+  zcp get dtn.example.org:a.h5 dtn.example.org:b.h5 in/
+                                                   # several paths from one server
+  zcp get zcp://[2001:db8::7]:6000/run42/big.h5 .  # a URL: IPv6 address and port";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, true))]
 pub(crate) struct GetArgs {
     #[command(flatten)]
     conn: ConnArgs,

@@ -19,11 +19,34 @@ use zcp_session::SessionError;
 
 pub(crate) use target::parse_target;
 
-const AFTER_HELP: &str = "\
-Exit codes: 0 success; 1 failure (network, I/O, protocol); 2 bad usage;
+/// `zcp --help`'s examples, each a command line the tests parse.
+const EXAMPLES: &str = "\
+  zcp demo                                         # try it on loopback: 1 GiB, verified
+  zcp keygen -o ~/.config/zcp/key                  # once; copy the file to the other host
+  zcp serve --root /data/incoming                  # on the receiving host
+  zcp send -r -P 4 run42/ dtn.example.org:archive/ # a tree, 4 parallel streams
+  zcp get dtn.example.org:archive/run42/big.h5 .   # the other direction
+
+Targets: HOST:PATH, [IPV6]:PATH or zcp://HOST[:PORT]/PATH, relative to the server's --root.
+`zcp COMMAND --help` has more examples.";
+
+const EXIT_CODES: &str = "\
+0 success; 1 failure (network, I/O, protocol); 2 bad usage;
 3 key or authentication problem; 4 the receiver refused the destination;
 5 integrity: the data did not verify or the source changed while being sent;
 23 partial: some entries arrived and others did not (each is named).";
+
+/// The closing sections of a help text: `examples` and, if `exit_codes`, the exit codes,
+/// headed as clap heads its own sections. The examples' first line comes unindented (a `\`
+/// continuation eats the leading spaces) and is given the others' indent here.
+fn after_help(examples: &str, exit_codes: bool) -> clap::builder::StyledStr {
+    let h = clap::builder::Styles::styled().get_header().to_owned();
+    let mut text = format!("{h}Examples:{h:#}\n  {}", examples.trim_start());
+    if exit_codes {
+        text.push_str(&format!("\n\n{h}Exit codes:{h:#} {EXIT_CODES}"));
+    }
+    text.into()
+}
 
 /// A usage mistake found before any work: exit code 2, with what to fix.
 #[derive(Debug)]
@@ -48,7 +71,7 @@ pub(crate) use usage;
 /// Move very large files between Linux hosts with the kernel's zero-copy paths, verified
 /// with keyed BLAKE3 and stored durably.
 #[derive(Debug, Parser)]
-#[command(name = "zcp", version, after_help = AFTER_HELP)]
+#[command(name = "zcp", version, after_help = after_help(EXAMPLES, true))]
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -379,6 +402,94 @@ mod tests {
                 .unwrap_err()
                 .contains("too large")
         );
+    }
+
+    /// `(command, examples)` for every help text that has examples.
+    const ALL_EXAMPLES: [(&str, &str); 8] = [
+        ("", EXAMPLES),
+        ("demo", demo::EXAMPLES),
+        ("keygen", keygen::EXAMPLES),
+        ("serve", serve::EXAMPLES),
+        ("send", send::EXAMPLES),
+        ("get", get::EXAMPLES),
+        ("bench", bench::EXAMPLES),
+        ("doctor", doctor::EXAMPLES),
+    ];
+
+    /// The words of one example line, as a shell would split them (single quotes only),
+    /// without its `# comment`.
+    fn words(line: &str) -> Vec<String> {
+        let command = line.split(" #").next().unwrap_or_default();
+        let mut words = Vec::new();
+        let (mut word, mut quoted, mut any) = (String::new(), false, false);
+        for c in command.chars() {
+            match c {
+                '\'' => (quoted, any) = (!quoted, true),
+                c if c.is_whitespace() && !quoted => {
+                    if any {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                c => {
+                    word.push(c);
+                    any = true;
+                }
+            }
+        }
+        assert!(!quoted, "unbalanced quote in {line:?}");
+        if any {
+            words.push(word);
+        }
+        words
+    }
+
+    #[test]
+    fn every_example_is_a_command_line_zcp_accepts() {
+        use clap::Parser;
+        let mut seen = 0;
+        for (command, examples) in ALL_EXAMPLES {
+            let mut own = 0;
+            for line in examples
+                .lines()
+                .filter(|l| l.trim_start().starts_with("zcp "))
+            {
+                let args = words(line);
+                assert!(
+                    command.is_empty() || args[1] == command,
+                    "{command}: {line:?} belongs to another command"
+                );
+                let cli = Cli::try_parse_from(&args)
+                    .unwrap_or_else(|e| panic!("{line:?} does not parse:\n{e}"));
+                // The targets, too: an example never shows a spelling zcp refuses.
+                match &cli.command {
+                    Command::Send(_) => {
+                        parse_target(std::ffi::OsStr::new(args.last().unwrap())).unwrap();
+                    }
+                    Command::Get(_) => {
+                        for t in &args[2..args.len() - 1] {
+                            if !t.starts_with('-') && t.contains(':') {
+                                parse_target(std::ffi::OsStr::new(t)).unwrap();
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                own += 1;
+            }
+            assert!(own >= 3, "{command}: {own} examples");
+            seen += own;
+        }
+        assert!(seen >= 30, "{seen} examples");
+    }
+
+    #[test]
+    fn example_words_split_as_a_shell_would() {
+        assert_eq!(
+            words("  zcp send  a '[::1]:b c'   # comment"),
+            ["zcp", "send", "a", "[::1]:b c"]
+        );
+        assert_eq!(words("zcp x ''"), ["zcp", "x", ""]);
     }
 
     #[test]

@@ -8,7 +8,24 @@ use zcp_session::{SendOptions, send};
 
 use super::{ConnArgs, TransferArgs};
 
+/// `zcp send --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp send big.h5 dtn.example.org:run42/           # stores ROOT/run42/big.h5 on the server
+  zcp send big.h5 dtn.example.org:run42/a.h5       # ... under a new name
+  zcp send -r -P 4 run42/ obs/ dtn.example.org:archive
+                                                   # two trees, 4 parallel streams
+  zcp send --key-file ~/keys/dtn.key -p 6000 big.h5 dtn.example.org:
+                                                   # another key and port; into the root
+  zcp send big.h5 zcp://dtn.example.org:6000/run42/
+                                                   # the same target as a URL
+  zcp send big.h5 '[2001:db8::7]:run42/'           # an IPv6 address goes in brackets
+  zcp send -J big.h5 dtn.example.org:run42/        # the report as one JSON document
+
+Interrupted? Run the same command again: chunks the server verified and stored are not sent
+again.";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, true))]
 pub(crate) struct SendArgs {
     #[command(flatten)]
     conn: ConnArgs,

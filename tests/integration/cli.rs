@@ -456,6 +456,37 @@ fn plain(args: &[&str]) -> std::process::Output {
 }
 
 #[test]
+fn every_help_has_examples_and_the_right_usage_line() {
+    for command in [
+        "", "send", "get", "serve", "demo", "keygen", "bench", "doctor",
+    ] {
+        let args: Vec<&str> = [command, "--help"]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let o = plain(&args);
+        assert!(o.status.success(), "{args:?}: {}", both(&o));
+        let help = text(&o.stdout);
+        assert!(help.contains("\nExamples:\n  zcp "), "{args:?}:\n{help}");
+        let name = if command.is_empty() { "zcp" } else { command };
+        insta::assert_snapshot!(format!("help_{name}"), help);
+    }
+    // `-h` has the examples too, and the exit codes stay where they were.
+    let short = text(&plain(&["send", "-h"]).stdout);
+    assert!(
+        short.contains("Usage: zcp send [OPTIONS] <SRC>... <HOST:DEST>\n"),
+        "{short}"
+    );
+    assert!(short.contains("Examples:"), "{short}");
+    assert!(short.contains("Exit codes: 0 success"), "{short}");
+    let get = text(&plain(&["get", "-h"]).stdout);
+    assert!(
+        get.contains("Usage: zcp get [OPTIONS] <HOST:PATH>... <DEST>\n"),
+        "{get}"
+    );
+}
+
+#[test]
 fn missing_and_misplaced_paths_are_usage_errors_with_a_tip() {
     let o = plain(&["send", "only-one"]);
     assert_eq!(o.status.code(), Some(2), "{}", both(&o));
