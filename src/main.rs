@@ -14,6 +14,11 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 fn main() -> ExitCode {
     let args = match cli::Cli::try_parse() {
         Ok(args) => args,
+        // `-V`/`--version`: more than clap's one line, probed only when asked for.
+        Err(e) if e.kind() == ErrorKind::DisplayVersion => {
+            cli::print_version();
+            return ExitCode::SUCCESS;
+        }
         Err(e) => with_tip(e).exit(),
     };
     // Trees keep hundreds of files open on each side; the default soft limit is too tight.

@@ -10,6 +10,7 @@ mod keygen;
 mod send;
 mod serve;
 mod target;
+mod version;
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ use zcp_engine::{RecvEngine, SendEngine};
 use zcp_session::SessionError;
 
 pub(crate) use target::parse_target;
+pub(crate) use version::print_version;
 
 /// `zcp --help`'s examples, each a command line the tests parse.
 const EXAMPLES: &str = "\

@@ -513,6 +513,70 @@ fn missing_and_misplaced_paths_are_usage_errors_with_a_tip() {
 }
 
 #[test]
+fn version_says_protocol_commit_toolchain_kernel_and_engines() {
+    let env = Env::new();
+    let tmp = env.mkdir("tmp");
+    let mut outputs = Vec::new();
+    for flag in ["--version", "-V"] {
+        let mut c = zcp();
+        c.arg(flag).env("TMPDIR", &tmp);
+        let started = std::time::Instant::now();
+        let o = run(c, 10);
+        let took = started.elapsed();
+        assert!(o.status.success(), "{flag}: {}", both(&o));
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{flag} took {took:?}"
+        );
+        outputs.push(text(&o.stdout));
+    }
+    assert_eq!(outputs[0], outputs[1], "-V and --version say the same");
+    let out = &outputs[0];
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("zcp {}", env!("CARGO_PKG_VERSION")),
+        "{out}"
+    );
+    let field = |name: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name:?} line in:\n{out}"))
+    };
+    assert_eq!(field("protocol"), zcp_wire::PROTOCOL_VERSION.to_string());
+    let commit = field("commit");
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        commit == "unknown"
+            || ((7..=40).contains(&hash.len()) && hash.bytes().all(|b| b.is_ascii_hexdigit())),
+        "commit {commit:?}"
+    );
+    assert!(field("built").starts_with("rustc "), "{out}");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(field("kernel"), format!("Linux {}", release.trim()));
+    // `rw` works wherever a file can be read.
+    assert!(field("sender engines").contains("rw"), "{out}");
+    let recv = field("receiver engines");
+    assert!(
+        recv.contains("rw") && recv.contains("auto chooses"),
+        "{out}"
+    );
+    let probed_in = format!("(probed in {}, ", tmp.canonicalize().unwrap().display());
+    assert!(recv.contains(&probed_in), "{out}");
+    assert!(tree(&tmp).is_empty(), "the probes left {:?}", tree(&tmp));
+
+    // No usable temporary directory: still a version, the probes say why they did not run.
+    let mut c = zcp();
+    c.arg("-V").env("TMPDIR", env.path("missing"));
+    let o = run(c, 10);
+    assert!(o.status.success(), "{}", both(&o));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("zcp "), "{out}");
+    assert_eq!(out.matches("not probed").count(), 2, "{out}");
+}
+
+#[test]
 fn a_zcp_url_target_transfers_both_ways() {
     let env = Env::new();
     let root = env.mkdir("root");
