@@ -9,9 +9,18 @@ mod cli;
 use std::process::ExitCode;
 
 use clap::Parser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        // `-V`/`--version`: more than clap's one line, probed only when asked for.
+        Err(e) if e.kind() == ErrorKind::DisplayVersion => {
+            cli::print_version();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => with_tip(e).exit(),
+    };
     tracing_subscriber::fmt()
         .with_max_level(args.log_level())
         .with_writer(std::io::stderr)
@@ -21,4 +30,26 @@ fn main() -> ExitCode {
     zcp_engine::sys::raise_open_files_limit();
     let code = cli::run(args);
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// clap's error, with a tip where its own words mislead: `send` and `get` take their paths
+/// together, so a path after an option that split them is "unexpected".
+fn with_tip(mut e: clap::Error) -> clap::Error {
+    let paths = match std::env::args_os().nth(1) {
+        Some(c) if c == "send" => "SRC... HOST:DEST",
+        Some(c) if c == "get" => "HOST:PATH... DEST",
+        _ => return e,
+    };
+    let stray = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(a)) => !a.starts_with('-'),
+        _ => false,
+    };
+    if e.kind() == ErrorKind::UnknownArgument && stray {
+        let tip = format!("options go before or after {paths}, not between them");
+        e.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    e
 }

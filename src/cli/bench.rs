@@ -23,7 +23,15 @@ enum Cache {
     Cold,
 }
 
+/// `zcp bench --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp bench                                        # all four scenarios: minutes; table on stdout
+  zcp bench sizes --sizes 4K,64M,1G --seeds        # one scenario, the documents' ratios beside
+  zcp bench sink --dir /data --cache cold --plot sink.svg --json=sink.json
+  zcp bench streams --streams 1,2,4,8 -n 5         # 5 measured runs per cell";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, false))]
 pub(crate) struct BenchArgs {
     /// Scenarios to run: sizes, offset, sink, streams (default: all four).
     #[arg(value_name = "SCENARIO", value_parser = parse_scenario)]

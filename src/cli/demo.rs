@@ -15,7 +15,16 @@ use zcp_session::{Connection, SendOptions, Server, ServerConfig, send};
 
 use super::TransferArgs;
 
+/// `zcp demo --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp demo                                         # 1 GiB in the temporary directory
+  zcp demo --size 4G --dir /data                   # on the disk you want to measure
+  zcp demo --engine splice --recv-engine direct -P 4
+                                                   # other engines, 4 parallel streams
+  zcp demo --recv-engine null -J                   # the network-only ceiling, as JSON";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, false))]
 pub(crate) struct DemoArgs {
     /// Size of the generated file (suffixes K, M, G, T).
     #[arg(long, default_value = "1G", value_parser = super::parse_size, value_name = "BYTES")]

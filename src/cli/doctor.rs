@@ -10,7 +10,16 @@ use clap::Args;
 use zcp_session::exit::USAGE;
 use zcp_tune::{HostView, Options};
 
+/// `zcp doctor --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp doctor                                       # this host; rate from the link, RTT 100 ms
+  zcp doctor --rate 100G --rtt 100ms --path /data  # size for 100 Gbit/s at 100 ms; check /data
+  zcp doctor --peer dtn2.example.org --write-sysctl 90-zcp.conf
+                                                   # measure RTT and MTU to the peer
+  zcp doctor -J -I eth0                            # one interface, as JSON";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, false))]
 pub(crate) struct DoctorArgs {
     /// Target rate in bits per second (100G, 40Gbit, 400M); default: the link speed of the
     /// interfaces examined, else 10G.

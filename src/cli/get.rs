@@ -8,47 +8,136 @@ use zcp_session::{GetOptions, get};
 
 use super::{ConnArgs, TransferArgs};
 
+/// `zcp get --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp get dtn.example.org:run42/big.h5 .           # into the current directory
+  zcp get dtn.example.org:run42/big.h5 copy.h5     # ... under a new name
+  zcp get -r -P 4 dtn.example.org:archive/run42 restore/
+                                                   # a tree, 4 parallel streams
+  zcp get dtn.example.org:a.h5 dtn.example.org:b.h5 in/
+                                                   # several paths from one server
+  zcp get zcp://[2001:db8::7]:6000/run42/big.h5 .  # a URL: IPv6 address and port";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, true))]
 pub(crate) struct GetArgs {
     #[command(flatten)]
     conn: ConnArgs,
     #[command(flatten)]
     transfer: TransferArgs,
-    /// HOST:PATH... (relative to the server root, one host) then the local DEST: a directory
-    /// that receives each path (made if missing), or for one path its new name.
-    #[arg(value_name = "HOST:PATH... DEST", num_args = 2.., required = true)]
-    args: Vec<OsString>,
+    /// What to fetch: `HOST:PATH`, `[IPV6]:PATH` or `zcp://HOST[:PORT]/PATH`, relative to the
+    /// server root; several must name the same server.
+    #[arg(value_name = "HOST:PATH", required = true)]
+    remote: Vec<OsString>,
+    /// The local destination: a directory that receives each path (made if missing), or for
+    /// one path its new name.
+    #[arg(value_name = "DEST", required = true)]
+    dest: OsString,
 }
 
 pub(crate) fn run(a: GetArgs) -> anyhow::Result<i32> {
-    let (dest, remote) = a.args.split_last().expect("clap requires two or more");
-    let mut host: Option<String> = None;
-    let mut paths = Vec::new();
-    for r in remote {
-        let (h, p) = match super::parse_target(r) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("zcp: invalid HOST:PATH: {e}");
-                return Ok(zcp_session::exit::USAGE);
-            }
-        };
-        if host.as_ref().is_some_and(|known| *known != h) {
-            eprintln!(
-                "zcp: every HOST:PATH of one get must name the same host ({} and {h})",
-                host.unwrap_or_default()
-            );
+    let remote = match one_server(&a.remote) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("zcp: {e}");
             return Ok(zcp_session::exit::USAGE);
         }
-        host = Some(h);
-        paths.push(p);
-    }
+    };
     let opts = GetOptions {
-        conn: a.conn.connection(host.expect("at least one remote path"))?,
+        conn: a.conn.connection(remote.host, remote.port)?,
         transfer: a.transfer.transfer()?,
-        paths,
-        dest: PathBuf::from(dest),
+        paths: remote.paths,
+        dest: PathBuf::from(a.dest),
     };
     let mut out = a.transfer.output();
     let r = get(&opts, out.reporter());
     Ok(super::outcome(&mut out, r, "get", a.transfer.retry))
+}
+
+/// What one get fetches, from where.
+#[derive(Debug)]
+struct Remote {
+    host: String,
+    /// The port a zcp:// URL among the targets gave (they must agree).
+    port: Option<u16>,
+    paths: Vec<Vec<u8>>,
+}
+
+/// The one server every remote target names, and their paths.
+fn one_server(remote: &[OsString]) -> Result<Remote, String> {
+    let mut server: Option<(String, Option<u16>)> = None;
+    let mut paths = Vec::new();
+    for r in remote {
+        let t = super::parse_target(r).map_err(|e| format!("invalid HOST:PATH: {e}"))?;
+        let (host, port) = server.get_or_insert_with(|| (t.host.clone(), t.port));
+        if *host != t.host {
+            return Err(format!(
+                "every HOST:PATH of one get must name the same host ({} and {})",
+                zcp_wire::escape_text(host),
+                zcp_wire::escape_text(&t.host)
+            ));
+        }
+        match (*port, t.port) {
+            (Some(p), Some(q)) if p != q => {
+                return Err(format!(
+                    "every zcp:// target of one get must name the same port ({p} and {q})"
+                ));
+            }
+            (None, q) => *port = q,
+            _ => {}
+        }
+        paths.push(t.path);
+    }
+    let (host, port) = server.expect("clap requires at least one HOST:PATH");
+    Ok(Remote { host, port, paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use clap::Parser;
+
+    use super::super::{Cli, Command};
+    use super::*;
+
+    fn parse(args: &[&[u8]]) -> Result<GetArgs, clap::Error> {
+        let argv = [&b"zcp"[..], b"get"]
+            .into_iter()
+            .chain(args.iter().copied())
+            .map(|a| OsStr::from_bytes(a).to_os_string());
+        match Cli::try_parse_from(argv)?.command {
+            Command::Get(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn remote_paths_then_one_destination() {
+        let a = parse(&[b"h:a", b"h:b\xff", b"dest"]).unwrap();
+        assert_eq!(a.remote.len(), 2);
+        assert_eq!(a.remote[1].as_bytes(), b"h:b\xff");
+        assert_eq!(a.dest, "dest");
+        let a = parse(&[b"-r", b"h:a", b"."]).unwrap();
+        assert_eq!((a.remote.len(), a.dest.as_bytes()), (1, &b"."[..]));
+        let e = parse(&[b"h:a"]).unwrap_err();
+        assert!(e.to_string().contains("<DEST>"), "{e}");
+    }
+
+    #[test]
+    fn every_target_of_a_get_names_one_server() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let r = one_server(&os(&["h:a", "zcp://h:6000/b", "h:c", "zcp://h/d"])).unwrap();
+        assert_eq!((r.host.as_str(), r.port), ("h", Some(6000)));
+        let want: Vec<Vec<u8>> = ["a", "b", "c", "d"].map(|p| p.into()).into();
+        assert_eq!(r.paths, want);
+        assert_eq!(one_server(&os(&["h:a"])).unwrap().port, None);
+        let e = one_server(&os(&["h:a", "g:b"])).unwrap_err();
+        assert!(e.contains("same host (h and g)"), "{e}");
+        let e = one_server(&os(&["zcp://h:1/a", "h:b", "zcp://h:2/c"])).unwrap_err();
+        assert!(e.contains("same port (1 and 2)"), "{e}");
+        let e = one_server(&os(&["h:a", "u@h:b"])).unwrap_err();
+        assert!(e.contains("invalid HOST:PATH: u@h:b"), "{e}");
+    }
 }

@@ -5,7 +5,14 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+/// `zcp keygen --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp keygen -o ~/.config/zcp/key                  # the default place; directories made 0700
+  zcp keygen -o /etc/zcp/key --force               # replace an existing key
+  zcp keygen -o -                                  # print it, to store on both hosts (0600)";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, false))]
 pub(crate) struct KeygenArgs {
     /// Where to write the key (created with mode 0600; missing directories with 0700). `-`
     /// writes it to standard output.

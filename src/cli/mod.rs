@@ -1,6 +1,6 @@
 //! The command-line surface: one file per subcommand, shared argument parsers here. Flag
 //! letters follow iperf3 where the meaning matches (`-p`, `-i`, `-J`); targets follow scp
-//! (`HOST:PATH`, `[v6addr]:PATH`).
+//! (`HOST:PATH`, `[v6addr]:PATH`) or are `zcp://` URLs (target.rs).
 
 mod bench;
 mod demo;
@@ -10,6 +10,8 @@ mod keygen;
 mod send;
 mod serve;
 mod signals;
+mod target;
+mod version;
 
 use std::path::PathBuf;
 
@@ -17,11 +19,37 @@ use clap::{Args, Parser, Subcommand};
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_session::SessionError;
 
-const AFTER_HELP: &str = "\
-Exit codes: 0 success; 1 failure (network, I/O, protocol); 2 bad usage;
+pub(crate) use target::parse_target;
+pub(crate) use version::print_version;
+
+/// `zcp --help`'s examples, each a command line the tests parse.
+const EXAMPLES: &str = "\
+  zcp demo                                         # try it on loopback: 1 GiB, verified
+  zcp keygen -o ~/.config/zcp/key                  # once; copy the file to the other host
+  zcp serve --root /data/incoming                  # on the receiving host
+  zcp send -r -P 4 run42/ dtn.example.org:archive/ # a tree, 4 parallel streams
+  zcp get dtn.example.org:archive/run42/big.h5 .   # the other direction
+
+Targets: HOST:PATH, [IPV6]:PATH or zcp://HOST[:PORT]/PATH, relative to the server's --root.
+`zcp COMMAND --help` has more examples.";
+
+const EXIT_CODES: &str = "\
+0 success; 1 failure (network, I/O, protocol); 2 bad usage;
 3 key or authentication problem; 4 the receiver refused the destination;
 5 integrity: the data did not verify or the source changed while being sent;
 23 partial: some entries arrived and others did not (each is named).";
+
+/// The closing sections of a help text: `examples` and, if `exit_codes`, the exit codes,
+/// headed as clap heads its own sections. The examples' first line comes unindented (a `\`
+/// continuation eats the leading spaces) and is given the others' indent here.
+fn after_help(examples: &str, exit_codes: bool) -> clap::builder::StyledStr {
+    let h = clap::builder::Styles::styled().get_header().to_owned();
+    let mut text = format!("{h}Examples:{h:#}\n  {}", examples.trim_start());
+    if exit_codes {
+        text.push_str(&format!("\n\n{h}Exit codes:{h:#} {EXIT_CODES}"));
+    }
+    text.into()
+}
 
 /// A usage mistake found before any work: exit code 2, with what to fix.
 #[derive(Debug)]
@@ -46,12 +74,18 @@ pub(crate) use usage;
 /// Move very large files between Linux hosts with the kernel's zero-copy paths, verified
 /// with keyed BLAKE3 and stored durably.
 #[derive(Debug, Parser)]
-#[command(name = "zcp", version, after_help = AFTER_HELP)]
+#[command(name = "zcp", version, after_help = after_help(EXAMPLES, true))]
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
     /// More log output on standard error: -v info, -vv debug, -vvv trace.
-    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    #[arg(
+        short = 'v',
+        long = "verbose",
+        action = clap::ArgAction::Count,
+        global = true,
+        display_order = 900
+    )]
     verbose: u8,
 }
 
@@ -359,45 +393,15 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is too large"))
 }
 
-/// `HOST:PATH` or `[IPV6]:PATH`, as scp writes them. `HOST:` alone means the server root.
-/// The path keeps its exact bytes (Linux names need not be UTF-8); the host must be text.
-pub(crate) fn parse_target(arg: &std::ffi::OsStr) -> Result<(String, Vec<u8>), String> {
-    use std::os::unix::ffi::OsStrExt;
-    let raw = arg.as_bytes();
-    let shown = zcp_wire::escape(raw);
-    let (host, path) = if let Some(rest) = raw.strip_prefix(b"[") {
-        let close = rest
-            .iter()
-            .position(|b| *b == b']')
-            .ok_or_else(|| format!("{shown}: an IPv6 address needs a closing ']'"))?;
-        let path = rest[close + 1..]
-            .strip_prefix(b":")
-            .ok_or_else(|| format!("{shown}: expected ':' after ']' (write [ADDR]:PATH)"))?;
-        (&rest[..close], path)
-    } else {
-        let colon = raw
-            .iter()
-            .position(|b| *b == b':')
-            .ok_or_else(|| format!("{shown} is not HOST:PATH (write host:dir/ or host:file)"))?;
-        (&raw[..colon], &raw[colon + 1..])
-    };
-    let host = std::str::from_utf8(host).map_err(|_| format!("{shown}: the host is not text"))?;
-    if host.is_empty() {
-        return Err(format!("{shown} has no host before ':'"));
-    }
-    let path = if path.is_empty() { b"." } else { path };
-    Ok((host.to_string(), path.to_vec()))
-}
-
 /// Most data streams one transfer may ask for.
 const MAX_STREAMS: u16 = 64;
 
 /// Connection flags shared by `send` and `get`.
 #[derive(Debug, Clone, Args)]
 struct ConnArgs {
-    /// Server port.
-    #[arg(short = 'p', long, default_value_t = zcp_session::DEFAULT_PORT)]
-    port: u16,
+    /// Server port [default: 5310, or the port a zcp:// target names].
+    #[arg(short = 'p', long)]
+    port: Option<u16>,
     /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
@@ -410,8 +414,19 @@ struct ConnArgs {
 }
 
 impl ConnArgs {
-    fn connection(&self, host: String) -> anyhow::Result<zcp_session::Connection> {
-        if self.port == 0 {
+    /// The connection to `host`; `url_port` is the port its zcp:// target named, if any.
+    fn connection(
+        &self,
+        host: String,
+        url_port: Option<u16>,
+    ) -> anyhow::Result<zcp_session::Connection> {
+        let port = match (self.port, url_port) {
+            (Some(p), Some(u)) if p != u => {
+                usage!("-p {p} and the zcp:// target's port {u} disagree; give the port once")
+            }
+            (p, u) => u.or(p).unwrap_or(zcp_session::DEFAULT_PORT),
+        };
+        if port == 0 {
             usage!(
                 "-p/--port 0 names no server; give the port zcp serve listens on (default {})",
                 zcp_session::DEFAULT_PORT
@@ -426,7 +441,7 @@ impl ConnArgs {
         let psk = key_arg(&self.key_file)?;
         Ok(zcp_session::Connection {
             host,
-            port: self.port,
+            port,
             psk,
             connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
             idle_timeout: std::time::Duration::from_secs(self.idle_timeout),
@@ -511,21 +526,92 @@ mod tests {
         );
     }
 
+    /// `(command, examples)` for every help text that has examples.
+    const ALL_EXAMPLES: [(&str, &str); 8] = [
+        ("", EXAMPLES),
+        ("demo", demo::EXAMPLES),
+        ("keygen", keygen::EXAMPLES),
+        ("serve", serve::EXAMPLES),
+        ("send", send::EXAMPLES),
+        ("get", get::EXAMPLES),
+        ("bench", bench::EXAMPLES),
+        ("doctor", doctor::EXAMPLES),
+    ];
+
+    /// The words of one example line, as a shell would split them (single quotes only),
+    /// without its `# comment`.
+    fn words(line: &str) -> Vec<String> {
+        let command = line.split(" #").next().unwrap_or_default();
+        let mut words = Vec::new();
+        let (mut word, mut quoted, mut any) = (String::new(), false, false);
+        for c in command.chars() {
+            match c {
+                '\'' => (quoted, any) = (!quoted, true),
+                c if c.is_whitespace() && !quoted => {
+                    if any {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                c => {
+                    word.push(c);
+                    any = true;
+                }
+            }
+        }
+        assert!(!quoted, "unbalanced quote in {line:?}");
+        if any {
+            words.push(word);
+        }
+        words
+    }
+
     #[test]
-    fn targets() {
-        use std::os::unix::ffi::OsStrExt;
-        let t = |s: &[u8]| parse_target(std::ffi::OsStr::from_bytes(s));
-        assert_eq!(t(b"host:dir/f"), Ok(("host".into(), b"dir/f".to_vec())));
-        assert_eq!(t(b"[::1]:x"), Ok(("::1".into(), b"x".to_vec())));
-        assert_eq!(t(b"h:"), Ok(("h".into(), b".".to_vec())));
-        assert_eq!(t(b"h:a:b"), Ok(("h".into(), b"a:b".to_vec())));
+    fn every_example_is_a_command_line_zcp_accepts() {
+        use clap::Parser;
+        let mut seen = 0;
+        for (command, examples) in ALL_EXAMPLES {
+            let mut own = 0;
+            for line in examples
+                .lines()
+                .filter(|l| l.trim_start().starts_with("zcp "))
+            {
+                let args = words(line);
+                assert!(
+                    command.is_empty() || args[1] == command,
+                    "{command}: {line:?} belongs to another command"
+                );
+                let cli = Cli::try_parse_from(&args)
+                    .unwrap_or_else(|e| panic!("{line:?} does not parse:\n{e}"));
+                // The targets, too: an example never shows a spelling zcp refuses.
+                match &cli.command {
+                    Command::Send(_) => {
+                        parse_target(std::ffi::OsStr::new(args.last().unwrap())).unwrap();
+                    }
+                    Command::Get(_) => {
+                        for t in &args[2..args.len() - 1] {
+                            if !t.starts_with('-') && t.contains(':') {
+                                parse_target(std::ffi::OsStr::new(t)).unwrap();
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                own += 1;
+            }
+            assert!(own >= 3, "{command}: {own} examples");
+            seen += own;
+        }
+        assert!(seen >= 30, "{seen} examples");
+    }
+
+    #[test]
+    fn example_words_split_as_a_shell_would() {
         assert_eq!(
-            t(b"h:odd\xffname"),
-            Ok(("h".into(), b"odd\xffname".to_vec()))
+            words("  zcp send  a '[::1]:b c'   # comment"),
+            ["zcp", "send", "a", "[::1]:b c"]
         );
-        assert!(t(b"nocolon").is_err());
-        assert!(t(b":x").is_err());
-        assert!(t(b"[::1]x").is_err());
+        assert_eq!(words("zcp x ''"), ["zcp", "x", ""]);
     }
 
     #[test]

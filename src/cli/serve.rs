@@ -9,7 +9,15 @@ use std::time::Duration;
 use clap::Args;
 use zcp_session::{Server, ServerConfig};
 
+/// `zcp serve --help`'s examples, each a command line the tests parse.
+pub(crate) const EXAMPLES: &str = "\
+  zcp serve --root /data/incoming                  # all addresses, port 5310, ~/.config/zcp/key
+  zcp serve --root /data/incoming --bind 10.0.0.2 -p 6000 --key-file /etc/zcp/key
+  zcp serve --root /data/incoming --max-streams 8  # grant each session at most 8 streams
+  zcp serve --root /tmp/in -p 0 --once             # any free port; one session, its exit code";
+
 #[derive(Debug, Args)]
+#[command(after_help = super::after_help(EXAMPLES, true))]
 pub(crate) struct ServeArgs {
     /// Directory to receive into; nothing is ever written outside it.
     #[arg(long, value_name = "DIR")]

@@ -445,3 +445,230 @@ fn a_request_above_the_servers_stream_cap_is_capped_and_said() {
     );
     assert!(same_file(&src, &root.join("f")));
 }
+
+/// `zcp ARGS`, with colour off whatever the caller's environment says.
+fn plain(args: &[&str]) -> std::process::Output {
+    let mut c = zcp();
+    c.args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("CLICOLOR_FORCE");
+    run(c, 10)
+}
+
+#[test]
+fn every_help_has_examples_and_the_right_usage_line() {
+    for command in [
+        "", "send", "get", "serve", "demo", "keygen", "bench", "doctor",
+    ] {
+        let args: Vec<&str> = [command, "--help"]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let o = plain(&args);
+        assert!(o.status.success(), "{args:?}: {}", both(&o));
+        let help = text(&o.stdout);
+        assert!(help.contains("\nExamples:\n  zcp "), "{args:?}:\n{help}");
+        let name = if command.is_empty() { "zcp" } else { command };
+        insta::assert_snapshot!(format!("help_{name}"), help);
+    }
+    // `-h` has the examples too, and the exit codes stay where they were.
+    let short = text(&plain(&["send", "-h"]).stdout);
+    assert!(
+        short.contains("Usage: zcp send [OPTIONS] <SRC>... <HOST:DEST>\n"),
+        "{short}"
+    );
+    assert!(short.contains("Examples:"), "{short}");
+    assert!(short.contains("Exit codes: 0 success"), "{short}");
+    let get = text(&plain(&["get", "-h"]).stdout);
+    assert!(
+        get.contains("Usage: zcp get [OPTIONS] <HOST:PATH>... <DEST>\n"),
+        "{get}"
+    );
+}
+
+#[test]
+fn missing_and_misplaced_paths_are_usage_errors_with_a_tip() {
+    let o = plain(&["send", "only-one"]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    insta::assert_snapshot!("send_missing_target", text(&o.stderr));
+    // A path between options: clap reads it as the target; the tip says what to do.
+    let o = plain(&["send", "-r", "dir/", "-P", "4", "host:"]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("options go before or after SRC... HOST:DEST"),
+        "{err}"
+    );
+    let o = plain(&["get", "h:a", "-r", "dest"]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(
+        text(&o.stderr).contains("before or after HOST:PATH... DEST"),
+        "{}",
+        both(&o)
+    );
+    // No tip where it would not fit.
+    let o = plain(&["demo", "stray"]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(!text(&o.stderr).contains("tip"), "{}", both(&o));
+}
+
+#[test]
+fn version_says_protocol_commit_toolchain_kernel_and_engines() {
+    let env = Env::new();
+    let tmp = env.mkdir("tmp");
+    let mut outputs = Vec::new();
+    for flag in ["--version", "-V"] {
+        let mut c = zcp();
+        c.arg(flag).env("TMPDIR", &tmp);
+        let started = std::time::Instant::now();
+        let o = run(c, 10);
+        let took = started.elapsed();
+        assert!(o.status.success(), "{flag}: {}", both(&o));
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{flag} took {took:?}"
+        );
+        outputs.push(text(&o.stdout));
+    }
+    assert_eq!(outputs[0], outputs[1], "-V and --version say the same");
+    let out = &outputs[0];
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("zcp {}", env!("CARGO_PKG_VERSION")),
+        "{out}"
+    );
+    let field = |name: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("no {name:?} line in:\n{out}"))
+    };
+    assert_eq!(field("protocol"), zcp_wire::PROTOCOL_VERSION.to_string());
+    let commit = field("commit");
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        commit == "unknown"
+            || ((7..=40).contains(&hash.len()) && hash.bytes().all(|b| b.is_ascii_hexdigit())),
+        "commit {commit:?}"
+    );
+    assert!(field("built").starts_with("rustc "), "{out}");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(field("kernel"), format!("Linux {}", release.trim()));
+    // `rw` works wherever a file can be read.
+    assert!(field("sender engines").contains("rw"), "{out}");
+    let recv = field("receiver engines");
+    assert!(
+        recv.contains("rw") && recv.contains("auto chooses"),
+        "{out}"
+    );
+    let probed_in = format!("(probed in {}, ", tmp.canonicalize().unwrap().display());
+    assert!(recv.contains(&probed_in), "{out}");
+    assert!(tree(&tmp).is_empty(), "the probes left {:?}", tree(&tmp));
+
+    // No usable temporary directory: still a version, the probes say why they did not run.
+    let mut c = zcp();
+    c.arg("-V").env("TMPDIR", env.path("missing"));
+    let o = run(c, 10);
+    assert!(o.status.success(), "{}", both(&o));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("zcp "), "{out}");
+    assert_eq!(out.matches("not probed").count(), 2, "{out}");
+}
+
+#[test]
+fn a_zcp_url_target_transfers_both_ways() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("payload.bin");
+    make_dense(&src, 300_000, 7);
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    // The port comes from the URL (no -p); the path is percent-decoded.
+    let mut c = zcp();
+    c.args(["send", "-i", "0", "--key-file"])
+        .arg(&env.key)
+        .arg(&src)
+        .arg(format!("zcp://127.0.0.1:{}/in%20box/", srv.port));
+    let o = run(c, 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("in box/payload.bin")));
+    // The same port given twice is fine; the root alone is `zcp://HOST:PORT`.
+    let got = env.mkdir("got");
+    let mut c = zcp();
+    c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
+        .arg(&env.key)
+        .arg(format!("zcp://127.0.0.1:{}/in%20box/payload.bin", srv.port))
+        .arg(&got);
+    let o = run(c, 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &got.join("payload.bin")));
+    let mut c = zcp();
+    c.args(["send", "-i", "0", "--key-file"])
+        .arg(&env.key)
+        .arg(&src)
+        .arg(format!("zcp://127.0.0.1:{}", srv.port));
+    let o = run(c, 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("payload.bin")));
+    assert_eq!(tree(&root), ["in box", "in box/payload.bin", "payload.bin"]);
+}
+
+#[test]
+fn targets_other_tools_read_differently_are_refused_before_any_work() {
+    let env = Env::new();
+    let src = env.path("f");
+    make_dense(&src, 1000, 8);
+    // A listener that counts connections: a refused target must never reach it.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.set_nonblocking(true).unwrap();
+    let port = probe.local_addr().unwrap().port();
+    let p = port.to_string();
+    let cases: Vec<(String, &str)> = vec![
+        ("alice@127.0.0.1:x".into(), "write 127.0.0.1:x"),
+        ("127.0.0.1::module/x".into(), "write 127.0.0.1:module/x"),
+        ("fe80::1:x".into(), "write [fe80::1]:x"),
+        ("::1:x".into(), "write [::1]:x"),
+        (format!("zcp://alice@127.0.0.1:{p}/x"), "no user names"),
+        ("rsync://127.0.0.1/m".into(), "zcp://HOST[:PORT]/PATH"),
+        (format!("zcp://127.0.0.1:{p}/a?b"), "%3F"),
+        (format!("zcp://127.0.0.1:{p}/100%"), "%25"),
+        (format!("zcp://127.0.0.1:{p}/a%2F..%2F..%2Fx"), ".."),
+        (format!("zcp://127.0.0.1:{p}//etc/x"), "absolute"),
+        (format!("zcp://127.0.0.1:{p}/nul%00x"), "NUL"),
+        ("zcp://127.0.0.1:0/x".into(), "not a port"),
+    ];
+    for (target, needle) in &cases {
+        let mut c = zcp();
+        c.args(["send", "--key-file"])
+            .arg(&env.key)
+            .arg(&src)
+            .arg(target);
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{target}: {}", both(&o));
+        assert!(text(&o.stderr).contains(needle), "{target}: {}", both(&o));
+    }
+    // -p and the URL's port disagree.
+    let mut c = zcp();
+    c.args(["send", "-p", "1", "--key-file"])
+        .arg(&env.key)
+        .arg(&src)
+        .arg(format!("zcp://127.0.0.1:{p}/x"));
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("disagree"), "{}", both(&o));
+    // A get whose URLs name two ports.
+    let mut c = zcp();
+    c.args(["get", "--key-file"])
+        .arg(&env.key)
+        .arg(format!("zcp://127.0.0.1:{p}/a"))
+        .arg("zcp://127.0.0.1:2/b")
+        .arg(env.path("got"));
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("same port"), "{}", both(&o));
+    assert!(!env.path("got").exists());
+    assert!(
+        probe.accept().is_err(),
+        "a refused target connected to the server"
+    );
+}
