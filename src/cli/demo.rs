@@ -155,8 +155,8 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<i32> {
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
-            let code = e.exit_code();
-            out.fail(&e);
+            let code = super::signals::caught().map_or(e.exit_code(), |s| 128 + s);
+            out.fail(&e, code);
             eprintln!("zcp demo: {e}");
             return Ok(code);
         }

@@ -330,7 +330,7 @@ impl Output {
 
     /// Reports a failure in the output's own format. Returns whether it was reported on
     /// stdout (JSON), so the caller need not repeat it.
-    fn fail(&mut self, e: &SessionError) -> bool {
+    fn fail(&mut self, e: &SessionError, code: i32) -> bool {
         match self {
             Output::Human(_) | Output::Quiet(_) => false,
             Output::Bar(b) => {
@@ -338,11 +338,11 @@ impl Output {
                 false
             }
             Output::Json(j) => {
-                j.fail(&e.to_string(), e.exit_code());
+                j.fail(&e.to_string(), code);
                 true
             }
             Output::Stream(s) => {
-                s.fail(&e.to_string(), e.exit_code());
+                s.fail(&e.to_string(), code);
                 true
             }
         }
@@ -479,17 +479,21 @@ fn outcome(
             code
         }
         Err(e) => {
-            let mut code = e.exit_code();
-            out.fail(&e);
+            // Stopped by a signal (even while connecting): 128 + its number.
+            let code = signals::caught().map_or(e.exit_code(), |s| 128 + s);
+            out.fail(&e, code);
             eprintln!("zcp: {}", zcp_wire::escape_text(&e.to_string()));
-            let signal = signals::caught();
             if let SessionError::Stopped { durable, .. } = e {
+                let held = durable.map_or(String::new(), |d| {
+                    format!(
+                        "{} verified and durable on the receiver; ",
+                        zcp_report::units::size(d)
+                    )
+                });
                 eprintln!(
-                    "zcp: {} verified and durable on the receiver; run the same command again \
-                     to resume (only what is missing is sent)",
-                    zcp_report::units::size(durable)
+                    "zcp: {held}run the same command again to resume (only what is missing \
+                     is sent)"
                 );
-                code = 128 + signal.unwrap_or(2);
             } else if e.retryable() {
                 eprintln!(
                     "zcp: what the receiver verified is kept: run the same command again to \

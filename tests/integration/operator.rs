@@ -239,7 +239,9 @@ fn sigint_stops_a_get_and_the_same_command_resumes() {
     make_dense(&root.join("g.bin"), 256 << 20, 5);
     let server = ServerProc::start(&root, &env.key, &[]);
     let dest = env.path("g.bin");
-    let child = get_cmd(server.port, &env.key, &["g.bin"], &dest, SLOW)
+    let mut args = vec!["--json-stream"];
+    args.extend_from_slice(SLOW);
+    let child = get_cmd(server.port, &env.key, &["g.bin"], &dest, &args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -249,6 +251,11 @@ fn sigint_stops_a_get_and_the_same_command_resumes() {
     signal(child.id(), libc::SIGINT);
     let o = wait_output(child, 30);
     assert_eq!(o.status.code(), Some(130), "{}", both(&o));
+    // The JSON says the same exit code as the process.
+    let last: serde_json::Value =
+        serde_json::from_str(text(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "error", "{last}");
+    assert_eq!(last["data"]["exit_code"], 130, "{last}");
     assert!(!dest.exists());
     let held = journaled(&dest);
     assert!(held > 0);
@@ -443,4 +450,88 @@ fn get_cmd(
     }
     c.arg(dest);
     c
+}
+
+#[test]
+fn a_signal_stops_a_retry_loop_at_once_and_serve_once_reports_its_cut_session() {
+    let env = Env::new();
+    let src = env.path("src.bin");
+    make_dense(&src, 1 << 20, 9);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = spawn_send(
+        port,
+        &env.key,
+        &src,
+        "x",
+        &["-q", "--retry", "100000", "--retry-wait", "0"],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    signal(child.id(), libc::SIGINT);
+    let o = wait_output(child, 10);
+    assert_eq!(o.status.code(), Some(130), "{}", both(&o));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // -q: no log lines, only the error and the hint.
+    assert!(text(&o.stderr).lines().count() <= 3, "{}", both(&o));
+
+    // serve --once stopped while its one session runs: that session did not succeed.
+    let root = env.mkdir("root");
+    let big = env.path("big.bin");
+    make_dense(&big, 256 << 20, 10);
+    let mut server = ServerProc::start(&root, &env.key, &["--once"]);
+    let child = spawn_send(server.port, &env.key, &big, "b.bin", SLOW);
+    assert!(
+        wait_journaled(&root.join("b.bin"), 30),
+        "no chunk became durable"
+    );
+    signal(server.pid(), libc::SIGTERM);
+    assert_eq!(server.exit_code(15), Some(1), "{}", server.log());
+    let o = wait_output(child, 30);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(!root.join("b.bin").exists());
+}
+
+#[test]
+fn counting_a_wide_tree_holds_no_more_descriptors_than_its_depth() {
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: prlimit (util-linux) is not installed");
+        return;
+    }
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let tree = env.mkdir("wide");
+    // Many directories side by side (cheap to send: no file in them but the last).
+    for i in 0..2500 {
+        std::fs::create_dir(tree.join(format!("d{i}"))).unwrap();
+    }
+    std::fs::write(tree.join("d2499/f"), b"x").unwrap();
+    let server = ServerProc::start(&root, &env.key, &[]);
+    // 1024 descriptors in all, soft and hard: the walk (at most 768 files open) and the
+    // count together must fit.
+    let mut c = std::process::Command::new("prlimit");
+    c.arg("--nofile=1024:1024").arg(env!("CARGO_BIN_EXE_zcp"));
+    c.env_remove("ZCP_KEY_FILE")
+        .args([
+            "send",
+            "-r",
+            "-i",
+            "0",
+            "-p",
+            &server.port.to_string(),
+            "--key-file",
+        ])
+        .arg(&env.key)
+        .arg(&tree)
+        .arg("127.0.0.1:in");
+    let o = run(c, 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(root.join("in/wide/d2499/f").exists());
 }

@@ -91,8 +91,9 @@ pub enum SessionError {
     Stopped {
         /// Why.
         reason: String,
-        /// Bytes verified and durable on the receiver in files not yet committed.
-        durable: u64,
+        /// Bytes verified and stored durably on the receiver (committed or kept for a
+        /// resume), where known.
+        durable: Option<u64>,
     },
     /// A local engine failure.
     #[error(transparent)]

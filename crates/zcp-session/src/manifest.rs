@@ -314,13 +314,17 @@ pub(crate) fn tally(
 ) -> Option<(u64, u64)> {
     let until = std::time::Instant::now() + TALLY_MAX_TIME;
     let (mut files, mut bytes, mut seen) = (0u64, 0u64, 0u64);
-    let mut dirs: Vec<OwnedFd> = Vec::new();
-    let mut count = |m: &Meta, fd: Option<OwnedFd>, dirs: &mut Vec<OwnedFd>| match m.kind {
+    // One directory being listed per level of depth, as in the walk: never more descriptors
+    // than the deepest path needs.
+    let mut levels: Vec<(OwnedFd, DirEntries)> = Vec::new();
+    let mut count = |m: &Meta, dir: Option<OwnedFd>, levels: &mut Vec<_>| match m.kind {
         EntryKind::File => {
             files += 1;
-            bytes += m.size;
+            bytes = bytes.saturating_add(m.size);
         }
-        EntryKind::Dir if recursive => dirs.extend(fd),
+        EntryKind::Dir if recursive => {
+            levels.extend(dir.and_then(|d| fs::read_dir(&d).ok().map(|e| (d, e))));
+        }
         _ => {}
     };
     for top in tops {
@@ -331,7 +335,7 @@ pub(crate) fn tally(
                     continue;
                 };
                 let Ok(m) = fs::stat_fd(&fd) else { continue };
-                count(&m, Some(fd), &mut dirs);
+                count(&m, Some(fd), &mut levels);
             }
             Top::Beneath {
                 root, parent, name, ..
@@ -345,16 +349,14 @@ pub(crate) fn tally(
                 let fd = (m.kind == EntryKind::Dir)
                     .then(|| fs::open_at(&dir, &name).ok())
                     .flatten();
-                count(&m, fd, &mut dirs);
+                count(&m, fd, &mut levels);
             }
         }
-    }
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for name in entries {
-            let Ok(name) = name else { break };
+        while let Some((dir, entries)) = levels.last_mut() {
+            let Some(Ok(name)) = entries.next() else {
+                levels.pop();
+                continue;
+            };
             seen += 1;
             if seen > TALLY_MAX_ENTRIES
                 || (seen % 1024 == 0
@@ -366,13 +368,13 @@ pub(crate) fn tally(
             if fs::is_reserved_name(&name) {
                 continue;
             }
-            let Ok(m) = fs::stat_at(&dir, &name) else {
+            let Ok(m) = fs::stat_at(&*dir, &name) else {
                 continue;
             };
             let fd = (m.kind == EntryKind::Dir)
-                .then(|| fs::open_at(&dir, &name).ok())
+                .then(|| fs::open_at(&*dir, &name).ok())
                 .flatten();
-            count(&m, fd, &mut dirs);
+            count(&m, fd, &mut levels);
         }
     }
     Some((files, bytes))

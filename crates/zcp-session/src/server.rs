@@ -163,7 +163,15 @@ impl Server {
         loop {
             if stop.load(Ordering::Relaxed) {
                 self.drain();
-                return None;
+                // With --once, the session's outcome (cut short: a failure), if it had one.
+                return once.then(|| {
+                    let taken = self.ctx.taken.load(Ordering::Relaxed);
+                    match ended_rx.try_recv() {
+                        Ok(code) => code,
+                        Err(_) if taken => crate::exit::FAILURE,
+                        Err(_) => crate::exit::OK,
+                    }
+                });
             }
             if once && let Ok(ok) = ended_rx.try_recv() {
                 return Some(ok);

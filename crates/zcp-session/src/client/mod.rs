@@ -81,6 +81,8 @@ pub type StopFlag = Arc<std::sync::atomic::AtomicUsize>;
 
 /// Longest wait between two tries.
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(300);
+/// Shortest wait before a retry, whatever `--retry-wait` says: no retry loop spins.
+const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
 
 /// Runs `once` until it succeeds, fails for good, or the tries allowed are used up; tells
 /// the reporter before each retry and how long it waits.
@@ -91,15 +93,31 @@ fn retrying(
 ) -> Result<Summary, SessionError> {
     let attempts = t.retries.saturating_add(1);
     let mut attempt = 1;
+    let stopped = |during: &str| {
+        let s = t.stop.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
+        (s != 0).then(|| SessionError::Stopped {
+            reason: format!(
+                "the client was interrupted ({}) {during}",
+                observer::signal_name(s as i32)
+            ),
+            durable: None,
+        })
+    };
     loop {
+        if attempt > 1
+            && let Some(e) = stopped("before trying again")
+        {
+            return Err(e);
+        }
         let e = match once(reporter, attempt - 1) {
             Err(e) if e.retryable() && attempt < attempts => e,
             done => return done,
         };
         let shift = (attempt - 1).min(16);
-        let wait = (t.retry_wait * (1u32 << shift)).min(MAX_RETRY_WAIT.max(t.retry_wait));
+        let first = t.retry_wait.max(MIN_RETRY_WAIT);
+        let wait = (first * (1u32 << shift)).min(MAX_RETRY_WAIT.max(first));
         attempt += 1;
-        tracing::warn!(attempt, attempts, wait_s = wait.as_secs_f64(), error = %e, "retrying");
+        tracing::info!(attempt, attempts, wait_s = wait.as_secs_f64(), error = %e, "retrying");
         reporter.event(&Event::Retry(Retry {
             attempt,
             attempts,
@@ -108,16 +126,8 @@ fn retrying(
         }));
         let until = Instant::now() + wait;
         while Instant::now() < until {
-            if let Some(s) = t.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
-                && s != 0
-            {
-                return Err(SessionError::Stopped {
-                    reason: format!(
-                        "the client was interrupted ({}) while waiting to retry",
-                        observer::signal_name(s as i32)
-                    ),
-                    durable: 0,
-                });
+            if let Some(e) = stopped("while waiting to retry") {
+                return Err(e);
             }
             std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
         }
@@ -339,7 +349,7 @@ fn with_committed(e: SessionError, obs: &ClientObserver<'_>) -> SessionError {
     match e {
         SessionError::Stopped { reason, durable } => SessionError::Stopped {
             reason,
-            durable: durable + obs.committed().1,
+            durable: durable.map(|d| d + obs.committed().1),
         },
         other => other,
     }

@@ -143,9 +143,13 @@ impl<'a> ClientObserver<'a> {
         }
     }
 
-    /// Files and bytes committed so far.
+    /// Files and bytes committed and stored so far (nothing for engines that store nothing).
     pub(super) fn committed(&self) -> (u64, u64) {
-        (self.files, self.bytes)
+        if self.stored {
+            (self.files, self.bytes)
+        } else {
+            (0, 0)
+        }
     }
 
     /// The transfer is over: a last `Progress` that says so.

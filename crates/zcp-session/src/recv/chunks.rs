@@ -212,6 +212,10 @@ impl RxFile {
     /// Bytes of this file's chunks that are verified and durable (from this attempt or an
     /// earlier one): what a resume would not send again.
     pub(crate) fn durable_bytes(&self) -> u64 {
+        if self.spec.io.is_none() {
+            // An engine that stores nothing (null, mem) keeps nothing for a resume.
+            return 0;
+        }
         (self.chunks.iter().enumerate())
             .filter(|(_, c)| c.flags & DURABLE != 0)
             .map(|(i, _)| self.spec.plan.chunk(i as u64).1)

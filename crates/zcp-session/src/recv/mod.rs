@@ -456,7 +456,10 @@ fn control_loop(
         if let Some(reason) = observer.stop() {
             core.ctl.send_error(ErrorCode::Busy, &reason);
             let durable = core.state.locked().durable_pending();
-            return Err(SessionError::Stopped { reason, durable });
+            return Err(SessionError::Stopped {
+                reason,
+                durable: Some(durable),
+            });
         }
         core.disk.reap();
         let bytes = core.bytes();

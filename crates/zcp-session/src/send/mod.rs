@@ -333,7 +333,7 @@ fn drive(
             io.ctl.send_error(ErrorCode::Busy, &reason);
             return Err(SessionError::Stopped {
                 reason,
-                durable: sm.durable_pending(),
+                durable: Some(sm.durable_pending()),
             });
         }
         let bytes: u64 = counters.iter().map(|c| c.load(Ordering::Relaxed)).sum();

@@ -242,6 +242,8 @@ impl Sending {
     /// Bytes the receiver acknowledged as verified and durable in files not yet committed.
     pub(crate) fn durable_pending(&self) -> u64 {
         (self.open.values())
+            // An engine that stores nothing (null, mem) keeps nothing for a resume.
+            .filter(|f| !matches!(f.engine.as_str(), "null" | "mem"))
             .map(|f| {
                 (f.acked.iter().enumerate())
                     .filter(|(_, a)| **a)
