@@ -3,6 +3,7 @@
 //! (`HOST:PATH`, `[v6addr]:PATH`).
 
 mod bench;
+mod clean;
 mod demo;
 mod doctor;
 mod get;
@@ -67,6 +68,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Inspect this host's tuning for fast transfers (read-only) and print the exact fixes.
     Doctor(doctor::DoctorArgs),
+    /// List and remove the partial files (.zcp-*.part, .zcp-*.journal) interrupted transfers
+    /// left beneath a directory.
+    Clean(clean::CleanArgs),
     /// One side of one benchmark run (started by `zcp bench`).
     #[command(hide = true)]
     BenchSide(bench::BenchSideArgs),
@@ -82,6 +86,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Get(a) => get::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Clean(a) => clean::run(a),
         Command::BenchSide(a) => bench::run_side(a),
     };
     match result {
