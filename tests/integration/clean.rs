@@ -1,4 +1,5 @@
-//! `zcp clean`: only zcp's own part files and journals are listed and removed, never through a symlink, never one a transfer holds; `--dry-run`
+//! `zcp clean` and the start-up count of `zcp serve`: only zcp's own part files and journals
+//! are listed and removed, never through a symlink, never one a transfer holds; `--dry-run`
 //! removes nothing; `--older-than` keeps recent ones; usage mistakes exit 2, a file that could
 //! not be removed exits 1 and is named.
 
@@ -389,4 +390,34 @@ fn clean_exits_1_and_names_what_it_could_not_remove() {
             format!("stuck/.zcp-{K1}.part")
         ]
     );
+}
+
+#[test]
+fn serve_logs_the_partial_files_it_finds_at_start() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    leftover(&root.join(format!("a/.zcp-{K1}.part")), 1 << 20, DAY);
+    leftover(&root.join(format!("a/.zcp-{K1}.journal")), 4096, DAY);
+    leftover(&root.join("a/.zcp-0123456789ABCDEF.part"), 1 << 20, DAY);
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    assert!(srv.wait_log("partial files", 10), "{}", srv.log());
+    let log = srv.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("partial files"))
+        .expect("the line");
+    assert!(
+        line.contains("2 partial files of interrupted transfers (1.00 MiB on disk)")
+            || line.contains("2 partial files of interrupted transfers (1.01 MiB on disk)"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("`zcp clean {}`", root.display())),
+        "{line}"
+    );
+    // A root with none says nothing about them.
+    let empty = env.mkdir("empty");
+    let quiet = ServerProc::start(&empty, &env.key, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!quiet.log().contains("partial"), "{}", quiet.log());
 }
