@@ -229,8 +229,11 @@ impl PartFile {
         Ok(Some(buf))
     }
 
-    /// Forgets everything received so far: empties the file and removes the journal.
+    /// Forgets everything received so far: empties the file and removes the journal. What is
+    /// left holds nothing to resume, so it is no longer kept when dropped (until
+    /// [`PartFile::set_keep`] says otherwise).
     pub fn reset(&mut self) -> Result<(), EngineError> {
+        self.keep = false;
         self.journal_fd = None;
         match rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => {}
