@@ -50,7 +50,7 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                 );
                 match capped {
                     None => format!(
-                        "zcp: {found} under {root}: the same transfer run again resumes from them; `zcp clean {root}` lists and removes them"
+                        "zcp: {found} under {root}: running the same transfer again resumes or replaces them; `zcp clean {root}` lists and removes them"
                     ),
                     Some(cap) => format!(
                         "zcp: {found} in the first {cap} entries under {root} (not all were looked at); `zcp clean {root}` lists and removes them all"

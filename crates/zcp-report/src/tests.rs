@@ -247,7 +247,7 @@ fn the_start_up_count_of_partial_files_points_at_zcp_clean() {
     };
     assert_eq!(
         line(None),
-        "zcp: 2 partial files of interrupted transfers (3.00 GiB on disk) under /data/in: the same transfer run again resumes from them; `zcp clean /data/in` lists and removes them"
+        "zcp: 2 partial files of interrupted transfers (3.00 GiB on disk) under /data/in: running the same transfer again resumes or replaces them; `zcp clean /data/in` lists and removes them"
     );
     assert_eq!(
         line(Some(100_000)),
