@@ -3,6 +3,7 @@
 //! (`HOST:PATH`, `[v6addr]:PATH`) or are `zcp://` URLs (target.rs).
 
 mod bench;
+mod clean;
 mod demo;
 mod doctor;
 mod get;
@@ -29,6 +30,7 @@ const EXAMPLES: &str = "\
   zcp serve --root /data/incoming                  # on the receiving host
   zcp send -r -P 4 run42/ dtn.example.org:archive/ # a tree, 4 parallel streams
   zcp get dtn.example.org:archive/run42/big.h5 .   # the other direction
+  zcp clean --older-than 7d /data/incoming         # remove abandoned partial files
 
 Targets: HOST:PATH, [IPV6]:PATH or zcp://HOST[:PORT]/PATH, relative to the server's --root.
 `zcp COMMAND --help` has more examples.";
@@ -117,6 +119,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Inspect this host's tuning for fast transfers (read-only) and print the exact fixes.
     Doctor(doctor::DoctorArgs),
+    /// List and remove the partial files (.zcp-*.part, .zcp-*.journal) interrupted transfers
+    /// left beneath a directory.
+    Clean(clean::CleanArgs),
     /// One side of one benchmark run (started by `zcp bench`).
     #[command(hide = true)]
     BenchSide(bench::BenchSideArgs),
@@ -132,6 +137,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Get(a) => get::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Clean(a) => clean::run(a),
         Command::BenchSide(a) => bench::run_side(a),
     };
     match result {
@@ -531,7 +537,7 @@ mod tests {
     }
 
     /// `(command, examples)` for every help text that has examples.
-    const ALL_EXAMPLES: [(&str, &str); 8] = [
+    const ALL_EXAMPLES: [(&str, &str); 9] = [
         ("", EXAMPLES),
         ("demo", demo::EXAMPLES),
         ("keygen", keygen::EXAMPLES),
@@ -540,6 +546,7 @@ mod tests {
         ("get", get::EXAMPLES),
         ("bench", bench::EXAMPLES),
         ("doctor", doctor::EXAMPLES),
+        ("clean", clean::EXAMPLES),
     ];
 
     /// The words of one example line, as a shell would split them (single quotes only),

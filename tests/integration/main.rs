@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 
 mod bench;
+mod clean;
 mod cli;
 mod doctor;
 mod engines;

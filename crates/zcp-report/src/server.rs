@@ -76,6 +76,26 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
             ServerEvent::Listening { addr, root } => {
                 format!("zcp: listening on {addr}, root {root}")
             }
+            ServerEvent::Leftovers {
+                root,
+                files,
+                bytes,
+                capped,
+            } => {
+                let found = format!(
+                    "{files} partial file{} of interrupted transfers ({} on disk)",
+                    if *files == 1 { "" } else { "s" },
+                    size(*bytes)
+                );
+                match capped {
+                    None => format!(
+                        "zcp: {found} under {root}: running the same transfer again resumes or replaces them; `zcp clean {root}` lists and removes them"
+                    ),
+                    Some(cap) => format!(
+                        "zcp: {found} in the first {cap} entries under {root} (not all were looked at); `zcp clean {root}` lists and removes them all"
+                    ),
+                }
+            }
             ServerEvent::Rejected { peer, reason } => format!("zcp: refused {peer}: {reason}"),
             ServerEvent::Stopping { sessions } => format!(
                 "zcp: shutting down: accepting no more connections, ending {sessions} session{}",

@@ -338,3 +338,24 @@ fn server_lines() {
     );
     insta::assert_snapshot!(lines.join("\n"));
 }
+
+#[test]
+fn the_start_up_count_of_partial_files_points_at_zcp_clean() {
+    let log = ServerLog::new(Vec::new(), Vec::new());
+    let line = |capped| {
+        log.line(&ServerEvent::Leftovers {
+            root: "/data/in".into(),
+            files: 2,
+            bytes: 3 << 30,
+            capped,
+        })
+    };
+    assert_eq!(
+        line(None),
+        "zcp: 2 partial files of interrupted transfers (3.00 GiB on disk) under /data/in: running the same transfer again resumes or replaces them; `zcp clean /data/in` lists and removes them"
+    );
+    assert_eq!(
+        line(Some(100_000)),
+        "zcp: 2 partial files of interrupted transfers (3.00 GiB on disk) in the first 100000 entries under /data/in (not all were looked at); `zcp clean /data/in` lists and removes them all"
+    );
+}

@@ -286,6 +286,19 @@ pub enum ServerEvent {
         /// Sessions running when it began to stop.
         sessions: usize,
     },
+    /// Part files and journals of earlier transfers that no transfer holds, found beneath
+    /// the root at start (on a thread of its own: start is not delayed). Sent only when some
+    /// were found or the count stopped at its cap.
+    Leftovers {
+        /// The root directory.
+        root: String,
+        /// Files found.
+        files: u64,
+        /// Bytes they take on the disk.
+        bytes: u64,
+        /// The cap on entries looked at, when the count stopped there (the tree is larger).
+        capped: Option<u64>,
+    },
     /// A connection was refused before or during authentication.
     Rejected {
         /// Who connected.

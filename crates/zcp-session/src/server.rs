@@ -35,6 +35,10 @@ use crate::event::{ServerEvent, ServerReporter};
 use crate::recv::RxCore;
 use crate::transport::Landing;
 
+/// Most directory entries the start-up count of partial files looks at
+/// ([`ServerEvent::Leftovers`]).
+pub(crate) const LEFTOVER_SCAN_CAP: u64 = 100_000;
+
 /// How the server runs.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -159,6 +163,7 @@ impl Server {
             addr: self.local_addr(),
             root: self.ctx.root.path().display().to_string(),
         });
+        self.count_leftovers();
         let (ended_tx, ended_rx) = mpsc::channel::<i32>();
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -211,6 +216,36 @@ impl Server {
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Counts, on a thread of its own, the part files and journals beneath the root that no
+    /// transfer holds (looking at [`LEFTOVER_SCAN_CAP`] entries at most), and reports them
+    /// when there are any.
+    fn count_leftovers(&self) {
+        use zcp_engine::fs::{Removal, remove_leftover, scan_leftovers};
+        let (root, reporter) = (self.ctx.root.clone(), self.ctx.reporter.clone());
+        let _ = std::thread::Builder::new()
+            .name("zcp-leftovers".into())
+            .spawn(move || {
+                let (mut files, mut bytes) = (0, 0);
+                let end = scan_leftovers(root.fd(), Some(LEFTOVER_SCAN_CAP), |dir, l| {
+                    // A dry run only tries the lock: one a session holds is not counted.
+                    if let Ok(Removal::WouldRemove) = remove_leftover(dir, &l, true) {
+                        for (_, f) in l.files() {
+                            files += 1;
+                            bytes += f.allocated;
+                        }
+                    }
+                });
+                if files > 0 || end.capped {
+                    reporter.event(&ServerEvent::Leftovers {
+                        root: root.path().display().to_string(),
+                        files,
+                        bytes,
+                        capped: end.capped.then_some(LEFTOVER_SCAN_CAP),
+                    });
+                }
+            });
     }
 }
 

@@ -343,6 +343,19 @@ pub fn pf(id: u32, dest: &[u8], size: u64, chunk_size: u64) -> Message {
     })
 }
 
+/// Sends `m`, then a `PutFile` the receiver refuses at once (chunk size 1), and waits for
+/// that refusal: everything before it has been handled.
+pub fn sync_after(raw: &mut Raw, m: &Message, id: u32) {
+    raw.send(m);
+    raw.send(&pf(id, b"sync.bin", 1, 1));
+    loop {
+        match raw.recv().unwrap() {
+            Message::FileFailed { file_id, .. } if file_id == id => return,
+            _ => {}
+        }
+    }
+}
+
 /// Ends a push session from the Raw side as an honest client would: stream end markers,
 /// `Finish`, the receiver's `Stats`, ours. Returns whether the receiver's Stats came.
 pub fn raw_finish(raw: &mut Raw, data: &mut [TcpStream]) -> bool {

@@ -4,12 +4,14 @@
 //! disk afterwards, not only the exit code.
 //!
 //! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
-//! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `bounds`: what neither
+//! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `partials`: what is left
+//! on disk however a file is given up; `bounds`: what neither
 //! can make a peer hold or keep open; `review`, `round3`, `round4` and `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
 mod harness;
+mod partials;
 mod plan;
 mod pull;
 mod push;

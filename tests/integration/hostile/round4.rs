@@ -143,19 +143,6 @@ fn pull_in_place_keep_then_abort_leaves_a_part_file() {
 
 // ------------------------------------------------------------------ bookkeeping per frame
 
-/// Sends `m`, then a `PutFile` the receiver refuses at once (chunk size 1), and waits for
-/// that refusal: everything before it has been handled.
-fn sync_after(raw: &mut Raw, m: &Message, id: u32) {
-    raw.send(m);
-    raw.send(&pf(id, b"sync.bin", 1, 1));
-    loop {
-        match raw.recv().unwrap() {
-            Message::FileFailed { file_id, .. } if file_id == id => return,
-            _ => {}
-        }
-    }
-}
-
 /// One `MakeDir` of a 4 KiB path of 2047 one-byte components ("a/a/.../a"). The receiver
 /// records every directory it made as a list of its components, each prefix copied whole:
 /// 2047 * 2048 / 2 = 2.1 million small allocations (about 120 MiB) for one 4 KiB frame, and

@@ -20,11 +20,17 @@ use rustix::io::Errno;
 use crate::EngineError;
 use crate::error::retry;
 
+mod leftover;
 mod meta;
 mod part;
 
+pub use leftover::{
+    FileFacts, Leftover, LeftoverKind, Removal, ScanEnd, leftover_name, remove_leftover,
+    scan_leftovers,
+};
 pub use meta::*;
-pub use part::{LOCK_WAIT, MAX_JOURNAL_BYTES, PartFile};
+use part::part_names;
+pub use part::{LOCK_WAIT, MAX_JOURNAL_BYTES, PartFile, part_key};
 
 fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).escape_debug().to_string()

@@ -25,6 +25,23 @@ pub struct PartFile {
     live: bool,
 }
 
+/// The key a receiver names a target's part file and journal after: the first 8 bytes of
+/// BLAKE3(the target's name in its directory), in lowercase hex (16 digits). [`PartFile::open`]
+/// makes `.zcp-<key>.part` and `.zcp-<key>.journal` of it; [`super::leftover_name`] recognises
+/// exactly those names and nothing else.
+pub fn part_key(target_name: &[u8]) -> String {
+    hex::encode(&blake3::hash(target_name).as_bytes()[..8])
+}
+
+/// The part file's and the journal's names for `key`.
+pub(super) fn part_names(key: &str) -> Result<(CString, CString), EngineError> {
+    let name = |ext: &str| {
+        CString::new(format!(".zcp-{key}.{ext}"))
+            .map_err(|_| EngineError::Path("NUL in key".into()))
+    };
+    Ok((name("part")?, name("journal")?))
+}
+
 /// How long [`PartFile::open`] waits for another transfer's lock on the same partial file.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -61,10 +78,7 @@ impl PartFile {
     /// One attempt of [`PartFile::open`]; `None` when the file it locked was removed or
     /// replaced under its name meanwhile (its previous holder cleaning up).
     fn open_once(dir: Arc<OwnedFd>, key: &str) -> Result<Option<(PartFile, bool)>, EngineError> {
-        let part = CString::new(format!(".zcp-{key}.part"))
-            .map_err(|_| EngineError::Path("NUL in key".into()))?;
-        let journal = CString::new(format!(".zcp-{key}.journal"))
-            .map_err(|_| EngineError::Path("NUL in key".into()))?;
+        let (part, journal) = part_names(key)?;
         let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         // Most part files are new: create exclusively first, so that case is one call.
         let created = retry(
@@ -215,8 +229,11 @@ impl PartFile {
         Ok(Some(buf))
     }
 
-    /// Forgets everything received so far: empties the file and removes the journal.
+    /// Forgets everything received so far: empties the file and removes the journal. What is
+    /// left holds nothing to resume, so it is no longer kept when dropped (until
+    /// [`PartFile::set_keep`] says otherwise).
     pub fn reset(&mut self) -> Result<(), EngineError> {
+        self.keep = false;
         self.journal_fd = None;
         match rustix::fs::unlinkat(&self.dir, self.journal.as_c_str(), AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => {}

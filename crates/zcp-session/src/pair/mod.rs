@@ -325,7 +325,7 @@ impl Pair {
     pub(crate) fn journaled(&self, rel: &str) -> u64 {
         let name = self.dst(rel);
         let name = name.file_name().expect("a file").as_encoded_bytes();
-        let key = hex::encode(&blake3::hash(name).as_bytes()[..8]);
+        let key = zcp_engine::fs::part_key(name);
         let journal = self.dst(rel).with_file_name(format!(".zcp-{key}.journal"));
         let Ok(bytes) = std::fs::read(journal) else {
             return 0;

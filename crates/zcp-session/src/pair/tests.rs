@@ -217,6 +217,8 @@ fn a_source_changed_or_truncated_mid_file_is_never_committed() {
         assert!(!p.dst("f").exists(), "truncate {truncate}: {out:#?}");
         let code = out.sent.failures.first().map(|f| f.code);
         assert_eq!(code, Some(ErrorCode::SourceChanged.name()), "{out:#?}");
+        // Nothing to resume from a source that changed: no part file or journal kept.
+        assert_eq!(p.partials(), Vec::<String>::new(), "truncate {truncate}");
         p.push(&["f"], "f", &Opts::default()).assert_clean();
         assert!(p.same("f"));
     }

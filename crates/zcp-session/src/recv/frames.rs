@@ -234,7 +234,9 @@ impl Receiving {
     }
 
     /// The sender gave a file up. No progress: a stream of announce-then-abort cannot hold
-    /// the session.
+    /// the session. A source that changed while being sent leaves nothing to resume: a later
+    /// run finds another size (the journal no longer fits) or other bytes (it starts over),
+    /// so its part file and journal are removed rather than kept.
     fn file_abort(
         &mut self,
         id: u32,
@@ -244,7 +246,8 @@ impl Receiving {
         if self.open_file(id, "FileAbort")?.is_none() {
             return Ok(Step::Next);
         }
-        let target = self.abandon(id).map(|f| f.spec.target);
+        let resumable = code != ErrorCode::SourceChanged;
+        let target = self.give_up(id, resumable).map(|f| f.spec.target);
         self.report(Report::Notice(
             Some(Failure {
                 path: target.unwrap_or_default(),

@@ -495,7 +495,7 @@ impl Disk {
     ) -> Result<Prepared, Refusal> {
         let (id, plan, size) = (spec.id, spec.plan, spec.plan.size());
         let began = Instant::now();
-        let key = hex::encode(&blake3::hash(&spec.name).as_bytes()[..8]);
+        let key = zcp_engine::fs::part_key(&spec.name);
         let at = (comps.to_vec(), key.clone());
         if self.places.locked().values().any(|p| *p == at) {
             // This session holds it: waiting for its own lock would only stall the session.

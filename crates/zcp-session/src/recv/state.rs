@@ -500,8 +500,14 @@ impl Receiving {
     /// Drops `file` from the session: later chunks for it are drained and ignored. Its part
     /// file stays for a resume if it holds durable chunks.
     pub(crate) fn abandon(&mut self, file: u32) -> Option<RxFile> {
+        self.give_up(file, true)
+    }
+
+    /// [`Receiving::abandon`]; unless `resumable`, the part file and its journal are removed
+    /// whatever they hold: a later run can resume nothing from them (the source changed).
+    pub(crate) fn give_up(&mut self, file: u32, resumable: bool) -> Option<RxFile> {
         let f = self.files.remove(&file)?;
-        let keep = f.holds_resumable() && f.journal.kept;
+        let keep = resumable && f.holds_resumable() && f.journal.kept;
         self.out.jobs.push(RxJob::Release { file, keep });
         Some(f)
     }

@@ -38,11 +38,12 @@ fn push_stale_direct_write_poisons_a_later_honest_resume() {
     let t = Instant::now();
     let a = queue_garbage_behind_filler(srv.port, a, BLOCK, 5, 1, 65536);
     let read_at = t.elapsed();
-    // (3) give t.bin up: part and journal stay for a resume.
+    // (3) give t.bin up (a failed read; a changed source would remove them): part and
+    // journal stay for a resume.
     raw.send(&Message::FileAbort {
         file_id: 1,
-        code: ErrorCode::SourceChanged,
-        message: "changed".into(),
+        code: ErrorCode::Io,
+        message: "read failed".into(),
     });
     // (4) announce it again: resumed from the same part file.
     let ready = announce(&mut raw, 2, b"t.bin", 131072, 65536);
@@ -224,11 +225,12 @@ fn push_a_held_stale_direct_write_corrupts_another_clients_committed_file() {
     }
     // The filler, then the garbage for t.bin's chunk 1, on the one stream.
     let a = queue_garbage_behind_filler(srv.port, a, BLOCK, 5, 1, 65536);
-    // Give t.bin up, and provoke answers we never read (invalid paths are echoed back).
+    // Give t.bin up (a failed read: its part file is kept), and provoke answers we never
+    // read (invalid paths are echoed back).
     let mut flood = raw.est.sealer.seal(&Message::FileAbort {
         file_id: 1,
-        code: ErrorCode::SourceChanged,
-        message: "changed".into(),
+        code: ErrorCode::Io,
+        message: "read failed".into(),
     });
     let mut bad = b"../".to_vec();
     bad.extend_from_slice(&[b'x'; 4090]);
@@ -378,9 +380,10 @@ fn push_a_chunk_held_for_go_then_restart() {
             }
         )
     });
+    // A failed read: the part file is kept for the resume below.
     raw.send(&Message::FileAbort {
         file_id: 0,
-        code: ErrorCode::SourceChanged,
+        code: ErrorCode::Io,
         message: "x".into(),
     });
     raw.send(&pf(1, b"r.bin", 131072, 65536));
