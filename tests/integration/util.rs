@@ -518,6 +518,7 @@ impl Raw {
             mtime_sec: 0,
             mtime_nsec: 0,
             chunk_size: 64 * 1024,
+            sparse: false,
         }));
         loop {
             match self.recv().unwrap() {

@@ -5,7 +5,8 @@
 //!
 //! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `bounds`: what neither
-//! can make a peer hold or keep open; `review`, `round3`, `round4` and `round5`: the second
+//! can make a peer hold or keep open; `sparse`: holes claimed over data, extent tables that
+//! break the rules; `review`, `round3`, `round4` and `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
@@ -16,3 +17,4 @@ mod review;
 mod round3;
 mod round4;
 mod round5;
+mod sparse;
