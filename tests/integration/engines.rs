@@ -218,9 +218,10 @@ fn memory_stays_bounded_as_files_grow() {
     }
 }
 
-/// The one multi-GiB transfer of the suite: a sparse 4 GiB + 4097 byte file, default engines,
-/// end to end; both sides' memory stays bounded (the matrix of sizes and engine pairs is the
-/// heavy step's, and every 64-bit offset path is zcp-engine's `recv::large` test).
+/// The one multi-GiB transfer of the suite: a 4 GiB + 4097 byte file (its zeros allocated,
+/// not holes), default engines, end to end; both sides' memory stays bounded (the matrix of
+/// sizes and engine pairs is the heavy step's, and every 64-bit offset path is zcp-engine's
+/// `recv::large` test).
 #[test]
 fn a_4_gib_file_arrives_whole_end_to_end_with_bounded_memory() {
     let env = Env::new();

@@ -18,5 +18,6 @@ mod paths;
 mod protocol;
 mod resume;
 mod sessions;
+mod sparse;
 mod tree;
 mod util;

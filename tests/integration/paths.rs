@@ -67,6 +67,7 @@ fn server_refuses_bad_paths_from_a_hostile_client() {
         mtime_sec: 0,
         mtime_nsec: 0,
         chunk_size: 65536,
+        sparse: false,
     }));
     assert!(matches!(
         raw.recv().unwrap(),

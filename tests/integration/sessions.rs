@@ -208,6 +208,7 @@ fn indexes_out_of_range_end_the_stream_or_session() {
             mtime_sec: 0,
             mtime_nsec: 0,
             chunk_size: 65536,
+            sparse: false,
         }));
         let said = loop {
             match raw.recv() {

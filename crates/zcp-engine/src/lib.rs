@@ -20,6 +20,7 @@ pub mod map;
 pub mod probe;
 pub mod recv;
 pub mod send;
+pub mod sparse;
 pub mod sync;
 pub mod sys;
 

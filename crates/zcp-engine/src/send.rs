@@ -327,18 +327,20 @@ pub const STAGED_MAX: u64 = 1 << 20;
 
 impl FileSender {
     /// Reads bytes `offset..offset+len` of `file` into a buffer of its own — for a small chunk whose bytes
-    /// the caller needs anyway (to hash them) — and sends them into `sock`: `sendfile` still
+    /// the caller needs anyway (to hash them) — and sends the `data` ranges of them (absolute
+    /// `(offset, len)`, ascending, inside the chunk: the whole chunk, or its data extents when
+    /// it has holes) into `sock`: `sendfile` still
     /// moves them from the page cache, `rw` and `mmap` send the buffer rather than read or
     /// map the range a second time. Fails with [`EngineError::SourceShort`] before sending
     /// anything when the file ends early, so the caller can skip the chunk. `inspect` sees
-    /// the bytes between the read and the send (and may send what must precede them, or
+    /// the whole chunk between the read and the send (and may send what must precede it, or
     /// stop the send with an error). `len` must not exceed [`STAGED_MAX`].
     pub fn send_staged(
         &mut self,
         file: BorrowedFd<'_>,
         sock: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
+        (offset, len): (u64, u64),
+        data: &[(u64, u64)],
         inspect: impl FnOnce(&[u8]) -> Result<(), EngineError>,
         progress: &AtomicU64,
     ) -> Result<(), EngineError> {
@@ -373,12 +375,23 @@ impl FileSender {
             self.staged = buf;
             return Err(e);
         }
-        let r = match self.engine {
-            SendEngine::Sendfile | SendEngine::Splice => {
-                self.send(file, sock, offset, len, progress)
+        let r = data.iter().try_for_each(|&(at, k)| {
+            let inside = at
+                .checked_sub(offset)
+                .filter(|rel| rel.checked_add(k).is_some_and(|e| e <= len));
+            let Some(rel) = inside else {
+                return Err(EngineError::Path(format!(
+                    "range {at}+{k} is outside the staged chunk {offset}+{len}"
+                )));
+            };
+            match self.engine {
+                SendEngine::Sendfile | SendEngine::Splice => self.send(file, sock, at, k, progress),
+                SendEngine::ReadWrite | SendEngine::Mmap => {
+                    let rel = rel as usize;
+                    send_all(sock, &buf[rel..rel + k as usize], false, progress)
+                }
             }
-            SendEngine::ReadWrite | SendEngine::Mmap => send_all(sock, &buf, false, progress),
-        };
+        });
         self.staged = buf;
         r
     }
@@ -442,8 +455,8 @@ mod tests {
             s.send_staged(
                 f.as_fd(),
                 a.as_fd(),
-                1000,
-                200_000,
+                (1000, 200_000),
+                &[(1000, 200_000)],
                 |b| {
                     seen = b.to_vec();
                     Ok(())
@@ -458,8 +471,8 @@ mod tests {
                 .send_staged(
                     f.as_fd(),
                     a.as_fd(),
-                    250_000,
-                    100_000,
+                    (250_000, 100_000),
+                    &[(250_000, 100_000)],
                     |_| panic!("shown"),
                     &progress,
                 )
@@ -468,10 +481,40 @@ mod tests {
                 matches!(e, EngineError::SourceShort { at: 300_000, .. }),
                 "{e}"
             );
+            // A chunk with holes: the whole chunk is shown, only its data ranges are sent.
+            let mut shown = 0;
+            s.send_staged(
+                f.as_fd(),
+                a.as_fd(),
+                (0, 65536),
+                &[(4096, 100), (60_000, 5536)],
+                |b| {
+                    shown = b.len();
+                    Ok(())
+                },
+                &progress,
+            )
+            .unwrap();
+            assert_eq!(shown, 65536);
+            assert!(
+                s.send_staged(
+                    f.as_fd(),
+                    a.as_fd(),
+                    (0, 4096),
+                    &[(4000, 200)],
+                    |_| Ok(()),
+                    &progress
+                )
+                .is_err(),
+                "a range outside the chunk"
+            );
             drop(a);
             let mut got = Vec::new();
             b.read_to_end(&mut got).unwrap();
-            assert_eq!(got, &data[1000..201_000], "{}", engine.name());
+            let mut want = data[1000..201_000].to_vec();
+            want.extend_from_slice(&data[4096..4196]);
+            want.extend_from_slice(&data[60_000..65536]);
+            assert_eq!(got, want, "{}", engine.name());
         }
     }
 }

@@ -238,6 +238,7 @@ fn built_frame(s: &mut Script<'_>, told: &Told, keys: &SessionKeys) -> Message {
             mtime_sec: 1,
             mtime_nsec: 0,
             chunk_size: 65536 * (1 + u64::from(s.u8() % 2)),
+            sparse: next.is_multiple_of(3),
         }),
         2 | 3 => {
             let count = told.plans.get(&file_id).map_or(8, ChunkPlan::count).max(1);
@@ -380,6 +381,7 @@ fn answer(s: &mut Script<'_>, told: &mut Told, job: FsJob) -> FsDone {
                 name: put.dest.clone(),
                 target: String::from_utf8_lossy(&put.dest).into_owned(),
                 io: None,
+                sparse: put.sparse,
                 existing: None,
             };
             let result = if refused {

@@ -2,8 +2,9 @@
 //! stream.
 //!
 //! A data stream, once joined, carries a sequence of [`ChunkHeader`]s, each followed by exactly
-//! `len` raw bytes of the file (moved by the sender's engine, never framed or escaped), and ends
-//! with an `End` header. The receiver checks every header against the file's [`ChunkPlan`]
+//! `len` raw bytes of the file (moved by the sender's engine, never framed or escaped) — or,
+//! for a `Sparse` chunk, by its table of data extents ([`crate::Extents`]) and the bytes of
+//! those extents alone — and ends with an `End` header. The receiver checks every header against the file's [`ChunkPlan`]
 //! before it moves a byte: offset on a chunk boundary, length exactly that chunk's length.
 
 use crate::DecodeError;
@@ -26,6 +27,9 @@ pub enum ChunkKind {
     Data,
     /// No more chunks on this stream.
     End,
+    /// Chunk `offset..offset+len` of file `file_id`, of which only the data extents follow:
+    /// their table ([`crate::Extents`]), then their bytes in order. The rest is hole (zeros).
+    Sparse,
 }
 
 /// The fixed 28-byte header before each chunk: magic, kind, 3 zero bytes, file id (`u32`),
@@ -53,6 +57,16 @@ impl ChunkHeader {
         }
     }
 
+    /// The header for a sparse chunk: its table of extents and their bytes follow.
+    pub fn sparse(file_id: u32, offset: u64, len: u64) -> ChunkHeader {
+        ChunkHeader {
+            kind: ChunkKind::Sparse,
+            file_id,
+            offset,
+            len,
+        }
+    }
+
     /// The end-of-stream header.
     pub fn end() -> ChunkHeader {
         ChunkHeader {
@@ -70,6 +84,7 @@ impl ChunkHeader {
         out[4] = match self.kind {
             ChunkKind::Data => 1,
             ChunkKind::End => 2,
+            ChunkKind::Sparse => 3,
         };
         out[8..12].copy_from_slice(&self.file_id.to_be_bytes());
         out[12..20].copy_from_slice(&self.offset.to_be_bytes());
@@ -88,6 +103,7 @@ impl ChunkHeader {
         let kind = match b[4] {
             1 => ChunkKind::Data,
             2 => ChunkKind::End,
+            3 => ChunkKind::Sparse,
             k => return Err(DecodeError::Malformed(format!("unknown chunk kind {k}"))),
         };
         if b[5..8] != [0, 0, 0] {
@@ -220,6 +236,11 @@ mod tests {
     fn header_round_trip_and_refusals() {
         let h = ChunkHeader::data(3, 1 << 33, 4097);
         assert_eq!(ChunkHeader::decode(&h.encode()).unwrap(), h);
+        let s = ChunkHeader::sparse(3, 1 << 33, 4097);
+        assert_eq!(ChunkHeader::decode(&s.encode()).unwrap(), s);
+        assert_eq!(s.encode()[4], 3);
+        let big = ChunkHeader::sparse(0, 0, MAX_CHUNK + 1).encode();
+        assert!(ChunkHeader::decode(&big).is_err());
         assert_eq!(
             ChunkHeader::decode(&ChunkHeader::end().encode()).unwrap(),
             ChunkHeader::end()

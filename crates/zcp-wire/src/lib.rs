@@ -13,6 +13,7 @@
 
 mod chunk;
 mod codec;
+mod extents;
 mod handshake;
 pub mod journal;
 pub mod keys;
@@ -24,6 +25,7 @@ pub use chunk::{
     CHUNK_ALIGN, CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkHeader, ChunkKind, ChunkPlan, MAX_CHUNK,
     MIN_CHUNK, PlanError,
 };
+pub use extents::{EXTENT_ALIGN, EXTENT_ENTRY_LEN, Extents, MAX_EXTENTS};
 pub use handshake::{
     Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Deadline,
     Established, HandshakeError, JoinRequest, ServerAwaitProof, accept,

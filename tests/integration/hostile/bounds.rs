@@ -36,6 +36,7 @@ fn a_client_cannot_make_the_server_hold_chunk_tables_past_the_session_limit() {
                 mtime_sec: 0,
                 mtime_nsec: 0,
                 chunk_size: 64 << 10,
+                sparse: false,
             }));
             raw.recv().unwrap()
         })

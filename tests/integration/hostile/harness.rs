@@ -136,6 +136,7 @@ impl Evil {
             mtime_sec: 1_000_000,
             mtime_nsec: 0,
             chunk_size: 64 * 1024,
+            sparse: false,
         }));
     }
 
@@ -340,6 +341,7 @@ pub fn pf(id: u32, dest: &[u8], size: u64, chunk_size: u64) -> Message {
         mtime_sec: 1_000_000,
         mtime_nsec: 0,
         chunk_size,
+        sparse: false,
     })
 }
 

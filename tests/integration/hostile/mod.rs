@@ -5,8 +5,9 @@
 //!
 //! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `partials`: what is left
-//! on disk however a file is given up; `bounds`: what neither
-//! can make a peer hold or keep open; `review`, `round3`, `round4` and `round5`: the second
+//! on disk however a file is given up; `bounds`: what neither can make a peer hold or keep
+//! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
+//! or flooded totals; `review`, `round3`, `round4` and `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
@@ -19,3 +20,4 @@ mod review;
 mod round3;
 mod round4;
 mod round5;
+mod sparse;

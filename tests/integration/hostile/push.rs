@@ -26,6 +26,7 @@ fn go_restart_for_a_file_never_offered_commits_nothing() {
         mtime_sec: 0,
         mtime_nsec: 0,
         chunk_size: 65536,
+        sparse: false,
     }));
     assert!(matches!(
         raw.recv().unwrap(),
@@ -75,6 +76,7 @@ fn a_resume_cut_before_go_keeps_the_part_file_and_journal() {
             mtime_sec: 0,
             mtime_nsec: 0,
             chunk_size: 65536,
+            sparse: false,
         }))
     };
     {
@@ -372,6 +374,7 @@ fn protocol_errors_are_said_and_logged() {
         mtime_sec: 0,
         mtime_nsec: 0,
         chunk_size: 65536,
+        sparse: false,
     }));
     assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
     data.write_all(&ChunkHeader::data(0, 4096, 65536).encode())

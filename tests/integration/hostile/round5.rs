@@ -25,6 +25,7 @@ fn pf_mode(id: u32, dest: &[u8], size: u64, chunk_size: u64, mode: u32) -> Messa
         mtime_sec: 1_000_000,
         mtime_nsec: 0,
         chunk_size,
+        sparse: false,
     })
 }
 

@@ -19,6 +19,8 @@ pub struct Meta {
     pub id: (u64, u64),
     /// Hard links; 0 once the file was deleted.
     pub nlink: u64,
+    /// Bytes of storage the file takes (`st_blocks * 512`).
+    pub allocated: u64,
     /// For `Other`: what it is, for the note that skips it.
     pub other: &'static str,
 }
@@ -43,7 +45,17 @@ fn meta_of(st: &rustix::fs::Stat) -> Meta {
         ctime: (st.st_ctime, st.st_ctime_nsec as u32),
         id: (st.st_dev, st.st_ino),
         nlink: st.st_nlink,
+        allocated: st.st_blocks as u64 * 512,
         other,
+    }
+}
+
+impl Meta {
+    /// Whether this is a regular file that takes less storage than its size: it has holes
+    /// (or its filesystem compresses it), so it is sent as its data extents and received
+    /// without reserving its size.
+    pub fn sparse(&self) -> bool {
+        self.kind == EntryKind::File && self.allocated < self.size
     }
 }
 

@@ -196,6 +196,14 @@ impl PartFile {
         preallocate(&self.file, size)
     }
 
+    /// Sets the file's size without reserving its space, for a sparse file: what is not
+    /// written stays a hole.
+    pub fn set_size(&self, size: u64) -> Result<(), EngineError> {
+        retry("ftruncate", "partial file", None, || {
+            rustix::fs::ftruncate(&self.file, size)
+        })
+    }
+
     /// The journal's bytes, if there is one (and it is not absurdly large).
     pub fn read_journal(&self) -> Result<Option<Vec<u8>>, EngineError> {
         let fd = match rustix::fs::openat(

@@ -103,6 +103,15 @@ fn part_file_is_locked_kept_or_removed_and_renamed() {
         p.set_final_metadata(3, 0o600, (0, 0), padded).unwrap();
         assert_eq!(rustix::fs::fstat(p.fd()).unwrap().st_size, len);
     }
+
+    // A sparse file gets its size and no storage: what is not written stays a hole.
+    let (p, _) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "sparse").unwrap();
+    p.set_size(1 << 30).unwrap();
+    let st = rustix::fs::fstat(p.fd()).unwrap();
+    assert_eq!(st.st_size, 1 << 30);
+    assert!(st.st_blocks * 512 < 1 << 20, "{} blocks", st.st_blocks);
+    let meta = crate::fs::stat_fd(p.fd()).unwrap();
+    assert!(meta.sparse() && meta.allocated < 1 << 20);
 }
 
 #[test]

@@ -171,7 +171,9 @@ impl DirectRing {
                         })
                     } else {
                         // O_DIRECT wants whole blocks: pad the file's last block with zeros;
-                        // the commit cuts the file back to its exact size.
+                        // the commit cuts the file back to its exact size. (Only the file's
+                        // last block can be partial: every extent of a sparse chunk ends on a
+                        // block boundary or at the chunk's end.)
                         let padded = job.len.div_ceil(align) * align;
                         job.buf[job.len..padded].fill(0);
                         pwrite_all(job.fd.as_fd(), &job.buf[..padded], job.offset).err()
@@ -194,18 +196,20 @@ impl DirectRing {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Receives a chunk's data `extents` (absolute; the whole chunk unless it has holes) from
+    /// `sock` into the ring, each written at its offset.
     pub(super) fn receive(
         &mut self,
         fd: Arc<OwnedFd>,
         sock: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
+        extents: &[(u64, u64)],
         sink: Option<Sink>,
         progress: &AtomicU64,
         completion: Completion,
     ) -> Result<(), EngineError> {
-        if len == 0 {
+        let block = self.block as u64;
+        let buffers: u64 = extents.iter().map(|e| e.1.div_ceil(block)).sum();
+        if buffers == 0 {
             if let Some(s) = sink {
                 s.seen_all();
             }
@@ -213,11 +217,11 @@ impl DirectRing {
             return Ok(());
         }
         let chunk = Arc::new(ChunkWrites {
-            pending: AtomicUsize::new(len.div_ceil(self.block as u64) as usize),
+            pending: AtomicUsize::new(buffers as usize),
             failure: Mutex::new(None),
             done: Mutex::new(Some(completion)),
         });
-        let r = self.queue_chunk(&fd, sock, offset, len, sink, progress, &chunk);
+        let r = self.queue_chunk(&fd, sock, extents, sink, progress, &chunk);
         if r.is_err() {
             // Not every buffer was queued, so the count never reaches zero; drop the
             // completion uncalled now, as `receive` promises.
@@ -226,61 +230,64 @@ impl DirectRing {
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn queue_chunk(
         &mut self,
         fd: &Arc<OwnedFd>,
         sock: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
+        extents: &[(u64, u64)],
         mut sink: Option<Sink>,
         progress: &AtomicU64,
         chunk: &Arc<ChunkWrites>,
     ) -> Result<(), EngineError> {
         let timeout = socket_timeout(sock);
-        let mut done = 0u64;
-        while done < len {
-            if self.shared.failed.load(Ordering::Acquire) {
-                return Err(self.helper_failure());
-            }
-            let Ok(mut buf) = self.free.recv() else {
-                return Err(self.helper_failure());
-            };
-            let n = (len - done).min(self.block as u64) as usize;
-            let mut filled = 0;
-            while filled < n {
-                let got = retry("recv", "socket", timeout, || {
-                    rustix::net::recv(sock, &mut buf[filled..n], RecvFlags::WAITALL)
-                })?
-                .0;
-                if got == 0 {
-                    return Err(EngineError::Disconnected {
-                        got: done + filled as u64,
-                        want: len,
-                    });
+        let wire: u64 = extents.iter().map(|e| e.1).sum();
+        let mut got = 0u64;
+        for (i, &(offset, len)) in extents.iter().enumerate() {
+            let mut done = 0u64;
+            while done < len {
+                if self.shared.failed.load(Ordering::Acquire) {
+                    return Err(self.helper_failure());
                 }
-                filled += got;
-                progress.fetch_add(got as u64, Ordering::Relaxed);
+                let Ok(mut buf) = self.free.recv() else {
+                    return Err(self.helper_failure());
+                };
+                let n = (len - done).min(self.block as u64) as usize;
+                let mut filled = 0;
+                while filled < n {
+                    let k = retry("recv", "socket", timeout, || {
+                        rustix::net::recv(sock, &mut buf[filled..n], RecvFlags::WAITALL)
+                    })?
+                    .0;
+                    if k == 0 {
+                        return Err(EngineError::Disconnected {
+                            got: got + filled as u64,
+                            want: wire,
+                        });
+                    }
+                    filled += k;
+                    progress.fetch_add(k as u64, Ordering::Relaxed);
+                }
+                let job = Job {
+                    fd: fd.clone(),
+                    buf,
+                    offset: offset + done,
+                    len: n,
+                    chunk: chunk.clone(),
+                    sink: sink.take(),
+                    last: i + 1 == extents.len() && done + n as u64 == len,
+                };
+                if self
+                    .to_hash
+                    .as_ref()
+                    .expect("open until finish")
+                    .send(job)
+                    .is_err()
+                {
+                    return Err(self.helper_failure());
+                }
+                done += n as u64;
+                got += n as u64;
             }
-            let job = Job {
-                fd: fd.clone(),
-                buf,
-                offset: offset + done,
-                len: n,
-                chunk: chunk.clone(),
-                sink: sink.take(),
-                last: done + n as u64 == len,
-            };
-            if self
-                .to_hash
-                .as_ref()
-                .expect("open until finish")
-                .send(job)
-                .is_err()
-            {
-                return Err(self.helper_failure());
-            }
-            done += n as u64;
         }
         Ok(())
     }

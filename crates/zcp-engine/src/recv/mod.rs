@@ -17,6 +17,10 @@
 //! `direct`, `rw` and `mem`, from the page cache through a guarded mapping after the write for
 //! `splice` (`recv/readback.rs`) — so hashing never costs an extra copy. `direct` and `splice` feed
 //! sinks on their own threads, so one stream's receiving, hashing and writing overlap.
+//!
+//! A chunk of a sparse file may come as its data extents alone
+//! ([`StreamReceiver::receive_sparse`]): its holes are punched in the file first, the engines
+//! move only the extents, and its sink is fed zeros for the holes (`recv/holes.rs`).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -131,6 +135,7 @@ pub type Completion = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 pub use direct::{DIRECT_ALIGN, DIRECT_DEPTH, DIRECT_WRITERS};
 
 mod direct;
+mod holes;
 #[cfg(test)]
 mod large;
 mod readback;

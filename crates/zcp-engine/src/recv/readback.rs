@@ -21,6 +21,9 @@ struct Job {
     file: Arc<OwnedFd>,
     offset: u64,
     len: u64,
+    /// The data extents written, when the chunk has holes (`None`: all of it). Only these are
+    /// read back; the sink fills the holes with zeros itself.
+    ranges: Option<Vec<(u64, u64)>>,
     sink: Option<Sink>,
     done: Completion,
 }
@@ -43,9 +46,12 @@ impl Readback {
                 for job in rx {
                     let read = match job.sink {
                         Some(mut sink) => {
-                            match crate::map::visit_mapped(&*job.file, job.offset, job.len, |b| {
-                                sink.bytes(b)
-                            }) {
+                            let whole = [(job.offset, job.len)];
+                            let ranges = job.ranges.as_deref().unwrap_or(&whole);
+                            let read = ranges.iter().try_for_each(|&(off, len)| {
+                                crate::map::visit_mapped(&*job.file, off, len, |b| sink.bytes(b))
+                            });
+                            match read {
                                 Ok(()) => {
                                     sink.seen_all();
                                     Ok(())
@@ -80,12 +86,12 @@ impl Readback {
         })
     }
 
-    /// Queues a spliced chunk for read-back; waits while [`QUEUE`] chunks are pending.
+    /// Queues a spliced chunk (its data `ranges`, when it has holes) for read-back; waits while [`QUEUE`] chunks are pending.
     pub(super) fn queue(
         &mut self,
         file: Arc<OwnedFd>,
-        offset: u64,
-        len: u64,
+        (offset, len): (u64, u64),
+        ranges: Option<Vec<(u64, u64)>>,
         sink: Option<Sink>,
         done: Completion,
     ) -> Result<(), EngineError> {
@@ -93,6 +99,7 @@ impl Readback {
             file,
             offset,
             len,
+            ranges,
             sink,
             done,
         };

@@ -10,7 +10,7 @@ use rustix::io::Errno;
 use rustix::pipe::SpliceFlags;
 
 use super::{
-    Completion, DIRECT_ALIGN, DIRECT_DEPTH, RecvEngine, Sink, WriteFailure, direct, readback,
+    Completion, DIRECT_ALIGN, DIRECT_DEPTH, RecvEngine, Sink, WriteFailure, direct, holes, readback,
 };
 use crate::EngineError;
 use crate::error::retry;
@@ -201,7 +201,6 @@ impl StreamReceiver {
     /// [`ChunkSink::seen_all`](super::ChunkSink::seen_all) before `done(Ok)`, possibly later and from a helper thread.
     /// `null` never sees the bytes: pass no sink.
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
     pub fn receive(
         &mut self,
         engine: RecvEngine,
@@ -213,6 +212,45 @@ impl StreamReceiver {
         progress: &AtomicU64,
         done: Completion,
     ) -> Result<(), EngineError> {
+        let whole = [(offset, len)];
+        let extents: &[(u64, u64)] = if len == 0 { &[] } else { &whole };
+        self.receive_sparse(
+            engine,
+            target,
+            sock,
+            (offset, len),
+            extents,
+            sink,
+            progress,
+            done,
+        )
+    }
+
+    /// As [`StreamReceiver::receive`], for the chunk `offset..offset+len` of which only the
+    /// data `extents` (absolute `(offset, len)`: ascending, apart, aligned as
+    /// [`crate::sparse::EXTENT_ALIGN`] says) come from the socket, in order. The rest of the
+    /// chunk is hole: made a hole in the target's file before any data lands (so nothing an
+    /// earlier attempt wrote there survives), and fed to `sink` as zeros, so the sink sees the
+    /// chunk's every byte. Extents that do not fit the chunk are an error, before anything is
+    /// read. A hole that cannot be made fails the chunk like a failed write.
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_sparse(
+        &mut self,
+        engine: RecvEngine,
+        target: Option<&Target>,
+        sock: BorrowedFd<'_>,
+        (offset, len): (u64, u64),
+        extents: &[(u64, u64)],
+        sink: Option<Sink>,
+        progress: &AtomicU64,
+        done: Completion,
+    ) -> Result<(), EngineError> {
+        holes::check(offset, len, extents)?;
+        let dense = extents == [(offset, len)];
+        let sink = match sink {
+            Some(s) if !dense => Some(holes::ZeroFill::wrap(s, offset, len, extents)),
+            s => s,
+        };
         let timeout = *self.timeout.get_or_insert_with(|| socket_timeout(sock));
         let block = self.block_for(engine);
         let job = Job {
@@ -220,10 +258,18 @@ impl StreamReceiver {
             timeout,
             offset,
             len,
+            extents,
             sink,
             progress,
             done,
         };
+        if !dense
+            && engine.stores()
+            && let Some(t) = target
+            && let Err(e) = holes::punch(t, offset, len, extents)
+        {
+            return self.discard_rest(job, 0, e);
+        }
         let need = |t: Option<&Target>| {
             t.cloned().ok_or_else(|| EngineError::Unsupported {
                 engine: engine.name(),
@@ -254,14 +300,13 @@ impl StreamReceiver {
         };
         let Job {
             sock,
-            offset,
-            len,
+            extents,
             sink,
             progress,
             done,
             ..
         } = job;
-        ring.receive(direct, sock, offset, len, sink, progress, done)
+        ring.receive(direct, sock, extents, sink, progress, done)
     }
 
     fn splice(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<(), EngineError> {
@@ -272,32 +317,41 @@ impl StreamReceiver {
             self.readback = Some(readback::Readback::new()?);
         }
         let pipe = self.pipe.as_ref().expect("made above");
-        let mut off = job.offset;
+        let extents = job.extents;
         let mut got = 0;
-        while got < job.len {
-            let pumped = pipe.pump(
-                job.sock,
-                job.timeout,
-                t.file.as_fd(),
-                Some(&mut off),
-                job.len - got,
-            )?;
-            let n = match pumped {
-                Pumped::Moved(0) => return Err(job.disconnected(got)),
-                Pumped::Moved(n) => n as u64,
-                Pumped::OutFailed { moved, error } => {
-                    job.progress.fetch_add(moved as u64, Ordering::Relaxed);
-                    return self.discard_rest(job, got + moved as u64, error);
-                }
-            };
-            got += n;
-            job.progress.fetch_add(n, Ordering::Relaxed);
+        for &(start, n) in extents {
+            let mut off = start;
+            let mut done = 0;
+            while done < n {
+                let pumped = pipe.pump(
+                    job.sock,
+                    job.timeout,
+                    t.file.as_fd(),
+                    Some(&mut off),
+                    n - done,
+                )?;
+                let k = match pumped {
+                    Pumped::Moved(0) => return Err(job.disconnected(got)),
+                    Pumped::Moved(k) => k as u64,
+                    Pumped::OutFailed { moved, error } => {
+                        job.progress.fetch_add(moved as u64, Ordering::Relaxed);
+                        return self.discard_rest(job, got + moved as u64, error);
+                    }
+                };
+                done += k;
+                got += k;
+                job.progress.fetch_add(k, Ordering::Relaxed);
+            }
         }
         crate::fs::start_writeback(&*t.file, job.offset, job.len);
-        self.readback
-            .as_mut()
-            .expect("made above")
-            .queue(t.file, job.offset, job.len, job.sink, job.done)
+        let ranges = (extents != [(job.offset, job.len)]).then(|| extents.to_vec());
+        self.readback.as_mut().expect("made above").queue(
+            t.file,
+            (job.offset, job.len),
+            ranges,
+            job.sink,
+            job.done,
+        )
     }
 
     fn null(&mut self, block: usize, job: Job<'_>) -> Result<(), EngineError> {
@@ -315,9 +369,9 @@ impl StreamReceiver {
             self.pipe.as_ref().expect("made"),
             self.devnull.as_ref().expect("made"),
         );
-        let mut got = 0;
-        while got < job.len {
-            let n = match pipe.pump(job.sock, job.timeout, devnull.as_fd(), None, job.len - got)? {
+        let (mut got, wire) = (0, job.wire());
+        while got < wire {
+            let n = match pipe.pump(job.sock, job.timeout, devnull.as_fd(), None, wire - got)? {
                 Pumped::Moved(0) => return Err(job.disconnected(got)),
                 Pumped::Moved(n) => n as u64,
                 Pumped::OutFailed { error, .. } => return Err(error),
@@ -339,35 +393,40 @@ impl StreamReceiver {
         if self.buf.len() != block {
             self.buf = vec![0; block];
         }
+        let extents = job.extents;
         let mut got = 0;
-        while got < job.len {
-            let want = (job.len - got).min(self.buf.len() as u64) as usize;
-            let buf = &mut self.buf[..want];
-            let n = retry("read", "socket", job.timeout, || {
-                rustix::io::read(job.sock, &mut *buf)
-            })?;
-            if n == 0 {
-                return Err(job.disconnected(got));
+        for &(start, len) in extents {
+            let mut done = 0;
+            while done < len {
+                let want = (len - done).min(self.buf.len() as u64) as usize;
+                let buf = &mut self.buf[..want];
+                let n = retry("read", "socket", job.timeout, || {
+                    rustix::io::read(job.sock, &mut *buf)
+                })?;
+                if n == 0 {
+                    return Err(job.disconnected(got));
+                }
+                job.progress.fetch_add(n as u64, Ordering::Relaxed);
+                if let Some(s) = job.sink.as_mut() {
+                    s.bytes(&self.buf[..n]);
+                }
+                if let Some(f) = &file
+                    && let Err(error) = pwrite_all(f.as_fd(), &self.buf[..n], start + done)
+                {
+                    return self.discard_rest(job, got + n as u64, error);
+                }
+                done += n as u64;
+                got += n as u64;
             }
-            job.progress.fetch_add(n as u64, Ordering::Relaxed);
-            if let Some(s) = job.sink.as_mut() {
-                s.bytes(&self.buf[..n]);
-            }
-            if let Some(f) = &file
-                && let Err(error) = pwrite_all(f.as_fd(), &self.buf[..n], job.offset + got)
-            {
-                return self.discard_rest(job, got + n as u64, error);
-            }
-            got += n as u64;
         }
         job.complete();
         Ok(())
     }
 
-    /// After a chunk's write failed with `error` (a full disk, an I/O error), `got` bytes in:
-    /// reads and drops the rest of the chunk, so the stream stays usable for the chunks that
-    /// follow, and reports the failure to the chunk's completion. The stream fails only if the
-    /// socket does.
+    /// After a chunk's write failed with `error` (a full disk, an I/O error, a hole that could
+    /// not be made), `got` bytes of its data in: reads and drops the rest of the chunk's data,
+    /// so the stream stays usable for the chunks that follow, and reports the failure to the
+    /// chunk's completion. The stream fails only if the socket does.
     fn discard_rest(
         &mut self,
         job: Job<'_>,
@@ -377,8 +436,9 @@ impl StreamReceiver {
         if self.buf.is_empty() {
             self.buf = vec![0; 64 * 1024];
         }
-        while got < job.len {
-            let want = (job.len - got).min(self.buf.len() as u64) as usize;
+        let wire = job.wire();
+        while got < wire {
+            let want = (wire - got).min(self.buf.len() as u64) as usize;
             let buf = &mut self.buf[..want];
             let n = retry("read", "socket", job.timeout, || {
                 rustix::io::read(job.sock, &mut *buf)
@@ -426,18 +486,26 @@ pub fn pwrite_all(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> Result<(), E
 struct Job<'a> {
     sock: BorrowedFd<'a>,
     timeout: Option<Duration>,
+    /// The chunk.
     offset: u64,
     len: u64,
+    /// Its data, as it comes from the socket (the whole chunk unless it has holes).
+    extents: &'a [(u64, u64)],
     sink: Option<Sink>,
     progress: &'a AtomicU64,
     done: Completion,
 }
 
 impl Job<'_> {
+    /// Bytes the chunk takes on the socket.
+    fn wire(&self) -> u64 {
+        self.extents.iter().map(|e| e.1).sum()
+    }
+
     fn disconnected(&self, got: u64) -> EngineError {
         EngineError::Disconnected {
             got,
-            want: self.len,
+            want: self.wire(),
         }
     }
 

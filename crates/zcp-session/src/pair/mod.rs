@@ -7,11 +7,13 @@
 //! "killing" a side cuts every connection at a byte, and running the pair again restarts
 //! from what is on disk.
 //!
-//! `tests.rs` holds the role tests that use it; `campaign.rs` the fault campaign.
+//! `tests.rs` holds the role tests that use it, `sparse.rs` those of sparse sources;
+//! `campaign.rs` the fault campaign.
 
 mod campaign;
 pub(crate) mod faulty;
 pub(crate) mod relay;
+mod sparse;
 mod tests;
 
 use std::net::TcpStream;

@@ -109,6 +109,8 @@ pub(crate) struct FileSpec {
     pub(crate) target: String,
     /// Where the engines write (`None` for engines that store nothing).
     pub(crate) io: Option<Target>,
+    /// The source has holes (`PutFile` said so): the part file gets its size, not its space.
+    pub(crate) sparse: bool,
     /// The existing target hashed for the offers, held open until the commit. Kept in
     /// place, the target must still be this file.
     pub(crate) existing: Option<Existing>,
@@ -490,6 +492,7 @@ mod tests {
             name: b"f".to_vec(),
             target: "f".into(),
             io: None,
+            sparse: false,
             existing: None,
         };
         RxFile::new(

@@ -53,7 +53,7 @@ pub(crate) enum FsJob {
         mtime: (i64, u32),
     },
     /// `Go{restart}`: empty the part file and preallocate it again.
-    Reset { file: u32, size: u64 },
+    Reset { file: u32, size: u64, sparse: bool },
 }
 
 /// The result of an [`FsJob`].
@@ -389,11 +389,13 @@ impl Receiving {
             return Ok(Step::Next);
         };
         let (may, stores, size) = (f.may_go(), f.spec.io.is_some(), f.plan().size());
+        let sparse = f.spec.sparse;
         may.map_err(|r| self.proto(r.message))?;
         if restart && stores {
             return Ok(Step::Fs(FsJob::Reset {
                 file: file_id,
                 size,
+                sparse,
             }));
         }
         self.go_now(file_id, restart)

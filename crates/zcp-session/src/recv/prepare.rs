@@ -299,9 +299,9 @@ impl Disk {
                     .map(|()| true);
                 entry(raw, Act::Times, path, result.map_err(engine_err))
             }
-            FsJob::Reset { file, size } => FsDone::Reset {
+            FsJob::Reset { file, size, sparse } => FsDone::Reset {
                 file,
-                result: self.reset(file, size),
+                result: self.reset(file, size, sparse),
             },
         }
     }
@@ -328,9 +328,16 @@ impl Disk {
         zcp_engine::fs::make_symlink(&*dir.fd, last, target).map_err(engine_err)
     }
 
-    fn reset(&self, file: u32, size: u64) -> Result<(), Refusal> {
+    fn reset(&self, file: u32, size: u64, sparse: bool) -> Result<(), Refusal> {
         self.parts
-            .with(file, |p| p.reset().and_then(|_| p.preallocate(size)))
+            .with(file, |p| {
+                p.reset()?;
+                if sparse {
+                    p.set_size(size)
+                } else {
+                    p.preallocate(size)
+                }
+            })
             .unwrap_or(Ok(()))
             .map_err(engine_err)
     }
@@ -431,6 +438,7 @@ impl Disk {
             name,
             target,
             io: None,
+            sparse: p.sparse,
             existing: None,
         };
         if !self.requested.stores() {
@@ -543,7 +551,11 @@ impl Disk {
                 spec.existing = Some(inode);
             }
         }
-        if size >= SMALL_FILE && !in_place {
+        if spec.sparse {
+            // A sparse source: the size only. Its holes are never written, so they stay
+            // holes here; a full filesystem fails the write that meets it.
+            part.set_size(size).map_err(engine_err)?;
+        } else if size >= SMALL_FILE && !in_place {
             // Claims the space now, so a full filesystem fails the file before any byte
             // moves. A small file skips it: on ext4 it costs more than the write (unwritten
             // extents to convert, a partial block zeroed), and a full disk still fails its
@@ -618,7 +630,8 @@ impl Disk {
         for index in 0..plan.count() {
             let (offset, len) = plan.chunk(index);
             let mut hasher = self.keys.chunk_hasher(file_id, offset, len);
-            zcp_engine::map::visit_mapped(&fd, offset, len, |b| {
+            // A sparse target's holes are hashed as zeros, never faulted into the cache.
+            zcp_engine::sparse::visit(&fd, offset, len, |b| {
                 hasher.update(b);
             })
             .ok()?;

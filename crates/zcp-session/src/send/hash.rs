@@ -1,5 +1,5 @@
 //! The sending role's hash workers: chunk MACs read from the page cache through guarded
-//! mappings (a read, not a copy), and the resume check, which recomputes every chunk the
+//! mappings (a read, not a copy; a sparse source's holes hashed as zeros, never read), and the resume check, which recomputes every chunk the
 //! receiver claims to hold under the key of the session that verified it.
 
 use std::fs::File;
@@ -60,7 +60,7 @@ pub(crate) fn hash_worker(
                     continue;
                 }
                 let mut h = keys.chunk_hasher(file_id, offset, len);
-                match zcp_engine::map::visit_mapped(&*file, offset, len, |b| {
+                match zcp_engine::sparse::visit(&*file, offset, len, |b| {
                     h.update(b);
                 }) {
                     Ok(()) => SendEvent::Hashed {
@@ -125,7 +125,7 @@ pub(crate) fn check_resume(
             }
             let (offset, len) = plan.chunk(*index);
             let mut hasher = old.chunk_hasher(h.old_file_id, offset, len);
-            zcp_engine::map::visit_mapped(file, offset, len, |b| {
+            zcp_engine::sparse::visit(file, offset, len, |b| {
                 hasher.update(b);
             })
             .ok()?;

@@ -378,6 +378,7 @@ impl Sending {
             mtime_sec: meta.mtime.0,
             mtime_nsec: meta.mtime.1,
             chunk_size: plan.chunk_size(),
+            sparse: meta.sparse(),
         }));
         let f = OutFile {
             file: Arc::new(file),
@@ -465,6 +466,7 @@ impl Sending {
                 offset,
                 len,
                 staged,
+                sparse: f.meta.sparse(),
                 cancelled: f.cancelled.clone(),
             });
             if !f.verify {

@@ -41,6 +41,9 @@ pub(crate) struct OutChunk {
     /// A small chunk the transport hashes itself, from the one read of its bytes it makes to
     /// send them, instead of the sending role's hash workers.
     pub(crate) staged: bool,
+    /// The file has holes: the chunk goes as its data extents (a `Sparse` chunk) when it
+    /// has holes too.
+    pub(crate) sparse: bool,
     /// The file was given up: skip the chunk.
     pub(crate) cancelled: Arc<AtomicBool>,
 }

@@ -1,5 +1,6 @@
 //! TCP streams, the first data transport: one connection per stream, each chunk a 28-byte
-//! header ([`ChunkHeader`]) followed by exactly its bytes, moved by the sender engine
+//! header ([`ChunkHeader`]) followed by exactly its bytes (a sparse file's chunk with holes:
+//! its extent table ([`Extents`]) and the extents' bytes alone), moved by the sender engine
 //! (`sendfile`, `splice`, `rw`, `mmap`) and the receiver engine (`splice`, `direct`, `rw`,
 //! `null`, `mem`). A stream ends with an end header. Works over any stream socket: the
 //! in-process pair harness runs it over loopback pairs with a fault-injecting relay between.
@@ -17,7 +18,7 @@ use zcp_engine::recv::{ChunkSink, Completion, Sink};
 use zcp_engine::send::send_all;
 use zcp_engine::sys::thread_usage;
 use zcp_engine::{EngineError, FileSender, IoClass, RecvEngine, StreamReceiver, Usage};
-use zcp_wire::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ErrorCode};
+use zcp_wire::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ErrorCode, Extents, MAX_EXTENTS};
 
 use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
 use crate::error::SessionError;
@@ -119,9 +120,10 @@ fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU
     usage
 }
 
-/// Sends one chunk: its header, then its bytes. A staged chunk is read once, hashed, and
-/// sent (its MAC is reported). A source that ends early is reported, and the stream is kept in
-/// step. An error is the stream's.
+/// Sends one chunk: its header, then its bytes — or, for a chunk of a sparse file that has
+/// holes, a `Sparse` header, its table of data extents, and those extents' bytes alone. A
+/// staged chunk is read once, hashed, and sent (its MAC is reported). A source that ends
+/// early is reported, and the stream is kept in step. An error is the stream's.
 fn send_chunk(
     sender: &mut FileSender,
     sock: &TcpStream,
@@ -130,7 +132,7 @@ fn send_chunk(
     progress: &AtomicU64,
     headers: &AtomicU64,
 ) -> Result<Option<Departure>, EngineError> {
-    let header = ChunkHeader::data(job.file_id, job.offset, job.len).encode();
+    let (data, header) = layout(job);
     let failed = |e: &EngineError| Departure::SourceFailed {
         file: job.file_id,
         why: e.to_string(),
@@ -141,8 +143,8 @@ fn send_chunk(
         let r = sender.send_staged(
             job.file.as_fd(),
             sock.as_fd(),
-            job.offset,
-            job.len,
+            (job.offset, job.len),
+            &data,
             |bytes| {
                 let mut h = side.keys.chunk_hasher(job.file_id, job.offset, job.len);
                 h.update(bytes);
@@ -161,7 +163,7 @@ fn send_chunk(
             // The file shrank: give it up, keeping the stream in step if its header went out.
             Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
                 if header_sent {
-                    pad(sock, job, &e, headers)?;
+                    pad(sock, wire_left(job, &data, &e), headers)?;
                 }
                 Ok(Some(failed(&e)))
             }
@@ -169,36 +171,63 @@ fn send_chunk(
         };
     }
     send_all(sock.as_fd(), &header, true, headers)?;
-    match sender.send(
-        job.file.as_fd(),
-        sock.as_fd(),
-        job.offset,
-        job.len,
-        progress,
-    ) {
+    let sent = data.iter().try_for_each(|&(offset, len)| {
+        sender.send(job.file.as_fd(), sock.as_fd(), offset, len, progress)
+    });
+    match sent {
         Ok(()) => Ok(None),
         Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
-            pad(sock, job, &e, headers)?;
+            pad(sock, wire_left(job, &data, &e), headers)?;
             Ok(Some(failed(&e)))
         }
         Err(e) => Err(e),
     }
 }
 
-/// After a short read of `job`'s source: the header promised `len` bytes, so keep the stream
-/// in step with zeros (the chunk's MAC cannot match them).
-fn pad(
-    sock: &TcpStream,
-    job: &OutChunk,
-    e: &EngineError,
-    headers: &AtomicU64,
-) -> Result<(), EngineError> {
+/// What of `job` goes on the stream — its data ranges (absolute), the whole chunk unless
+/// it is a sparse file's chunk with holes — and the header (and extent table) before them.
+fn layout(job: &OutChunk) -> (Vec<(u64, u64)>, Vec<u8>) {
+    let whole = || {
+        let h = ChunkHeader::data(job.file_id, job.offset, job.len).encode();
+        (vec![(job.offset, job.len)], h.to_vec())
+    };
+    if !job.sparse {
+        return whole();
+    }
+    let data = zcp_engine::sparse::data_extents(&*job.file, job.offset, job.len, 0, MAX_EXTENTS);
+    if data == [(job.offset, job.len)] {
+        return whole();
+    }
+    let relative = data.iter().map(|&(s, n)| (s - job.offset, n)).collect();
+    match Extents::new(relative, job.len) {
+        Ok(table) => {
+            let mut h = ChunkHeader::sparse(job.file_id, job.offset, job.len)
+                .encode()
+                .to_vec();
+            h.extend_from_slice(&table.encode());
+            (data, h)
+        }
+        // Cannot happen (the extents are made to fit); sent whole, it is still right.
+        Err(_) => whole(),
+    }
+}
+
+/// After a short read of `job`'s source (error `e`): the bytes of `data` the stream still
+/// owes.
+fn wire_left(job: &OutChunk, data: &[(u64, u64)], e: &EngineError) -> u64 {
     let at = match e {
         EngineError::SourceShort { at, .. } => *at,
         _ => job.offset,
     };
-    let zeros = vec![0u8; 1 << 20];
-    let mut left = job.offset + job.len - at.clamp(job.offset, job.offset + job.len);
+    data.iter()
+        .map(|&(s, n)| (s + n).saturating_sub(at.max(s)))
+        .sum()
+}
+
+/// After a short read of a source: the header promised `left` more bytes, so keep the
+/// stream in step with zeros (the chunk's MAC cannot match them).
+fn pad(sock: &TcpStream, mut left: u64, headers: &AtomicU64) -> Result<(), EngineError> {
+    let zeros = &zcp_engine::sparse::ZEROS;
     while left > 0 {
         let n = left.min(zeros.len() as u64) as usize;
         send_all(sock.as_fd(), &zeros[..n], false, headers)?;
@@ -287,9 +316,14 @@ fn receive_chunks(
             ));
         }
         let h = ChunkHeader::decode(&hb).map_err(|e| proto(e.to_string()))?;
-        if h.kind == ChunkKind::End {
-            return Ok(());
-        }
+        // The chunk's data on the stream: all of it, or a sparse chunk's extents.
+        let data = match h.kind {
+            ChunkKind::End => return Ok(()),
+            ChunkKind::Data if h.len == 0 => Vec::new(),
+            ChunkKind::Data => vec![(h.offset, h.len)],
+            ChunkKind::Sparse => read_extents(sock, &h)?,
+        };
+        let chunk = (h.offset, h.len);
         let r = match landing.place(&h)? {
             Placement::Land {
                 file,
@@ -311,24 +345,16 @@ fn receive_chunks(
                     None
                 };
                 let done = completion(landing, file, index);
-                rx.receive(
-                    engine,
-                    target.as_ref(),
-                    sock.as_fd(),
-                    h.offset,
-                    h.len,
-                    sink,
-                    counter,
-                    done,
-                )
+                let t = target.as_ref();
+                rx.receive_sparse(engine, t, sock.as_fd(), chunk, &data, sink, counter, done)
             }
             // The file was given up; its chunks still in flight are read and dropped.
-            Placement::Drop | Placement::Wait => rx.receive(
+            Placement::Drop | Placement::Wait => rx.receive_sparse(
                 RecvEngine::Mem,
                 None,
                 sock.as_fd(),
-                h.offset,
-                h.len,
+                chunk,
+                &data,
                 None,
                 counter,
                 Box::new(|_| {}),
@@ -343,6 +369,33 @@ fn receive_chunks(
             Refusal::new(code, e.to_string())
         })?;
     }
+}
+
+/// Reads a sparse chunk's extent table (bounded before it is read) and checks it against
+/// the chunk: its data extents, absolute. A table that breaks a rule is a protocol error.
+fn read_extents(sock: &mut TcpStream, h: &ChunkHeader) -> Result<Vec<(u64, u64)>, Refusal> {
+    let proto = |m: String| Refusal::new(ErrorCode::Protocol, m);
+    let mut read = |buf: &mut [u8]| {
+        sock.read_exact(buf).map_err(|e| {
+            Refusal::new(
+                ErrorCode::Io,
+                format!("data stream, inside a chunk's extent table: {e}"),
+            )
+        })
+    };
+    let mut count = [0u8; 4];
+    read(&mut count)?;
+    let mut table = vec![0u8; Extents::table_len(count).map_err(|e| proto(e.to_string()))?];
+    read(&mut table)?;
+    let extents = Extents::decode(&table, h.len).map_err(|e| proto(e.to_string()))?;
+    extents
+        .as_slice()
+        .iter()
+        .map(|&(s, n)| match h.offset.checked_add(s + n) {
+            Some(_) => Ok((h.offset + s, n)),
+            None => Err(proto(format!("chunk offset {} overflows", h.offset))),
+        })
+        .collect()
 }
 
 /// The engine's completion of a chunk: written, or failed (the file fails, the stream goes on).

@@ -101,6 +101,10 @@ fn entry(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             mtime_sec: r.i64()?,
             mtime_nsec: r.u32()?,
             chunk_size: r.u64()?,
+            sparse: {
+                let [sparse] = read_flags::<1>(r, "PutFile")?;
+                sparse
+            },
         }),
         code::MAKE_DIR => Message::MakeDir {
             path: r.bytes(MAX_PATH, "directory path")?,

@@ -89,7 +89,8 @@ impl Message {
                 w.u32(p.mode)
                     .i64(p.mtime_sec)
                     .u32(p.mtime_nsec)
-                    .u64(p.chunk_size);
+                    .u64(p.chunk_size)
+                    .u8(flags(&[p.sparse]));
             }
             Message::MakeDir { path } => {
                 w.bytes(path);

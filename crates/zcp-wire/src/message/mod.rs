@@ -163,6 +163,9 @@ pub struct PutFile {
     pub mtime_nsec: u32,
     /// Chunk size the sender cuts the file into (see [`crate::ChunkPlan`]).
     pub chunk_size: u64,
+    /// The source has holes: the receiver sets the size without reserving the space, and
+    /// chunks may come as `Sparse` ([`crate::Extents`]). Flags bit 0.
+    pub sparse: bool,
 }
 
 /// Chunks of a partial file the receiver already holds, verified and durable from an earlier

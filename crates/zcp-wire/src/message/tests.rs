@@ -60,6 +60,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
             mtime_sec: -1,
             mtime_nsec: 999_999_999,
             chunk_size: 64 << 20,
+            sparse: true,
         }),
         Message::MakeDir {
             path: b"a/b".to_vec(),
@@ -212,6 +213,17 @@ fn unknown_flag_bits_are_malformed() {
     *body.last_mut().unwrap() = 0x80;
     assert!(matches!(
         Message::decode(code::GO, &body),
+        Err(DecodeError::Malformed(_))
+    ));
+    let Some(Message::PutFile(p)) = samples().into_iter().find(|m| m.kind() == code::PUT_FILE)
+    else {
+        panic!("a PutFile sample");
+    };
+    let mut body = Message::PutFile(p).encode_body();
+    assert_eq!(*body.last().unwrap(), 1, "the sparse flag is bit 0");
+    *body.last_mut().unwrap() = 0x02;
+    assert!(matches!(
+        Message::decode(code::PUT_FILE, &body),
         Err(DecodeError::Malformed(_))
     ));
 }
