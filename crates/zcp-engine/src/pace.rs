@@ -176,6 +176,25 @@ pub fn max_pacing_rate(sock: BorrowedFd<'_>) -> Option<u64> {
     (rc == 0 && len as usize == std::mem::size_of::<u64>()).then_some(value)
 }
 
+/// The socket's TCP maximum segment size (`TCP_MAXSEG`), where it has one.
+pub fn tcp_max_segment(sock: BorrowedFd<'_>) -> Option<u32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` is a writable `c_int` and `len` holds its size; the kernel writes at most
+    // `len` bytes. The fd is borrowed, so it stays open for the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && value > 0).then_some(value as u32)
+}
+
 /// Whether this kernel paces TCP sockets by `SO_MAX_PACING_RATE` without help: Linux 4.13 or
 /// later (its own TCP pacing; before, only under the `fq` qdisc), and a TCP socket that takes
 /// a 64-bit rate above 4 GB/s and reads it back. Probed once per process; `Err` says why not.
@@ -301,6 +320,16 @@ mod tests {
         let took = t0.elapsed();
         assert!(took >= Duration::from_millis(89), "{took:?}");
         assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn a_connected_socket_has_a_segment_size_and_a_file_none() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mss = tcp_max_segment(s.as_fd()).unwrap();
+        assert!((500..=65_535).contains(&mss), "{mss}");
+        let f = tempfile::tempfile().unwrap();
+        assert_eq!(tcp_max_segment(f.as_fd()), None);
     }
 
     #[test]
