@@ -7,6 +7,7 @@ mod demo;
 mod doctor;
 mod get;
 mod keygen;
+mod rate;
 mod send;
 mod serve;
 
@@ -135,6 +136,10 @@ struct TransferArgs {
     /// Print one JSON object per line as events happen.
     #[arg(long)]
     json_stream: bool,
+    /// Cap the transfer at RATE bits per second over all streams, as iperf3's -b: 500M, 2G,
+    /// 1.5G (K, M, G, T are powers of 1000). In a get the server holds the cap.
+    #[arg(long, value_name = "RATE", value_parser = rate::parse_rate)]
+    limit_rate: Option<u64>,
 }
 
 impl TransferArgs {
@@ -162,6 +167,7 @@ impl TransferArgs {
             streams: self.streams,
             recursive: self.recursive,
             interval: self.interval()?,
+            limit_rate: self.limit_rate,
         })
     }
 

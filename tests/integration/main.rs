@@ -14,6 +14,7 @@ mod killed;
 mod netns;
 mod paths;
 mod protocol;
+mod rate;
 mod resume;
 mod sessions;
 mod tree;

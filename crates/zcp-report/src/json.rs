@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use serde_json::{Value, json};
-use zcp_session::{Event, Failure, Interval, Reporter, Start, Summary};
+use zcp_session::{Event, Failure, Interval, RateLimit, Reporter, Start, Summary};
 
 use crate::units::bits_per_second;
 
@@ -37,7 +37,13 @@ fn start(s: &Start) -> Value {
             "receiver_note": s.receiver_note,
         },
         "verify": s.verify,
+        "limit_rate": s.limit_rate.as_ref().map(limit_rate),
     })
+}
+
+/// The rate cap: `{"bits_per_second", "pacing"}`, or `null` without one.
+fn limit_rate(r: &RateLimit) -> Value {
+    json!({ "bits_per_second": r.bits_per_second, "pacing": r.pacing })
 }
 
 fn interval(i: &Interval) -> Value {
@@ -133,6 +139,7 @@ fn end(s: &Summary) -> Value {
         "stored": s.stored,
         "digest": s.digest,
         "target": s.target,
+        "limit_rate": s.limit_rate.as_ref().map(limit_rate),
     })
 }
 

@@ -30,8 +30,8 @@ mod transport;
 pub use client::{Connection, GetOptions, SendOptions, Transfer, get, send};
 pub use error::{SessionError, exit};
 pub use event::{
-    Collect, Cpu, Event, Failure, Interval, Quiet, Reporter, ServerEvent, ServerReporter, Start,
-    StreamInterval, Summary, TcpStats,
+    Collect, Cpu, Event, Failure, Interval, Quiet, RateLimit, Reporter, ServerEvent,
+    ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};

@@ -24,11 +24,12 @@ use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
 use crate::control::ControlWriter;
 use crate::error::SessionError;
-use crate::event::{Cpu, Observer, Reporter, Summary};
+use crate::event::{Cpu, Observer, RateLimit, Reporter, Summary};
 use crate::manifest::{Top, Walker, join};
 use crate::recv::state::RxConfig;
 use crate::recv::{RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig};
+use crate::transport::pace::{RateCap, planned_for};
 use crate::transport::tcp::TcpStreams;
 use observer::{ClientObserver, Measured};
 use open::{Opened, open_message, open_session, start_event};
@@ -65,6 +66,9 @@ pub struct Transfer {
     pub recursive: bool,
     /// Interval between reports; `None` for none.
     pub interval: Option<Duration>,
+    /// Cap on all data streams together, bits per second (`--limit-rate`); the sending side
+    /// holds to it (the server in a `get`).
+    pub limit_rate: Option<u64>,
 }
 
 /// `zcp send`: what to send and where.
@@ -179,10 +183,14 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         idle,
         data,
         capped,
+        ..
     } = open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
     let peer = cs.peer.to_string();
+    let rate = t.limit_rate.unwrap_or(0);
+    let cap = RateCap::apply(rate, planned_for(rate, &data), &data);
+    let limit_rate = cap.as_ref().map(RateCap::limit);
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
-    let start = start_event(
+    let mut start = start_event(
         &cs,
         "send",
         source_shown.join(" "),
@@ -191,8 +199,10 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         t,
         streams,
     );
+    start.limit_rate = limit_rate.clone();
     let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
     obs.notice(None, capped);
+    obs.notice(None, cap.as_ref().and_then(|c| c.note.clone()));
     let ClientSession {
         tx,
         rx,
@@ -214,6 +224,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         psk: opts.conn.psk.clone(),
         transport: Box::new(TcpStreams::new(data, counters.clone())),
         peer,
+        pacer: cap.map(|c| c.pacer),
     };
     let walker = Walker::new(tops, t.recursive);
     let (totals, reader_usage) = crate::send::run(setup, walker, &mut obs)?;
@@ -238,6 +249,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         sender_max_rss: process_usage().max_rss_bytes,
         receiver_max_rss: peer.max_rss_bytes,
         target: escape(&opts.dest),
+        limit_rate,
     }))
 }
 
@@ -342,7 +354,13 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         idle,
         data,
         capped,
+        pacing,
     } = open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+    // The server holds the cap, and said how.
+    let limit_rate = t.limit_rate.map(|bits| RateLimit {
+        bits_per_second: bits,
+        pacing: pacing.name().into(),
+    });
     let root = Arc::new(match early {
         Some(root) => root,
         None => {
@@ -355,7 +373,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
     });
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
-    let start = start_event(
+    let mut start = start_event(
         &cs,
         "get",
         shown.join(" "),
@@ -364,6 +382,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         t,
         streams,
     );
+    start.limit_rate = limit_rate.clone();
     let mut obs = ClientObserver::new(reporter, start, t.interval, &data, counters.clone());
     obs.notice(None, capped);
     let ClientSession {
@@ -424,5 +443,6 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         sender_max_rss: totals.peer.max_rss_bytes,
         receiver_max_rss: process_usage().max_rss_bytes,
         target: escape(opts.dest.as_os_str().as_bytes()),
+        limit_rate,
     }))
 }

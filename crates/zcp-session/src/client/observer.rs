@@ -31,6 +31,7 @@ pub(super) struct Measured {
     pub(super) sender_max_rss: u64,
     pub(super) receiver_max_rss: u64,
     pub(super) target: String,
+    pub(super) limit_rate: Option<crate::event::RateLimit>,
 }
 
 /// Turns a role's reports into events, and adds intervals.
@@ -199,6 +200,7 @@ impl<'a> ClientObserver<'a> {
             target: m.target,
             failed: self.failed,
             failures: self.failures.clone(),
+            limit_rate: m.limit_rate,
         };
         self.reporter.event(&Event::Summary(summary.clone()));
         summary

@@ -89,6 +89,8 @@ pub(crate) struct SendSetup {
     pub(crate) transport: Box<dyn Transport>,
     /// The receiver, as messages name it.
     pub(crate) peer: String,
+    /// The rate cap the streams draw from, if any.
+    pub(crate) pacer: Option<Arc<zcp_engine::pace::Pacer>>,
 }
 
 /// Why a source is no longer what was announced, if it is not.
@@ -181,6 +183,7 @@ pub(crate) fn run(
         keys: s.keys.clone(),
         chunks: send_q.clone(),
         report,
+        pacer: s.pacer.clone(),
     })?);
     let mut io = Io {
         reader: &reader,

@@ -11,6 +11,7 @@
 //! a 28-byte header and its bytes, moved by the sender and receiver engines. The next ones (a
 //! paced UDP transport, bare byte streams) implement [`Transport`] the same way.
 
+pub(crate) mod pace;
 pub(crate) mod tcp;
 
 use crate::error::Refusal;
@@ -70,6 +71,8 @@ pub(crate) struct SendSide {
     pub(crate) keys: SessionKeys,
     pub(crate) chunks: Arc<Queue<OutChunk>>,
     pub(crate) report: Arc<dyn Fn(Departure) + Send + Sync>,
+    /// The session's rate cap, which every stream draws its bytes from.
+    pub(crate) pacer: Option<Arc<zcp_engine::pace::Pacer>>,
 }
 
 /// What the receiving role answers for the data transport.

@@ -92,7 +92,7 @@ impl Transport for TcpStreams {
 /// end marker. Reports its end (or its failure) with its CPU time.
 fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU64) -> Usage {
     let start = thread_usage();
-    let mut sender = FileSender::new(side.engine, side.block);
+    let mut sender = FileSender::new(side.engine, side.block).paced(side.pacer.clone());
     let headers = AtomicU64::new(0);
     let result = (|| -> Result<(), EngineError> {
         while let Some(job) = side.chunks.pop() {
