@@ -5,13 +5,14 @@
 //!
 //! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `bounds`: what neither
-//! can make a peer hold or keep open; `review`, `round3`, `round4` and `round5`: the second
+//! can make a peer hold or keep open; `rate`: the rate cap from either side; `review`, `round3`, `round4` and `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
 mod harness;
 mod pull;
 mod push;
+mod rate;
 mod review;
 mod round3;
 mod round4;
