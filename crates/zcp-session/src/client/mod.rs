@@ -224,7 +224,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         psk: opts.conn.psk.clone(),
         transport: Box::new(TcpStreams::new(data, counters.clone())),
         peer,
-        pacer: cap.map(|c| c.pacer),
+        cap,
     };
     let walker = Walker::new(tops, t.recursive);
     let (totals, reader_usage) = crate::send::run(setup, walker, &mut obs)?;

@@ -255,7 +255,7 @@ impl Pair {
                 fired: cutter.fired.clone(),
             }),
             peer: "the receiver".into(),
-            pacer: None,
+            cap: None,
         };
         let walker = Walker::new(tops, o.recursive);
         let sender = std::thread::spawn(move || {

@@ -498,7 +498,7 @@ fn serve_pull(
         psk: ctx.cfg.psk.clone(),
         transport: Box::new(TcpStreams::new(data, counters.clone())),
         peer: peer.to_string(),
-        pacer: cap.map(|c| c.pacer),
+        cap,
     };
     let walker = Walker::new(tops, g.recursive);
     let (totals, _) = crate::send::run(setup, walker, observer)?;

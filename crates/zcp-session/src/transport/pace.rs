@@ -5,14 +5,16 @@
 //! one token bucket in user space ([`Pacer`]), which holds the total; where the kernel paces
 //! TCP ([`kernel_pacing`]), each socket also gets `SO_MAX_PACING_RATE` at its share of the cap
 //! (the cap over the streams) with [`KERNEL_HEADROOM`], so packets leave evenly spaced instead
-//! of in bursts. A stream that breaks ends the session, so the shares never need splitting
-//! again.
+//! of in bursts. When a stream finds no chunk to send, the cap is split again over the streams
+//! still sending ([`KernelShares`]), so the last chunks of a transfer are not held to a share
+//! of streams that have nothing left. (A stream that breaks ends the session.)
 
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use zcp_engine::pace::{Pacer, kernel_pacing, set_max_pacing_rate, tcp_max_segment};
+use zcp_engine::sync::Locked;
 use zcp_wire::Pacing;
 
 use crate::event::RateLimit;
@@ -94,6 +96,34 @@ pub(crate) fn planned_for(rate: u64, socks: &[TcpStream]) -> (Pacing, Option<Str
     planned(rate, socks.len(), mss)
 }
 
+/// The kernel's share of the cap on each data socket, split over the streams that are sending.
+#[derive(Debug)]
+pub(crate) struct KernelShares {
+    bits: u64,
+    socks: Vec<TcpStream>,
+    /// Which streams hold a chunk; all of them at first.
+    sending: Mutex<Vec<bool>>,
+}
+
+impl KernelShares {
+    /// Stream `stream` started sending (`true`) or found nothing to send (`false`). When that
+    /// changes how many streams send, every sending socket gets its new share.
+    pub(crate) fn sending(&self, stream: usize, on: bool) {
+        let mut sending = self.sending.locked();
+        match sending.get_mut(stream) {
+            Some(s) if *s != on => *s = on,
+            _ => return,
+        }
+        let n = sending.iter().filter(|s| **s).count();
+        let share = kernel_share(self.bits, n);
+        for (s, on) in self.socks.iter().zip(sending.iter()) {
+            if *on {
+                let _ = set_max_pacing_rate(s.as_fd(), share);
+            }
+        }
+    }
+}
+
 /// A rate cap in force on a session's sending side.
 #[derive(Debug, Clone)]
 pub(crate) struct RateCap {
@@ -103,6 +133,8 @@ pub(crate) struct RateCap {
     pub(crate) pacing: Pacing,
     /// The bucket every stream draws from.
     pub(crate) pacer: Arc<Pacer>,
+    /// The kernel's shares, when the kernel paces.
+    pub(crate) shares: Option<Arc<KernelShares>>,
     /// Why the pacing is not the kernel's, or anything else worth saying.
     pub(crate) note: Option<String>,
 }
@@ -132,6 +164,7 @@ impl RateCap {
             bits,
             pacing: planned,
             pacer: Arc::new(Pacer::new(bytes)),
+            shares: None,
             note,
         };
         if planned == Pacing::Kernel {
@@ -145,9 +178,14 @@ impl RateCap {
                     cap.note = Some(format!(
                         "SO_MAX_PACING_RATE failed on data stream {i} ({e}); paced in user space"
                     ));
-                    break;
+                    return Some(cap);
                 }
             }
+            cap.shares = Some(Arc::new(KernelShares {
+                bits,
+                socks: socks.iter().filter_map(|s| s.try_clone().ok()).collect(),
+                sending: Mutex::new(vec![true; socks.len()]),
+            }));
         }
         Some(cap)
     }
@@ -221,6 +259,32 @@ mod tests {
         for s in &socks {
             assert_eq!(max_pacing_rate(s.as_fd()), Some(u64::MAX));
         }
+    }
+
+    #[test]
+    fn the_cap_is_split_again_over_the_streams_still_sending() {
+        if kernel_pacing().is_err() {
+            return;
+        }
+        let p = pairs(4);
+        let socks: Vec<TcpStream> = p.iter().map(|(a, _)| a.try_clone().unwrap()).collect();
+        let cap = RateCap::apply(800_000_000, (Pacing::Kernel, None), &socks).unwrap();
+        let shares = cap.shares.unwrap();
+        let rate = |i: usize| max_pacing_rate(socks[i].as_fd()).unwrap();
+        assert_eq!(rate(0), 31_250_000);
+        // Streams 2 and 3 run out of chunks: 0 and 1 share the cap.
+        shares.sending(3, false);
+        shares.sending(2, false);
+        assert_eq!((rate(0), rate(1)), (62_500_000, 62_500_000));
+        // The same news twice changes nothing; an unknown stream is ignored.
+        shares.sending(2, false);
+        shares.sending(9, true);
+        assert_eq!(rate(0), 62_500_000);
+        // Stream 2 finds a chunk again: three share it.
+        shares.sending(2, true);
+        assert_eq!((rate(0), rate(2)), (41_666_667, 41_666_667));
+        // An idle socket keeps the rate it had; it gets the new share when it sends again.
+        assert_eq!(rate(3), 31_250_000);
     }
 
     #[test]
