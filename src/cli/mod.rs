@@ -8,6 +8,7 @@ mod demo;
 mod doctor;
 mod get;
 mod keygen;
+mod rate;
 mod send;
 mod serve;
 mod signals;
@@ -206,6 +207,10 @@ struct TransferArgs {
     /// Seconds before the first retry; each later retry waits twice as long (at most 300).
     #[arg(long, default_value = "2", value_name = "SECONDS")]
     retry_wait: f64,
+    /// Cap the transfer at RATE bits per second over all streams, as iperf3's -b: 500M, 2G,
+    /// 1.5G (K, M, G, T are powers of 1000). In a get the server holds the cap.
+    #[arg(long, value_name = "RATE", value_parser = rate::parse_rate)]
+    limit_rate: Option<u64>,
 }
 
 impl TransferArgs {
@@ -236,6 +241,7 @@ impl TransferArgs {
             retries: self.retry,
             retry_wait: self.retry_wait()?,
             stop: Some(signals::stop_on_signals()),
+            limit_rate: self.limit_rate,
         })
     }
 

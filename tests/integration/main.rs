@@ -16,6 +16,7 @@ mod netns;
 mod operator;
 mod paths;
 mod protocol;
+mod rate;
 mod resume;
 mod sessions;
 mod sparse;

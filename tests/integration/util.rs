@@ -451,6 +451,7 @@ impl Raw {
             send_engine: "sendfile".into(),
             block_size: 0,
             chunk_size: 0,
+            rate: 0,
         }));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,

@@ -4,7 +4,8 @@
 //! It owns the sender engines ([`SendEngine`]: sendfile, read/write, mmap), the receiver
 //! engines ([`RecvEngine`]: splice, O_DIRECT ring, read/write, null, mem) and their probes,
 //! filesystem work beneath the receiver's root ([`fs`]), hashing from the page cache through
-//! guarded mappings ([`map`]), resource accounting ([`sys`]) and the read-only host probes of
+//! guarded mappings ([`map`]), rate caps ([`pace`]: the kernel's TCP pacing and a token
+//! bucket), resource accounting ([`sys`]) and the read-only host probes of
 //! `zcp doctor` ([`probe`]). It knows nothing of frames,
 //! keys or sessions: callers hand it descriptors, offsets and lengths.
 //!
@@ -17,6 +18,7 @@ mod buf;
 mod error;
 pub mod fs;
 pub mod map;
+pub mod pace;
 pub mod probe;
 pub mod recv;
 pub mod send;

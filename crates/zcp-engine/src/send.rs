@@ -11,6 +11,7 @@
 //! when the file ends before the range does.
 
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::io::Errno;
@@ -19,6 +20,7 @@ use rustix::pipe::SpliceFlags;
 
 use crate::EngineError;
 use crate::error::retry;
+use crate::pace::Pacer;
 use crate::recv::Pipe;
 use crate::sys::socket_timeout;
 
@@ -133,6 +135,8 @@ pub struct FileSender {
     pipe: Option<Pipe>,
     /// For [`FileSender::send_staged`]; grows to the largest chunk staged.
     staged: Vec<u8>,
+    /// The session's rate cap, drawn from before every call.
+    pacer: Option<Arc<Pacer>>,
 }
 
 impl FileSender {
@@ -153,7 +157,46 @@ impl FileSender {
             buf,
             pipe: None,
             staged: Vec::new(),
+            pacer: None,
         }
+    }
+
+    /// Draws every byte it sends from `pacer` (the session's rate cap), in calls no larger
+    /// than the pacer's quantum, so the cap holds over short spans too.
+    pub fn paced(mut self, pacer: Option<Arc<Pacer>>) -> FileSender {
+        if let Some(p) = &pacer {
+            self.block = self.block.min(p.quantum()).max(1);
+        }
+        self.pacer = pacer;
+        self
+    }
+
+    /// Waits until `n` bytes may go (at once when not paced).
+    fn pace(&self, n: u64) {
+        if let Some(p) = &self.pacer {
+            p.take(n);
+        }
+    }
+
+    /// Gives back bytes drawn for a call that moved fewer.
+    fn unpace(&self, n: u64) {
+        if let (Some(p), true) = (&self.pacer, n > 0) {
+            p.give_back(n);
+        }
+    }
+
+    /// `send(2)` of all of `bytes`, paced, in calls of at most a block.
+    fn send_buf(
+        &self,
+        sock: BorrowedFd<'_>,
+        bytes: &[u8],
+        progress: &AtomicU64,
+    ) -> Result<(), EngineError> {
+        for piece in bytes.chunks(self.block as usize) {
+            self.pace(piece.len() as u64);
+            send_all(sock, piece, false, progress)?;
+        }
+        Ok(())
     }
 
     /// The engine.
@@ -198,9 +241,11 @@ impl FileSender {
         while pos < end {
             let want = (end - pos).min(self.block) as usize;
             let mut off = pos;
+            self.pace(want as u64);
             let n = retry("sendfile", "socket", out.timeout, || {
                 rustix::fs::sendfile(out.sock, file, Some(&mut off), want)
             })?;
+            self.unpace((want - n) as u64);
             if n == 0 {
                 return Err(short(pos, end));
             }
@@ -226,6 +271,7 @@ impl FileSender {
             if n == 0 {
                 return Err(short(pos, end));
             }
+            self.pace(n as u64);
             send_all(out.sock, &self.buf[..n], false, out.progress)?;
             pos += n as u64;
         }
@@ -244,11 +290,17 @@ impl FileSender {
             pipe => pipe.insert(Pipe::new(self.block as usize)?),
         };
         while pos < end {
-            let want = (end - pos).min(pipe.cap as u64) as usize;
+            let want = (end - pos).min(pipe.cap as u64).min(self.block) as usize;
             let mut off = pos;
+            if let Some(p) = &self.pacer {
+                p.take(want as u64);
+            }
             let n = retry("splice(file -> pipe)", "source file", None, || {
                 rustix::pipe::splice(file, Some(&mut off), &pipe.w, None, want, SpliceFlags::MOVE)
             })?;
+            if let (Some(p), true) = (&self.pacer, n < want) {
+                p.give_back((want - n) as u64);
+            }
             if n == 0 {
                 return Err(short(pos, end));
             }
@@ -290,6 +342,7 @@ impl FileSender {
                 return;
             }
             for piece in bytes.chunks(self.block as usize) {
+                self.pace(piece.len() as u64);
                 if let Err(e) = send_all(out.sock, piece, false, out.progress) {
                     result = Err(e);
                     return;
@@ -388,7 +441,7 @@ impl FileSender {
                 SendEngine::Sendfile | SendEngine::Splice => self.send(file, sock, at, k, progress),
                 SendEngine::ReadWrite | SendEngine::Mmap => {
                     let rel = rel as usize;
-                    send_all(sock, &buf[rel..rel + k as usize], false, progress)
+                    self.send_buf(sock, &buf[rel..rel + k as usize], progress)
                 }
             }
         });
@@ -440,6 +493,53 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn every_engine_draws_every_byte_from_its_pacer() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        for engine in SendEngine::ALL {
+            // 40 MB/s, so 2 MB (less the 400 KB burst) takes 40 ms at least; unpaced, loopback
+            // moves it in about a millisecond.
+            let pacer = Arc::new(Pacer::new(40_000_000));
+            let (a, mut b) = pair();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                b.read_to_end(&mut got).unwrap();
+                got
+            });
+            let mut s = FileSender::new(engine, 0).paced(Some(pacer.clone()));
+            assert_eq!(s.block, pacer.quantum(), "{}", engine.name());
+            let progress = AtomicU64::new(0);
+            let t0 = std::time::Instant::now();
+            s.send(f.as_fd(), a.as_fd(), 1000, 1_000_000, &progress)
+                .unwrap();
+            // A staged chunk too, sent from its buffer by rw and mmap.
+            s.send_staged(
+                f.as_fd(),
+                a.as_fd(),
+                1_001_000,
+                1_000_000,
+                |_| Ok(()),
+                &progress,
+            )
+            .unwrap();
+            let took = t0.elapsed();
+            drop(a);
+            assert_eq!(
+                reader.join().unwrap(),
+                &data[1000..2_001_000],
+                "{}",
+                engine.name()
+            );
+            assert!(
+                took >= std::time::Duration::from_millis(39),
+                "{}: 2 MB in {took:?}",
+                engine.name()
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use zcp_session::{Event, Failure, Interval, Phase, Reporter, Retry, Start, Summary};
+use zcp_session::{Event, Failure, Interval, Phase, RateLimit, Reporter, Retry, Start, Summary};
 
 use crate::units::{bits_per_second, bytes, rate, size};
 
@@ -89,6 +89,14 @@ impl<W: Write> Human<W> {
             writeln!(
                 o,
                 "  note: the null receiver discards bytes unread, so nothing is verified or stored"
+            )?;
+        }
+        if let Some(r) = &s.limit_rate {
+            writeln!(
+                o,
+                "Rate cap: {} over all streams, pacing: {}",
+                rate(r.bits_per_second as f64),
+                r.pacing
             )?;
         }
         Ok(())
@@ -225,6 +233,16 @@ impl<W: Write> Human<W> {
             "Engines:  sender {}, receiver {}",
             s.sender_engine, s.receiver_engine
         )?;
+        if let Some(r) = &s.limit_rate {
+            let sent = bits_per_second(s.bytes_sent, s.send_seconds);
+            writeln!(
+                o,
+                "Rate cap: {} (pacing: {}); data sent at {:.1}% of it",
+                rate(r.bits_per_second as f64),
+                r.pacing,
+                sent * 100.0 / r.bits_per_second.max(1) as f64
+            )?;
+        }
         match (&s.digest, s.verified) {
             (Some(d), true) => writeln!(
                 o,
@@ -267,6 +285,10 @@ impl<W: Write> Human<W> {
 /// last guard before the terminal.
 fn cleaned(event: &Event) -> Event {
     let t = |s: &str| zcp_wire::escape_text(s);
+    let limit = |r: &RateLimit| RateLimit {
+        pacing: t(&r.pacing),
+        ..r.clone()
+    };
     let failure = |f: &Failure| Failure {
         path: t(&f.path),
         code: f.code,
@@ -281,6 +303,7 @@ fn cleaned(event: &Event) -> Event {
             sender_note: s.sender_note.as_deref().map(t),
             receiver_engine: t(&s.receiver_engine),
             receiver_note: s.receiver_note.as_deref().map(t),
+            limit_rate: s.limit_rate.as_ref().map(limit),
             ..s.clone()
         }),
         Event::Notice(n) => Event::Notice(t(n)),
@@ -295,6 +318,7 @@ fn cleaned(event: &Event) -> Event {
             target: t(&s.target),
             digest: s.digest.as_deref().map(t),
             failures: s.failures.iter().map(failure).collect(),
+            limit_rate: s.limit_rate.as_ref().map(limit),
             ..s.clone()
         }),
         other => other.clone(),

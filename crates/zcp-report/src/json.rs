@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use serde_json::{Value, json};
-use zcp_session::{Event, Failure, Interval, Progress, Reporter, Retry, Start, Summary};
+use zcp_session::{Event, Failure, Interval, Progress, RateLimit, Reporter, Retry, Start, Summary};
 
 use crate::units::bits_per_second;
 
@@ -37,6 +37,7 @@ fn start(s: &Start) -> Value {
             "receiver_note": s.receiver_note,
         },
         "verify": s.verify,
+        "limit_rate": s.limit_rate.as_ref().map(limit_rate),
     })
 }
 
@@ -57,6 +58,11 @@ fn retry(r: &Retry) -> Value {
         "reason": r.reason,
         "wait_seconds": r.wait,
     })
+}
+
+/// The rate cap: `{"bits_per_second", "pacing"}`, or `null` without one.
+fn limit_rate(r: &RateLimit) -> Value {
+    json!({ "bits_per_second": r.bits_per_second, "pacing": r.pacing })
 }
 
 fn interval(i: &Interval) -> Value {
@@ -154,6 +160,7 @@ fn end(s: &Summary) -> Value {
         "digest": s.digest,
         "target": s.target,
         "retries": s.retries,
+        "limit_rate": s.limit_rate.as_ref().map(limit_rate),
     })
 }
 

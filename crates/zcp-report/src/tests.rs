@@ -2,13 +2,17 @@
 //! the machine.
 
 use zcp_session::{
-    Cpu, Event, Failure, Interval, Phase, Progress, Reporter, Retry, ServerEvent, ServerReporter,
-    Start, StreamInterval, Summary, TcpStats,
+    Cpu, Event, Failure, Interval, Phase, Progress, RateLimit, Reporter, Retry, ServerEvent,
+    ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 
 use crate::{Human, JsonDoc, JsonStream, ServerLog};
 
 fn events(verify: bool) -> Vec<Event> {
+    let limit = verify.then(|| RateLimit {
+        bits_per_second: 15_000_000_000,
+        pacing: "kernel".into(),
+    });
     let start = Start {
         local: "127.0.0.1:40122".parse().unwrap(),
         remote: "127.0.0.1:5310".parse().unwrap(),
@@ -30,6 +34,7 @@ fn events(verify: bool) -> Vec<Event> {
         receiver_note: verify
             .then(|| "auto chose direct: O_DIRECT works on this ext4 destination".into()),
         verify,
+        limit_rate: limit.clone(),
     };
     let tcp = TcpStats {
         rtt_us: 52,
@@ -141,6 +146,7 @@ fn events(verify: bool) -> Vec<Event> {
             digest: verify.then(|| "9f".repeat(32)),
             target: "incoming/data.bin".into(),
             retries: 1,
+            limit_rate: limit,
         }),
     ]
 }

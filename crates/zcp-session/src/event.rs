@@ -35,6 +35,16 @@ impl Cpu {
     }
 }
 
+/// A rate cap in force (`--limit-rate`), and what holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimit {
+    /// The cap on all data streams together, bits per second.
+    pub bits_per_second: u64,
+    /// What holds it on the sending side: `kernel` (`SO_MAX_PACING_RATE` on each stream,
+    /// under a user-space token bucket) or `user space` (the bucket alone).
+    pub pacing: String,
+}
+
 /// Everything known when the first byte is about to move.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Start {
@@ -68,6 +78,8 @@ pub struct Start {
     pub receiver_note: Option<String>,
     /// Whether the receiver verifies chunk MACs.
     pub verify: bool,
+    /// The rate cap, if one was asked for.
+    pub limit_rate: Option<RateLimit>,
 }
 
 /// Where a transfer is, for the person watching: the end of a transfer (the receiver
@@ -220,6 +232,8 @@ pub struct Summary {
     pub failed: u64,
     /// Sessions that ended early and were tried again (`--retry`).
     pub retries: u32,
+    /// The rate cap that was in force, if any.
+    pub limit_rate: Option<RateLimit>,
 }
 
 /// What a client session reports.

@@ -32,8 +32,8 @@ pub use client::{
 };
 pub use error::{SessionError, exit};
 pub use event::{
-    Collect, Cpu, Event, Failure, Interval, Phase, Progress, Quiet, Reporter, Retry, ServerEvent,
-    ServerReporter, Start, StreamInterval, Summary, TcpStats,
+    Collect, Cpu, Event, Failure, Interval, Phase, Progress, Quiet, RateLimit, Reporter, Retry,
+    ServerEvent, ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};

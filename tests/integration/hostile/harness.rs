@@ -8,7 +8,7 @@ use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use zcp_wire::{
-    Accepted, ChunkHeader, ErrorCode, Established, Message, Open, Psk, PutFile, SideStats,
+    Accepted, ChunkHeader, ErrorCode, Established, Message, Open, Pacing, Psk, PutFile, SideStats,
 };
 
 use crate::util::*;
@@ -71,9 +71,16 @@ impl Evil {
             panic!("expected Open")
         };
         let streams = grant.unwrap_or(open.streams);
+        // The pacing an honest server would answer: it holds a pull's cap.
+        let pacing = if open.rate != 0 {
+            Pacing::Kernel
+        } else {
+            Pacing::None
+        };
         evil.send(&Message::Opened {
             streams,
             idle_ms: 60_000,
+            pacing,
         });
         while evil.joined < usize::from(streams) {
             let Some(mut d) = accept_within(l, 2) else {
@@ -288,6 +295,7 @@ pub fn open_message(pull: bool, chunk_size: u64) -> Message {
         send_engine: "sendfile".into(),
         block_size: 0,
         chunk_size,
+        rate: 0,
     })
 }
 

@@ -7,7 +7,8 @@
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `partials`: what is left
 //! on disk however a file is given up; `bounds`: what neither can make a peer hold or keep
 //! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
-//! or flooded totals; `review`, `round3`, `round4` and `round5`: the second
+//! or flooded totals; `rate`: the rate cap from either side; `review`, `round3`, `round4` and
+//! `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
@@ -16,6 +17,7 @@ mod partials;
 mod plan;
 mod pull;
 mod push;
+mod rate;
 mod review;
 mod round3;
 mod round4;

@@ -355,6 +355,7 @@ fn rw_and_mem_receive_buffers_escape_the_sessions_memory_budget() {
         send_engine: "sendfile".into(),
         block_size: 64 << 20,
         chunk_size: 0,
+        rate: 0,
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let data: Vec<TcpStream> = (0..STREAMS)

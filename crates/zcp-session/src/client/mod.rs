@@ -24,11 +24,12 @@ use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
 use crate::control::ControlWriter;
 use crate::error::SessionError;
-use crate::event::{Cpu, Event, Observer, Phase, Progress, Reporter, Retry, Summary};
+use crate::event::{Cpu, Event, Observer, Phase, Progress, RateLimit, Reporter, Retry, Summary};
 use crate::manifest::{Top, Walker, join};
 use crate::recv::state::RxConfig;
 use crate::recv::{RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig};
+use crate::transport::pace::{RateCap, planned_for};
 use crate::transport::tcp::TcpStreams;
 use observer::{ClientObserver, Measured};
 use open::{Opened, open_message, open_session, start_event};
@@ -74,6 +75,9 @@ pub struct Transfer {
     /// Set to a signal's number to stop the transfer: it ends as after a lost connection,
     /// keeping what is durable, with [`SessionError::Stopped`].
     pub stop: Option<StopFlag>,
+    /// Cap on all data streams together, bits per second (`--limit-rate`); the sending side
+    /// holds to it (the server in a `get`).
+    pub limit_rate: Option<u64>,
 }
 
 /// Set to a signal's number (non-zero) to stop a running transfer.
@@ -269,10 +273,14 @@ fn send_once(
         idle,
         data,
         capped,
+        ..
     } = open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
     let peer = cs.peer.to_string();
+    let rate = t.limit_rate.unwrap_or(0);
+    let cap = RateCap::apply(rate, planned_for(rate, &data), &data);
+    let limit_rate = cap.as_ref().map(RateCap::limit);
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
-    let start = start_event(
+    let mut start = start_event(
         &cs,
         "send",
         source_shown.join(" "),
@@ -281,6 +289,7 @@ fn send_once(
         t,
         streams,
     );
+    start.limit_rate = limit_rate.clone();
     let mut obs = ClientObserver::new(
         reporter,
         start,
@@ -290,6 +299,7 @@ fn send_once(
         t.stop.clone(),
     );
     obs.notice(None, capped);
+    obs.notice(None, cap.as_ref().and_then(|c| c.note.clone()));
     let ClientSession {
         tx,
         rx,
@@ -311,6 +321,7 @@ fn send_once(
         psk: opts.conn.psk.clone(),
         transport: Box::new(TcpStreams::new(data, counters.clone())),
         peer,
+        cap,
     };
     let walker = Walker::new(tops, t.recursive);
     let (totals, reader_usage) =
@@ -341,6 +352,7 @@ fn send_once(
             _ => escape(&opts.dest),
         },
         retries,
+        limit_rate,
     }))
 }
 
@@ -480,7 +492,13 @@ fn get_once(
         idle,
         data,
         capped,
+        pacing,
     } = open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+    // The server holds the cap, and said how.
+    let limit_rate = t.limit_rate.map(|bits| RateLimit {
+        bits_per_second: bits,
+        pacing: pacing.name().into(),
+    });
     let root = Arc::new(match early {
         Some(root) => root,
         None => {
@@ -493,7 +511,7 @@ fn get_once(
     });
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
-    let start = start_event(
+    let mut start = start_event(
         &cs,
         "get",
         shown.join(" "),
@@ -502,6 +520,7 @@ fn get_once(
         t,
         streams,
     );
+    start.limit_rate = limit_rate.clone();
     let mut obs = ClientObserver::new(
         reporter,
         start,
@@ -573,5 +592,6 @@ fn get_once(
         receiver_max_rss: process_usage().max_rss_bytes,
         target: stored.unwrap_or_else(|| escape(opts.dest.as_os_str().as_bytes())),
         retries,
+        limit_rate,
     }))
 }

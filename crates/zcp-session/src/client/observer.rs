@@ -33,6 +33,7 @@ pub(super) struct Measured {
     pub(super) receiver_max_rss: u64,
     pub(super) target: String,
     pub(super) retries: u32,
+    pub(super) limit_rate: Option<crate::event::RateLimit>,
 }
 
 /// Turns a role's reports into events, and adds intervals.
@@ -263,6 +264,7 @@ impl<'a> ClientObserver<'a> {
             failed: self.failed,
             failures: self.failures.clone(),
             retries: m.retries,
+            limit_rate: m.limit_rate,
         };
         self.reporter.event(&Event::Summary(summary.clone()));
         summary

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use zcp_engine::RecvEngine;
 use zcp_engine::sys::random;
-use zcp_wire::{ErrorCode, Message, Open, escape_text};
+use zcp_wire::{ErrorCode, Message, Open, Pacing, escape_text};
 
 use super::{Connection, Transfer};
 use crate::conn::{ClientSession, authenticate, connect, open_data};
@@ -21,11 +21,13 @@ pub(super) struct Opened {
     pub(super) data: Vec<TcpStream>,
     /// Said when the server allows fewer streams than asked for.
     pub(super) capped: Option<String>,
+    /// How the server holds a pull's rate cap.
+    pub(super) pacing: Pacing,
 }
 
 /// Connects, authenticates and opens the session and its data streams. A server that grants
-/// more streams than asked for (or none, or no idle time) breaks the protocol: nothing is
-/// opened for it.
+/// more streams than asked for (or none, or no idle time), or names a pacing where it sends
+/// nothing capped (or none where it does), breaks the protocol: nothing is opened for it.
 pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionError> {
     let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
     control.set_read_timeout(Some(conn.connect_timeout)).ok();
@@ -47,6 +49,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         )
     });
     let asked_streams = open.streams;
+    let server_paces = open.pull && open.rate != 0;
     cs.tx
         .send(&Message::Open(open))
         .map_err(|e| FrameIoError::from(e).into_session(&peer))?;
@@ -55,9 +58,13 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         .set_read_timeout(Some(Duration::from_millis(250)))
         .ok();
     let asked = Instant::now();
-    let (streams, idle_ms) = loop {
+    let (streams, idle_ms, pacing) = loop {
         match cs.rx.poll().map_err(|e| e.into_session(&peer))? {
-            Some(Message::Opened { streams, idle_ms }) => break (streams, idle_ms),
+            Some(Message::Opened {
+                streams,
+                idle_ms,
+                pacing,
+            }) => break (streams, idle_ms, pacing),
             Some(Message::Error { code, message }) => {
                 return Err(SessionError::Refused {
                     code,
@@ -85,6 +92,15 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
             "the server granted {n} data streams, more than the {asked_streams} asked for"
         )),
         (_, 0) => Some("the server granted an idle timeout of 0".to_string()),
+        _ if server_paces == (pacing == Pacing::None) => Some(format!(
+            "the server answered pacing '{}' for {}",
+            pacing.name(),
+            if server_paces {
+                "a pull with a rate cap"
+            } else {
+                "a session in which it sends nothing capped"
+            }
+        )),
         _ => None,
     };
     if let Some(reason) = granted_wrong {
@@ -125,6 +141,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         idle,
         data,
         capped,
+        pacing,
     })
 }
 
@@ -153,6 +170,7 @@ pub(super) fn start_event(
         receiver_engine: t.recv_engine.name().into(),
         receiver_note: None,
         verify: t.recv_engine != RecvEngine::Null,
+        limit_rate: None,
     }
 }
 
@@ -166,5 +184,6 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         send_engine: t.engine.name().into(),
         block_size: t.block_size.min(u64::from(u32::MAX)) as u32,
         chunk_size: t.chunk_size.unwrap_or(0),
+        rate: t.limit_rate.unwrap_or(0),
     }
 }

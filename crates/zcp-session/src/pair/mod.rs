@@ -257,6 +257,7 @@ impl Pair {
                 fired: cutter.fired.clone(),
             }),
             peer: "the receiver".into(),
+            cap: None,
         };
         let walker = Walker::new(tops, o.recursive);
         let sender = std::thread::spawn(move || {

@@ -91,6 +91,8 @@ pub(crate) struct SendSetup {
     pub(crate) transport: Box<dyn Transport>,
     /// The receiver, as messages name it.
     pub(crate) peer: String,
+    /// The rate cap, if any: what the streams draw from and the kernel's shares.
+    pub(crate) cap: Option<crate::transport::pace::RateCap>,
 }
 
 /// Why a source is no longer what was announced, if it is not.
@@ -196,6 +198,8 @@ pub(crate) fn run(
         keys: s.keys.clone(),
         chunks: send_q.clone(),
         report,
+        pacer: s.cap.as_ref().map(|c| c.pacer.clone()),
+        shares: s.cap.as_ref().and_then(|c| c.shares.clone()),
     })?);
     let mut io = Io {
         reader: &reader,

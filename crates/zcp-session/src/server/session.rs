@@ -9,9 +9,13 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::Root;
+use zcp_engine::pace::tcp_max_segment;
 use zcp_engine::sync::Locked;
 use zcp_engine::{RecvEngine, SendEngine};
-use zcp_wire::{ErrorCode, Message, Nonce, Open, Opener, RelPath, Sealer, escape_text};
+use zcp_wire::{
+    ErrorCode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, RelPath, Sealer,
+    escape_text,
+};
 
 use super::{Ctx, Session, SessionRole};
 use crate::confine::Scope;
@@ -23,6 +27,7 @@ use crate::manifest::{Top, Walker};
 use crate::recv::state::RxConfig;
 use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig};
+use crate::transport::pace::{RateCap, planned};
 use crate::transport::tcp::TcpStreams;
 
 /// Paths one `get` may ask for.
@@ -209,6 +214,7 @@ impl Control {
             .send(&Message::Opened {
                 streams: g.streams,
                 idle_ms: g.idle.as_millis() as u32,
+                pacing: g.pacing.0,
             })
             .map_err(|e| e.into_session("the client"))
     }
@@ -224,6 +230,10 @@ struct Grant {
     chunk_size: Option<u64>,
     streams: u16,
     idle: Duration,
+    /// The rate cap, bits per second (0: none); held by the server only in a pull.
+    rate: u64,
+    /// How the server will hold it, and why not in the kernel.
+    pacing: (Pacing, Option<String>),
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -262,7 +272,17 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         zcp_wire::ChunkPlan::new(0, open.chunk_size)
             .map_err(|e| c.refuse(ErrorCode::Limit, e.to_string()))?;
     }
+    if open.rate != 0 && !(MIN_RATE..=MAX_RATE).contains(&open.rate) {
+        return Err(c.refuse(
+            ErrorCode::Limit,
+            format!(
+                "rate cap {} bit/s is outside {MIN_RATE}..={MAX_RATE} bit/s",
+                open.rate
+            ),
+        ));
+    }
     // A client may only tighten the server's limits.
+    let streams = open.streams.clamp(1, ctx.cfg.max_streams);
     Ok(Grant {
         pull: open.pull,
         recursive: open.recursive,
@@ -270,10 +290,19 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         send,
         block: u64::from(open.block_size),
         chunk_size: (open.chunk_size != 0).then_some(open.chunk_size),
-        streams: open.streams.clamp(1, ctx.cfg.max_streams),
+        streams,
         idle: match open.idle_ms {
             0 => ctx.cfg.idle_timeout,
             ms => Duration::from_millis(u64::from(ms)).min(ctx.cfg.idle_timeout),
+        },
+        rate: open.rate,
+        // In a push the client sends, and holds its own cap. The data streams take the
+        // control connection's path: its segment size is theirs.
+        pacing: if open.pull {
+            let mss = tcp_max_segment(std::os::fd::AsFd::as_fd(&c.rx.stream));
+            planned(open.rate, usize::from(streams), mss)
+        } else {
+            (Pacing::None, None)
         },
     })
 }
@@ -447,6 +476,27 @@ fn serve_pull(
     }
     let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(g.idle))?;
     let counters = session.counters.locked().clone();
+    let cap = RateCap::apply(g.rate, g.pacing.clone(), &data);
+    if let Some(cap) = &cap {
+        let mut message = format!(
+            "rate cap {} bit/s over {} streams, pacing: {}",
+            cap.bits,
+            data.len(),
+            cap.pacing.name()
+        );
+        if let Some(note) = &cap.note {
+            message.push_str(&format!(" ({note})"));
+        }
+        ctx.reporter.event(&ServerEvent::Note {
+            session: session.hex.clone(),
+            message,
+        });
+        if cap.pacing != g.pacing.0 {
+            // Opened promised the kernel; the client's report should not.
+            let note = cap.note.clone().unwrap_or_default();
+            let _ = c.ctl.send(&Message::Notice { message: note });
+        }
+    }
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: g.send,
@@ -461,6 +511,7 @@ fn serve_pull(
         psk: ctx.cfg.psk.clone(),
         transport: Box::new(TcpStreams::new(data, counters.clone())),
         peer: peer.to_string(),
+        cap,
     };
     let walker = Walker::new(tops, g.recursive);
     let (totals, _) = crate::send::run(setup, walker, observer)?;

@@ -11,6 +11,7 @@
 //! a 28-byte header and its bytes, moved by the sender and receiver engines. The next ones (a
 //! paced UDP transport, bare byte streams) implement [`Transport`] the same way.
 
+pub(crate) mod pace;
 pub(crate) mod tcp;
 
 use crate::error::Refusal;
@@ -73,6 +74,10 @@ pub(crate) struct SendSide {
     pub(crate) keys: SessionKeys,
     pub(crate) chunks: Arc<Queue<OutChunk>>,
     pub(crate) report: Arc<dyn Fn(Departure) + Send + Sync>,
+    /// The session's rate cap, which every stream draws its bytes from.
+    pub(crate) pacer: Option<Arc<zcp_engine::pace::Pacer>>,
+    /// The kernel's share of the cap on each socket, split over the streams sending.
+    pub(crate) shares: Option<Arc<pace::KernelShares>>,
 }
 
 /// What the receiving role answers for the data transport.
@@ -143,6 +148,11 @@ impl<T> Queue<T> {
     pub(crate) fn close(&self) {
         self.items.locked().1 = true;
         self.cv.notify_all();
+    }
+
+    /// The next item if one is there now.
+    pub(crate) fn try_pop(&self) -> Option<T> {
+        self.items.locked().0.pop_front()
     }
 
     /// The next item; `None` once closed and empty.

@@ -93,10 +93,27 @@ impl Transport for TcpStreams {
 /// end marker. Reports its end (or its failure) with its CPU time.
 fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU64) -> Usage {
     let start = thread_usage();
-    let mut sender = FileSender::new(side.engine, side.block);
+    let mut sender = FileSender::new(side.engine, side.block).paced(side.pacer.clone());
     let headers = AtomicU64::new(0);
+    let sending = |on: bool| {
+        if let Some(shares) = &side.shares {
+            shares.sending(usize::from(stream), on);
+        }
+    };
     let result = (|| -> Result<(), EngineError> {
-        while let Some(job) = side.chunks.pop() {
+        loop {
+            // A stream with nothing to send gives its share of a rate cap to the others.
+            let job = match side.chunks.try_pop() {
+                Some(job) => job,
+                None => {
+                    sending(false);
+                    match side.chunks.pop() {
+                        Some(job) => job,
+                        None => break,
+                    }
+                }
+            };
+            sending(true);
             if job.cancelled.load(Ordering::Relaxed) {
                 continue;
             }

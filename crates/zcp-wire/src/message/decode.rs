@@ -79,11 +79,17 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 send_engine: r.text(MAX_ENGINE_NAME, "sender engine")?,
                 block_size: r.u32()?,
                 chunk_size: r.u64()?,
+                rate: r.u64()?,
             })
         }
         code::OPENED => Message::Opened {
             streams: r.u16()?,
             idle_ms: r.u32()?,
+            pacing: {
+                let v = r.u8()?;
+                Pacing::from_u8(v)
+                    .ok_or_else(|| DecodeError::Malformed(format!("unknown pacing {v}")))?
+            },
         },
         other => return Err(unknown(other)),
     })

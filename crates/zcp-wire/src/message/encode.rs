@@ -71,10 +71,14 @@ impl Message {
                     .u32(o.idle_ms);
                 text(w, &o.recv_engine, MAX_ENGINE_NAME);
                 text(w, &o.send_engine, MAX_ENGINE_NAME);
-                w.u32(o.block_size).u64(o.chunk_size);
+                w.u32(o.block_size).u64(o.chunk_size).u64(o.rate);
             }
-            Message::Opened { streams, idle_ms } => {
-                w.u16(*streams).u32(*idle_ms);
+            Message::Opened {
+                streams,
+                idle_ms,
+                pacing,
+            } => {
+                w.u16(*streams).u32(*idle_ms).u8(pacing.to_u8());
             }
             _ => return false,
         }

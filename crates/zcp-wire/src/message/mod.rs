@@ -26,6 +26,10 @@ pub const MAX_TEXT: usize = 1024;
 pub const MAX_ENGINE_NAME: usize = 32;
 /// Most `(index, mac)` entries in one [`Have`] message (fits [`MAX_PAYLOAD`]).
 pub const MAX_HAVE_ENTRIES: usize = 1500;
+/// Smallest rate cap a session may ask for in [`Open::rate`], bits per second (100 kbit/s).
+pub const MIN_RATE: u64 = 100_000;
+/// Largest rate cap a session may ask for in [`Open::rate`], bits per second (10 Tbit/s).
+pub const MAX_RATE: u64 = 10_000_000_000_000;
 /// First bytes of a `Hello` body: lets a server tell a zcp client from stray traffic.
 pub const HELLO_MAGIC: [u8; 4] = *b"ZCP\x01";
 
@@ -141,6 +145,50 @@ pub struct Open {
     pub block_size: u32,
     /// Chunk size; 0 lets the sender choose per file.
     pub chunk_size: u64,
+    /// Cap on the payload of all data streams together, bits per second; 0: none. The
+    /// sending side holds to it: the client in a push, the server in a pull. A server refuses
+    /// a cap outside [`MIN_RATE`]..=[`MAX_RATE`].
+    pub rate: u64,
+}
+
+/// How the server's sending side holds a pull's rate cap, as [`Message::Opened`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// No cap to hold here: a push (the client sends), or no cap asked for.
+    None,
+    /// The kernel paces each stream (`SO_MAX_PACING_RATE`), under a token bucket in user
+    /// space that bounds the total.
+    Kernel,
+    /// A token bucket in user space alone.
+    User,
+}
+
+impl Pacing {
+    /// How reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pacing::None => "none",
+            Pacing::Kernel => "kernel",
+            Pacing::User => "user space",
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            Pacing::None => 0,
+            Pacing::Kernel => 1,
+            Pacing::User => 2,
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Pacing> {
+        Some(match v {
+            0 => Pacing::None,
+            1 => Pacing::Kernel,
+            2 => Pacing::User,
+            _ => return None,
+        })
+    }
 }
 
 /// A file the sender is about to send, announced before any of its bytes.
@@ -265,6 +313,8 @@ pub enum Message {
         streams: u16,
         /// Idle timeout in force, milliseconds.
         idle_ms: u32,
+        /// How the server holds a pull's rate cap; [`Pacing::None`] in a push or without one.
+        pacing: Pacing,
     },
     /// Sender -> receiver: a file to receive.
     PutFile(PutFile),

@@ -46,10 +46,12 @@ fn setup_and_entry_samples() -> Vec<Message> {
             send_engine: "sendfile".into(),
             block_size: 1 << 20,
             chunk_size: 0,
+            rate: 2_000_000_000,
         }),
         Message::Opened {
             streams: 2,
             idle_ms: 60_000,
+            pacing: Pacing::Kernel,
         },
         Message::PutFile(PutFile {
             file_id: 0,
@@ -226,6 +228,20 @@ fn unknown_flag_bits_are_malformed() {
         Message::decode(code::PUT_FILE, &body),
         Err(DecodeError::Malformed(_))
     ));
+}
+
+#[test]
+fn an_opened_with_an_unknown_pacing_is_malformed() {
+    for (v, ok) in [(0u8, true), (1, true), (2, true), (3, false), (0xff, false)] {
+        let mut w = Writer::default();
+        w.u16(1).u32(1000).u8(v);
+        let r = Message::decode(code::OPENED, &w.buf);
+        assert_eq!(r.is_ok(), ok, "{v}: {r:?}");
+        if !ok {
+            assert!(r.unwrap_err().to_string().contains("unknown pacing"));
+        }
+    }
+    assert_eq!(Pacing::User.name(), "user space");
 }
 
 #[test]

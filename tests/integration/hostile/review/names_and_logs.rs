@@ -348,6 +348,7 @@ fn log_injection_into_the_server_log() {
         send_engine: "sendfile".into(),
         block_size: 0,
         chunk_size: 0,
+        rate: 0,
     }));
     let _ = error_from(&mut raw);
     // Get paths.

@@ -56,6 +56,7 @@ fn open_direct(raw: &mut Raw, streams: u16, block: u64) {
         send_engine: "sendfile".into(),
         block_size: block as u32,
         chunk_size: 0,
+        rate: 0,
     }));
     let opened = raw.recv().unwrap();
     assert!(
@@ -421,6 +422,7 @@ fn push_direct_rings_pin_server_memory_per_stream() {
         send_engine: "sendfile".into(),
         block_size: 64 << 20,
         chunk_size: 0,
+        rate: 0,
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let mut data: Vec<TcpStream> = (0..STREAMS)
