@@ -1,14 +1,14 @@
 //! Rate caps: the kernel's TCP pacing (`SO_MAX_PACING_RATE`) and a token bucket in user space.
 //!
-//! The kernel spaces a socket's packets at its pacing rate (its own TCP pacing since Linux
-//! 4.13, or the `fq` qdisc), so a capped stream leaves no bursts on the wire. It does not pace
-//! a connection's first ten segments (`tcp_update_skb_after_send`, as `fq` did not), which on loopback, with
-//! 64 KiB segments, lets about 640 KiB per stream through at once: with many slow streams
-//! that alone overshoots a cap by far (measured here: 64 streams sharing 200 Mbit/s ran at
-//! 371 Mbit/s over 50 MiB). So the sender engines also draw every byte from a [`Pacer`], a
-//! token bucket shared by the streams of a session, whose bursts are bounded: the bucket
-//! holds the average, the kernel smooths the packets. Where the kernel cannot pace, the
-//! bucket alone holds the cap.
+//! The kernel spaces a socket's packets at its pacing rate (its own TCP pacing since Linux 4.13,
+//! or the `fq` qdisc), so a capped stream leaves no bursts on the wire. It does not pace a
+//! connection's first ten segments (`tcp_update_skb_after_send`, as `fq` did not), which on
+//! loopback, with 64 KiB segments, lets about 640 KiB per stream through at once: with many slow
+//! streams that alone overshoots a cap by far (measured here: 64 streams sharing 200 Mbit/s ran
+//! at 397 Mbit/s over 50 MB; benches/results/2026-11-24-vm-limit-rate/kernel-only.md). So the
+//! sender engines also draw every byte from a [`Pacer`], a token bucket shared by the streams of
+//! a session, whose bursts are bounded: the bucket holds the average, the kernel smooths the
+//! packets. Where the kernel cannot pace, the bucket alone holds the cap.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Mutex, OnceLock};

@@ -31,11 +31,12 @@ pub(crate) const KERNEL_HEADROOM: u64 = 125;
 /// (`ZCP_PACING=user`); `auto` (or unset) lets the kernel pace where it can.
 pub(crate) const PACING_ENV: &str = "ZCP_PACING";
 
-/// The fewest segments a second a stream's kernel pacing rate must allow. The kernel sends at
-/// least two segments at a time (`tcp_min_tso_segs`), so below this its packets would leave
-/// more than an eighth of a second apart: no smoothing, and on loopback, where a segment is
-/// 64 KiB, gaps of many seconds at low rates (measured: 100 kbit/s over 4 streams stalled a
-/// stream past a 5 s idle timeout). Such shares are paced in user space alone.
+/// The fewest segments (of the size `TCP_MAXSEG` reports) a second a stream's kernel pacing
+/// rate must allow. The kernel sends at least two segments at a time (`tcp_min_tso_segs`), so
+/// below this its packets would leave more than an eighth of a second apart: no smoothing, and
+/// on loopback, where tens of KiB go out at once, gaps of many seconds at low rates (measured:
+/// 100 kbit/s over 4 streams stalled a stream past a 5 s idle timeout). Such shares are paced
+/// in user space alone.
 pub(crate) const MIN_SEGMENTS_PER_SECOND: u64 = 16;
 
 /// Each stream's kernel pacing rate, bytes per second, for `rate` bits per second over
