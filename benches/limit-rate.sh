@@ -11,8 +11,8 @@
 # SECONDS (default 2, whole seconds) at the cap (the largest cap's file without one) into the
 # receiver's memory (--recv-engine mem: verified, not stored, so no disk enters the figure).
 # Per configuration: the median, min and max of the achieved rate (end.sum_sent of zcp's JSON:
-# payload bytes over the whole transfer; for `get` it ends when the client's session does, up
-# to one 100 ms tick after the last byte), its error against the cap, the steady rate (the
+# payload bytes over the whole transfer; for `get` it ends when the client's session does, with
+# its last byte), its error against the cap, the steady rate (the
 # half-second intervals between the first and the last), the rate over the whole process's
 # wall time (connect and handshake included: a lower bound), and the pacing the report named.
 # Sources live in DIR (default /dev/shm, else /var/tmp). Writes raw-PN.jsonl, table-PN.md and

@@ -280,6 +280,9 @@ impl Landing for RxCore {
             );
             st.stream_ended(why);
         });
+        // The loop may be waiting for this (the last stream's end lets the stats go out):
+        // wake it now rather than on its next tick.
+        let _ = self.wake.send(RxEvent::Wake);
     }
 
     fn block(&self) -> u64 {
