@@ -702,7 +702,7 @@ pub const SLOW: [&str; 8] = [
 /// Durable bytes the journal beside `target` holds (0 without one).
 pub fn journaled(target: &Path) -> u64 {
     let name = target.file_name().unwrap().as_encoded_bytes();
-    let key = hex_key(name);
+    let key = zcp_engine::fs::part_key(name);
     let Ok(bytes) = std::fs::read(target.with_file_name(format!(".zcp-{key}.journal"))) else {
         return 0;
     };
@@ -714,12 +714,4 @@ pub fn journaled(target: &Path) -> u64 {
     };
     let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.1).collect();
     chunks.iter().map(|i| plan.chunk(*i).1).sum()
-}
-
-/// The part file's key: the first 8 bytes of BLAKE3(name), in hex.
-pub fn hex_key(name: &[u8]) -> String {
-    blake3::hash(name).as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
