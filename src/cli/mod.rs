@@ -211,6 +211,14 @@ struct TransferArgs {
     /// 1.5G (K, M, G, T are powers of 1000). In a get the server holds the cap.
     #[arg(long, value_name = "RATE", value_parser = rate::parse_rate)]
     limit_rate: Option<u64>,
+    /// How the receiver proves what it stores: blake3 (the default: a keyed BLAKE3 MAC per
+    /// chunk and a digest per file, checked before a chunk is acknowledged and before a file
+    /// is renamed into place) or none, which computes and checks nothing: bytes damaged or
+    /// altered on the way are stored as they arrive, an existing target is replaced without
+    /// being compared, and what an interrupted run wrote is sent again. Writes stay durable
+    /// and atomic, and the session authenticated. For measuring what verification costs.
+    #[arg(long, default_value = "blake3", value_name = "MODE", value_parser = parse_verify)]
+    verify: zcp_session::VerifyMode,
 }
 
 impl TransferArgs {
@@ -242,6 +250,7 @@ impl TransferArgs {
             retry_wait: self.retry_wait()?,
             stop: Some(signals::stop_on_signals()),
             limit_rate: self.limit_rate,
+            verify: self.verify,
         })
     }
 
@@ -376,6 +385,19 @@ fn parse_recv_engine(s: &str) -> Result<RecvEngine, String> {
         let names: Vec<_> = RecvEngine::ALL.iter().map(|e| e.name()).collect();
         format!(
             "unknown receiver engine '{s}'; choose one of: {}",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_verify(s: &str) -> Result<zcp_session::VerifyMode, String> {
+    zcp_session::VerifyMode::parse(s).ok_or_else(|| {
+        let names: Vec<_> = zcp_session::VerifyMode::ALL
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        format!(
+            "unknown verify mode '{s}'; choose one of: {}",
             names.join(", ")
         )
     })

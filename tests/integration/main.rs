@@ -22,3 +22,4 @@ mod sessions;
 mod sparse;
 mod tree;
 mod util;
+mod verify;

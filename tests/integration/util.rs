@@ -452,6 +452,7 @@ impl Raw {
             block_size: 0,
             chunk_size: 0,
             rate: 0,
+            verify: "blake3".into(),
         }));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,

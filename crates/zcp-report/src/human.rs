@@ -85,7 +85,12 @@ impl<W: Write> Human<W> {
         if let Some(n) = &s.receiver_note {
             writeln!(o, "  receiver: {n}")?;
         }
-        if !s.verify {
+        if !s.verify_mode.checks() {
+            writeln!(
+                o,
+                "Verify: not verified (--verify none): no chunk MAC or file digest is computed or checked"
+            )?;
+        } else if !s.verify {
             writeln!(
                 o,
                 "  note: the null receiver discards bytes unread, so nothing is verified or stored"
@@ -181,10 +186,15 @@ impl<W: Write> Human<W> {
             rate(bits_per_second(s.bytes_sent, s.send_seconds)),
             s.retransmits
         )?;
+        let unverified = !s.verify_mode.checks();
         let what = match (s.stored, s.verified) {
             _ if s.files == 0 => "nothing committed",
-            (true, _) => "stored durably and verified",
+            (true, true) => "stored durably and verified",
+            (true, false) => "stored durably, not verified (--verify none)",
             (false, true) => "received into memory and verified",
+            (false, false) if unverified && s.receiver_engine != "null" => {
+                "received into memory, not verified (--verify none)"
+            }
             (false, false) => "discarded by the receiver",
         };
         writeln!(
@@ -250,6 +260,10 @@ impl<W: Write> Human<W> {
             )?,
             (None, true) => writeln!(o, "Verified: every chunk MAC and file digest matched")?,
             _ if s.files == 0 => {}
+            _ if unverified => writeln!(
+                o,
+                "Verified: no (--verify none): no chunk MAC or file digest was computed or checked"
+            )?,
             _ => writeln!(o, "Verified: no (the null receiver never reads the bytes)")?,
         }
         if s.stored {

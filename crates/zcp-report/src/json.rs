@@ -37,6 +37,7 @@ fn start(s: &Start) -> Value {
             "receiver_note": s.receiver_note,
         },
         "verify": s.verify,
+        "verify_mode": s.verify_mode.name(),
         "limit_rate": s.limit_rate.as_ref().map(limit_rate),
     })
 }
@@ -156,6 +157,7 @@ fn end(s: &Summary) -> Value {
             "receiver": { "max_rss_bytes": s.receiver_max_rss },
         },
         "verified": s.verified,
+        "verify_mode": s.verify_mode.name(),
         "stored": s.stored,
         "digest": s.digest,
         "target": s.target,

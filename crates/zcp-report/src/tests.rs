@@ -3,7 +3,7 @@
 
 use zcp_session::{
     Cpu, Event, Failure, Interval, Phase, Progress, RateLimit, Reporter, Retry, ServerEvent,
-    ServerReporter, Start, StreamInterval, Summary, TcpStats,
+    ServerReporter, Start, StreamInterval, Summary, TcpStats, VerifyMode,
 };
 
 use crate::{Human, JsonDoc, JsonStream, ServerLog};
@@ -34,6 +34,7 @@ fn events(verify: bool) -> Vec<Event> {
         receiver_note: verify
             .then(|| "auto chose direct: O_DIRECT works on this ext4 destination".into()),
         verify,
+        verify_mode: VerifyMode::Blake3,
         limit_rate: limit.clone(),
     };
     let tcp = TcpStats {
@@ -142,6 +143,7 @@ fn events(verify: bool) -> Vec<Event> {
             receiver_max_rss: 30 << 20,
             retransmits: 0,
             verified: verify,
+            verify_mode: VerifyMode::Blake3,
             stored: verify,
             digest: verify.then(|| "9f".repeat(32)),
             target: "incoming/data.bin".into(),
@@ -214,6 +216,87 @@ fn human_report_null_receiver() {
     insta::assert_snapshot!(String::from_utf8(h.into_inner()).unwrap());
 }
 
+/// The events of a durable transfer run with `--verify none`: stored, not verified.
+fn events_unverified() -> Vec<Event> {
+    let mut all = events(true);
+    for e in &mut all {
+        match e {
+            Event::Start(s) => {
+                s.verify = false;
+                s.verify_mode = VerifyMode::None;
+            }
+            Event::Summary(s) => {
+                s.verified = false;
+                s.verify_mode = VerifyMode::None;
+                s.digest = None;
+            }
+            _ => {}
+        }
+    }
+    all
+}
+
+#[test]
+fn an_unverified_transfer_says_so_in_its_start_and_summary_and_never_says_verified() {
+    let mut h = Human::new(Vec::new());
+    for e in events_unverified() {
+        h.event(&e);
+    }
+    let text = String::from_utf8(h.into_inner()).unwrap();
+    assert!(
+        text.contains("Verify: not verified (--verify none)"),
+        "start: {text}"
+    );
+    assert!(
+        text.contains("stored durably, not verified (--verify none)"),
+        "summary: {text}"
+    );
+    assert!(text.contains("Verified: no (--verify none)"), "{text}");
+    assert!(!text.contains("and verified"), "{text}");
+    assert!(!text.contains("digest 9f"), "{text}");
+    assert!(!text.contains("null receiver"), "{text}");
+
+    // Into memory: received, not verified; never "discarded".
+    let mut h = Human::new(Vec::new());
+    for mut e in events_unverified() {
+        if let Event::Summary(s) = &mut e {
+            s.stored = false;
+            s.receiver_engine = "mem".into();
+        }
+        h.event(&e);
+    }
+    let text = String::from_utf8(h.into_inner()).unwrap();
+    assert!(
+        text.contains("received into memory, not verified (--verify none)"),
+        "{text}"
+    );
+
+    let mut j = JsonDoc::new(Vec::new());
+    for e in events_unverified() {
+        j.event(&e);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&j.into_inner()).unwrap();
+    assert_eq!(v["start"]["verify_mode"], "none");
+    assert_eq!(v["start"]["verify"], false);
+    assert_eq!(v["end"]["verify_mode"], "none");
+    assert_eq!(v["end"]["verified"], false);
+    assert_eq!(v["end"]["stored"], true);
+    assert!(v["end"]["digest"].is_null());
+
+    let mut j = JsonStream::new(Vec::new());
+    for e in events_unverified() {
+        j.event(&e);
+    }
+    let text = String::from_utf8(j.into_inner()).unwrap();
+    let modes: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "start" || v["type"] == "end")
+        .map(|v| v["data"]["verify_mode"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(modes, ["none", "none"]);
+}
+
 #[test]
 fn json_document() {
     let mut j = JsonDoc::new(Vec::new());
@@ -234,6 +317,8 @@ fn json_document() {
         "/end/cpu/receiver/user",
         "/end/cpu/receiver/sys",
         "/end/verified",
+        "/end/verify_mode",
+        "/start/verify_mode",
         "/end/digest",
         "/intervals",
     ] {

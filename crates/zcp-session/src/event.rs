@@ -76,8 +76,11 @@ pub struct Start {
     pub receiver_engine: String,
     /// Why it differs from the one asked for, or how `auto` chose.
     pub receiver_note: Option<String>,
-    /// Whether the receiver verifies chunk MACs.
+    /// Whether the receiver verifies chunk MACs (not with `--verify none`, nor with the
+    /// `null` engine, which never reads the bytes).
     pub verify: bool,
+    /// The session's verify mode (`--verify`): `blake3`, or `none` when asked for.
+    pub verify_mode: zcp_wire::VerifyMode,
     /// The rate cap, if one was asked for.
     pub limit_rate: Option<RateLimit>,
 }
@@ -220,6 +223,8 @@ pub struct Summary {
     pub retransmits: u32,
     /// Whether every chunk MAC and digest was checked on the receiver.
     pub verified: bool,
+    /// The session's verify mode (`--verify`): with `none`, nothing was verified.
+    pub verify_mode: zcp_wire::VerifyMode,
     /// Whether the files were stored durably under their final names.
     pub stored: bool,
     /// The keyed BLAKE3 digest, hex, when exactly one file was sent and verified.

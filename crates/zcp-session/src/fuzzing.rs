@@ -9,6 +9,8 @@
 //! - `FileCommitted` only for a file whose commit the role asked for and was told succeeded;
 //! - `ChunkAck{ok}` only for a chunk that was reported durable;
 //! - `Progress` never past its file's size;
+//! - in a session that does not verify (`--verify none`), no journal record and no
+//!   `FileCommitted{verified}`: nothing it wrote can pass for proved later;
 //! - nothing is asked of the committer for a file without `FileEnd`;
 //! - no panic, whatever the order.
 //!
@@ -90,6 +92,7 @@ pub(crate) fn in_memory(scope: Scope, now: Instant) -> (Receiving, SessionKeys) 
         block: 0,
         idle: Duration::from_secs(5),
         sender_engine: "sendfile".into(),
+        verify: zcp_wire::VerifyMode::Blake3,
     };
     let rx = Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), scope, 2, now);
     (rx, keys)
@@ -110,6 +113,9 @@ pub fn receiver_script(data: &[u8]) {
     let start = Instant::now();
     let mut now = start;
     let (mut rx, keys) = in_memory(scope, now);
+    if s.u8().is_multiple_of(4) {
+        rx.cfg.verify = zcp_wire::VerifyMode::None;
+    }
     let mut told = Told::default();
     for _ in 0..4096 {
         if s.done() {
@@ -145,6 +151,12 @@ fn step(
         }
         1..=4 => {
             let m = built_frame(s, told, keys);
+            // A sender that does not verify sends no MACs; now and then one, which ends the
+            // session.
+            let mac = matches!(m, Message::ChunkMac { .. });
+            if mac && !rx.cfg.verify.checks() && !s.u8().is_multiple_of(8) {
+                return true;
+            }
             frame(s, rx, told, m, now)
         }
         5 | 6 => {
@@ -431,9 +443,16 @@ fn entry(raw: Vec<u8>, act: Act, path: zcp_wire::RelPath, refused: bool) -> FsDo
 /// Takes the role's outputs and checks them against what it was told.
 fn check_out(rx: &mut Receiving, told: &mut Told) {
     let out = rx.take_out();
+    let unverified = !rx.cfg.verify.checks();
     for job in out.jobs {
         match job {
             RxJob::Journal(j) => {
+                assert!(
+                    !unverified || (j.records.is_empty() && j.start.is_none()),
+                    "a session that does not verify journals chunk {} of file {}",
+                    j.index,
+                    j.file
+                );
                 told.journal.push((j.file, j.index));
             }
             RxJob::Commit(c) => {
@@ -449,10 +468,18 @@ fn check_out(rx: &mut Receiving, told: &mut Told) {
     }
     for m in out.frames {
         match m {
-            Message::FileCommitted { file_id, .. } => assert!(
-                told.committed.contains(&file_id),
-                "FileCommitted for file {file_id}, whose commit was not done"
-            ),
+            Message::FileCommitted {
+                file_id, verified, ..
+            } => {
+                assert!(
+                    told.committed.contains(&file_id),
+                    "FileCommitted for file {file_id}, whose commit was not done"
+                );
+                assert!(
+                    !(unverified && verified),
+                    "file {file_id} committed as verified in a session that does not verify"
+                );
+            }
             Message::ChunkAck {
                 file_id,
                 index,

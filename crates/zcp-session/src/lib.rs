@@ -37,6 +37,7 @@ pub use event::{
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};
+pub use zcp_wire::VerifyMode;
 
 /// The TCP port zcp uses when none is given.
 pub const DEFAULT_PORT: u16 = 5310;

@@ -34,7 +34,7 @@ pub use keys::{FileDigest, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
     ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES,
     MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT, MIN_RATE, Message, Open, Pacing, PutFile,
-    Role, SideStats,
+    Role, SideStats, VerifyMode,
 };
 pub use path::{PathError, RelPath, escape, escape_text};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};

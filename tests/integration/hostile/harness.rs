@@ -81,6 +81,7 @@ impl Evil {
             streams,
             idle_ms: 60_000,
             pacing,
+            verify: open.verify.clone(),
         });
         while evil.joined < usize::from(streams) {
             let Some(mut d) = accept_within(l, 2) else {
@@ -296,6 +297,7 @@ pub fn open_message(pull: bool, chunk_size: u64) -> Message {
         block_size: 0,
         chunk_size,
         rate: 0,
+        verify: "blake3".into(),
     })
 }
 

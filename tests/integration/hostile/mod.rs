@@ -7,7 +7,8 @@
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `partials`: what is left
 //! on disk however a file is given up; `bounds`: what neither can make a peer hold or keep
 //! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
-//! or flooded totals; `rate`: the rate cap from either side; `review`, `round3`, `round4` and
+//! or flooded totals; `rate`: the rate cap from either side; `verify`: the verify mode from
+//! either side, and unverified bytes within every bound; `review`, `round3`, `round4` and
 //! `round5`: the second
 //! to fifth independent attackers' cases.
 
@@ -23,3 +24,4 @@ mod round3;
 mod round4;
 mod round5;
 mod sparse;
+mod verify;

@@ -23,6 +23,7 @@ fn open(pull: bool, rate: u64) -> Message {
         block_size: 0,
         chunk_size: 0,
         rate,
+        verify: "blake3".into(),
     })
 }
 
@@ -171,6 +172,7 @@ fn answer_with(l: &TcpListener, env: &Env, pacing: Pacing) {
         streams: 1,
         idle_ms: 60_000,
         pacing,
+        verify: "blake3".into(),
     };
     s.write_all(&est.sealer.seal(&opened)).unwrap();
     // The client's Error, then its close (or a read timeout: the test fails on the exit).

@@ -356,6 +356,7 @@ fn rw_and_mem_receive_buffers_escape_the_sessions_memory_budget() {
         block_size: 64 << 20,
         chunk_size: 0,
         rate: 0,
+        verify: "blake3".into(),
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let data: Vec<TcpStream> = (0..STREAMS)

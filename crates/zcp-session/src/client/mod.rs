@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine};
-use zcp_wire::{Message, Psk, escape};
+use zcp_wire::{Message, Psk, VerifyMode, escape};
 
 use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
@@ -78,6 +78,8 @@ pub struct Transfer {
     /// Cap on all data streams together, bits per second (`--limit-rate`); the sending side
     /// holds to it (the server in a `get`).
     pub limit_rate: Option<u64>,
+    /// How the session proves its data (`--verify`): keyed BLAKE3 unless asked otherwise.
+    pub verify: VerifyMode,
 }
 
 /// Set to a signal's number (non-zero) to stop a running transfer.
@@ -313,6 +315,7 @@ fn send_once(
             block: t.block_size,
             chunk_size: t.chunk_size,
             idle,
+            verify: t.verify,
         },
         ctl: Arc::new(ControlWriter::new(tx)),
         rx,
@@ -557,6 +560,7 @@ fn get_once(
             block: t.block_size,
             idle,
             sender_engine: t.engine.name().into(),
+            verify: t.verify,
         },
         keys,
         nonces,

@@ -54,6 +54,7 @@ pub(super) struct ClientObserver<'a> {
     bytes: u64,
     verified: bool,
     stored: bool,
+    verify_mode: zcp_wire::VerifyMode,
     digest: Option<[u8; 32]>,
     pub(super) receiver_engine: Option<String>,
     pub(super) sender_engine: Option<String>,
@@ -95,6 +96,7 @@ impl<'a> ClientObserver<'a> {
             .map(|s| tcp_info(s).map_or(0, |t| t.total_retrans))
             .collect();
         let now = Instant::now();
+        let verify_mode = start.verify_mode;
         ClientObserver {
             reporter,
             start: Some(start),
@@ -112,6 +114,7 @@ impl<'a> ClientObserver<'a> {
             bytes: 0,
             verified: true,
             stored: true,
+            verify_mode,
             digest: None,
             receiver_engine: None,
             sender_engine: None,
@@ -257,7 +260,9 @@ impl<'a> ClientObserver<'a> {
             sender_max_rss: m.sender_max_rss,
             receiver_max_rss: m.receiver_max_rss,
             retransmits: self.retransmits(),
-            verified: self.files > 0 && self.verified,
+            // A session that does not verify never reports a file verified.
+            verified: self.files > 0 && self.verified && self.verify_mode.checks(),
+            verify_mode: self.verify_mode,
             stored: self.files > 0 && self.stored,
             digest: self.digest.map(hex::encode),
             target: m.target,
@@ -295,7 +300,7 @@ impl Observer for ClientObserver<'_> {
             s.sender_note = sender_note.map(str::to_string);
             s.receiver_engine = receiver.to_string();
             s.receiver_note = receiver_note.map(str::to_string);
-            s.verify = receiver != RecvEngine::Null.name();
+            s.verify = s.verify_mode.checks() && receiver != RecvEngine::Null.name();
         }
         self.flush_start();
     }

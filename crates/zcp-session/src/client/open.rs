@@ -26,8 +26,9 @@ pub(super) struct Opened {
 }
 
 /// Connects, authenticates and opens the session and its data streams. A server that grants
-/// more streams than asked for (or none, or no idle time), or names a pacing where it sends
-/// nothing capped (or none where it does), breaks the protocol: nothing is opened for it.
+/// more streams than asked for (or none, or no idle time), names a pacing where it sends
+/// nothing capped (or none where it does), or answers another verify mode than the one asked
+/// for, breaks the protocol: nothing is opened for it.
 pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionError> {
     let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
     control.set_read_timeout(Some(conn.connect_timeout)).ok();
@@ -48,8 +49,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
             cs.max_streams, open.streams
         )
     });
-    let asked_streams = open.streams;
-    let server_paces = open.pull && open.rate != 0;
+    let asked_for = open.clone();
     cs.tx
         .send(&Message::Open(open))
         .map_err(|e| FrameIoError::from(e).into_session(&peer))?;
@@ -58,13 +58,14 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         .set_read_timeout(Some(Duration::from_millis(250)))
         .ok();
     let asked = Instant::now();
-    let (streams, idle_ms, pacing) = loop {
+    let (streams, idle_ms, pacing, verify) = loop {
         match cs.rx.poll().map_err(|e| e.into_session(&peer))? {
             Some(Message::Opened {
                 streams,
                 idle_ms,
                 pacing,
-            }) => break (streams, idle_ms, pacing),
+                verify,
+            }) => break (streams, idle_ms, pacing, verify),
             Some(Message::Error { code, message }) => {
                 return Err(SessionError::Refused {
                     code,
@@ -86,24 +87,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
             None => {}
         }
     };
-    let granted_wrong = match (streams, idle_ms) {
-        (0, _) => Some("the server granted no data streams".to_string()),
-        (n, _) if n > asked_streams => Some(format!(
-            "the server granted {n} data streams, more than the {asked_streams} asked for"
-        )),
-        (_, 0) => Some("the server granted an idle timeout of 0".to_string()),
-        _ if server_paces == (pacing == Pacing::None) => Some(format!(
-            "the server answered pacing '{}' for {}",
-            pacing.name(),
-            if server_paces {
-                "a pull with a rate cap"
-            } else {
-                "a session in which it sends nothing capped"
-            }
-        )),
-        _ => None,
-    };
-    if let Some(reason) = granted_wrong {
+    if let Some(reason) = granted_wrong(&asked_for, (streams, idle_ms), pacing, &verify) {
         let _ = cs.tx.send(&Message::Error {
             code: ErrorCode::Protocol,
             message: reason.clone(),
@@ -145,6 +129,41 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
     })
 }
 
+/// Why the server's `Opened` breaks the protocol for the `Open` asked for, if it does.
+fn granted_wrong(
+    asked: &Open,
+    (streams, idle_ms): (u16, u32),
+    pacing: Pacing,
+    verify: &str,
+) -> Option<String> {
+    let server_paces = asked.pull && asked.rate != 0;
+    match (streams, idle_ms) {
+        (0, _) => Some("the server granted no data streams".to_string()),
+        (n, _) if n > asked.streams => Some(format!(
+            "the server granted {n} data streams, more than the {} asked for",
+            asked.streams
+        )),
+        (_, 0) => Some("the server granted an idle timeout of 0".to_string()),
+        // Both sides must agree on what is proved: a server that would verify less than
+        // asked (or more) is refused before a byte moves.
+        _ if verify != asked.verify => Some(format!(
+            "the server answered verify mode '{}' to a request for '{}'",
+            escape_text(verify),
+            asked.verify
+        )),
+        _ if server_paces == (pacing == Pacing::None) => Some(format!(
+            "the server answered pacing '{}' for {}",
+            pacing.name(),
+            if server_paces {
+                "a pull with a rate cap"
+            } else {
+                "a session in which it sends nothing capped"
+            }
+        )),
+        _ => None,
+    }
+}
+
 pub(super) fn start_event(
     cs: &ClientSession,
     direction: &'static str,
@@ -169,7 +188,8 @@ pub(super) fn start_event(
         sender_note: None,
         receiver_engine: t.recv_engine.name().into(),
         receiver_note: None,
-        verify: t.recv_engine != RecvEngine::Null,
+        verify: t.verify.checks() && t.recv_engine != RecvEngine::Null,
+        verify_mode: t.verify,
         limit_rate: None,
     }
 }
@@ -185,5 +205,6 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         block_size: t.block_size.min(u64::from(u32::MAX)) as u32,
         chunk_size: t.chunk_size.unwrap_or(0),
         rate: t.limit_rate.unwrap_or(0),
+        verify: t.verify.name().into(),
     }
 }

@@ -7,14 +7,15 @@
 //! "killing" a side cuts every connection at a byte, and running the pair again restarts
 //! from what is on disk.
 //!
-//! `tests.rs` holds the role tests that use it, `sparse.rs` those of sparse sources;
-//! `campaign.rs` the fault campaign.
+//! `tests.rs` holds the role tests that use it, `sparse.rs` those of sparse sources,
+//! `verify.rs` those of sessions without verification; `campaign.rs` the fault campaign.
 
 mod campaign;
 pub(crate) mod faulty;
 pub(crate) mod relay;
 mod sparse;
 mod tests;
+mod verify;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,8 @@ pub(crate) struct Opts {
     pub(crate) wire: Option<(Conn, u64, WireFault)>,
     /// A fault at the `n`-th chunk read or written.
     pub(crate) disk: Option<(usize, DiskFault)>,
+    /// How both roles prove the data (`--verify`).
+    pub(crate) verify: zcp_wire::VerifyMode,
 }
 
 impl Default for Opts {
@@ -78,6 +81,7 @@ impl Default for Opts {
             recursive: true,
             wire: None,
             disk: None,
+            verify: zcp_wire::VerifyMode::Blake3,
         }
     }
 }
@@ -245,6 +249,7 @@ impl Pair {
                 block: 0,
                 chunk_size: o.chunk_size,
                 idle: o.idle,
+                verify: o.verify,
             },
             ctl: Arc::new(control_tx(&c_s, &keys, Side::Client)),
             rx: control_rx(c_s, &keys, Side::Client),
@@ -272,6 +277,7 @@ impl Pair {
                 block: 0,
                 idle: o.idle,
                 sender_engine: o.send_engine.name().into(),
+                verify: o.verify,
             };
             let (streams, disk, fired) = (o.streams, o.disk, cutter.fired.clone());
             std::thread::spawn(move || {

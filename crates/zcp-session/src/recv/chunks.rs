@@ -129,6 +129,9 @@ pub(crate) struct Existing {
 #[derive(Debug)]
 pub(crate) struct RxFile {
     pub(crate) spec: FileSpec,
+    /// Whether its chunks are proved: the session verifies (`--verify blake3`) and the engine
+    /// reads the bytes (not `null`). Otherwise a chunk counts once its bytes are written, and
+    /// what this session writes is never offered for a resume.
     pub(crate) verify: bool,
     /// Bytes written so far.
     pub(crate) written: u64,
@@ -159,17 +162,19 @@ pub(crate) struct RxFile {
 }
 
 impl RxFile {
+    /// A file to receive; `verify`: whether the session verifies (the `null` engine never
+    /// does).
     pub(crate) fn new(
         spec: FileSpec,
         journal: JournalState,
         offered: Vec<(u64, [u8; 32])>,
-        in_place: bool,
+        (in_place, verify): (bool, bool),
         now: Instant,
     ) -> RxFile {
         let count = spec.plan.count() as usize;
         let offered_bytes = offered.iter().map(|(i, _)| spec.plan.chunk(*i).1).sum();
         RxFile {
-            verify: spec.engine != RecvEngine::Null,
+            verify: verify && spec.engine != RecvEngine::Null,
             spec,
             written: 0,
             skipped: 0,
@@ -217,6 +222,11 @@ impl RxFile {
         if self.spec.io.is_none() {
             // An engine that stores nothing (null, mem) keeps nothing for a resume.
             return 0;
+        }
+        if !self.verify {
+            // Unverified chunks are durable but never offered again: only those kept from a
+            // verified attempt are.
+            return self.skipped;
         }
         (self.chunks.iter().enumerate())
             .filter(|(_, c)| c.flags & DURABLE != 0)
@@ -381,6 +391,12 @@ impl RxFile {
                 self.spec.plan.count()
             )));
         }
+        if !self.verify {
+            return Err(Refusal::protocol(format!(
+                "MAC for chunk {index} of file {}, which this session does not verify",
+                self.id()
+            )));
+        }
         let c = &mut self.chunks[index as usize];
         if c.expected.is_some() {
             return Err(Refusal::protocol(format!(
@@ -411,7 +427,14 @@ impl RxFile {
     /// between `FileReady{resumed}` and `Go`). An existing target's chunks are not, offered
     /// or kept: the target itself holds them, and its part file holds nothing.
     pub(crate) fn holds_resumable(&self) -> bool {
-        !self.in_place && (self.durable > 0 || !self.offered.is_empty())
+        // Without verification only the chunks kept from a verified attempt count: what this
+        // session wrote is never journaled, so never resumed.
+        let durable = if self.verify {
+            self.durable > 0
+        } else {
+            self.skipped > 0
+        };
+        !self.in_place && (durable || !self.offered.is_empty())
     }
 
     /// Records the sender's `FileEnd` digest. Refuses a second one.
@@ -499,7 +522,7 @@ mod tests {
             spec,
             JournalState::default(),
             offered,
-            false,
+            (false, true),
             Instant::now(),
         )
     }
@@ -713,6 +736,39 @@ mod tests {
         assert!(e.message.contains("not offered"), "{e}");
         assert!(f.holds_resumable(), "the durable chunk is untouched");
         assert!(f.claim(0).is_err(), "and still done");
+    }
+
+    #[test]
+    fn an_unverified_file_counts_written_chunks_refuses_macs_and_keeps_only_verified_ones() {
+        let mut f = file(200_000, RecvEngine::Direct, vec![(0, [3; 32])]);
+        f.verify = false;
+        assert!(f.holds_resumable(), "a verified attempt's chunk is offered");
+        assert_eq!(f.go(false), Ok(65536));
+        // What this session writes counts once written (the transport reports a zero MAC
+        // for it, hashing nothing) and is durable, but never resumable.
+        for i in 1..4 {
+            f.claim(i).unwrap();
+            assert_eq!(f.hashed(i, [0; 32]), Outcome::Pending);
+            assert_eq!(f.written(i), Outcome::Verified(i));
+            f.durable(i);
+        }
+        assert!(f.holds_resumable(), "the kept chunk still is");
+        let e = f.expect(2, [9; 32]).unwrap_err();
+        assert!(e.message.contains("does not verify"), "{e}");
+        // Any digest: the sender of an unverified file sends zeros, and none is checked.
+        f.end([7; 32]).unwrap();
+        assert_eq!(f.settle(&keys()), Settle::Commit([0; 32]));
+
+        let mut f = file(200_000, RecvEngine::Direct, vec![]);
+        f.verify = false;
+        f.claim(0).unwrap();
+        f.hashed(0, [0; 32]);
+        assert_eq!(f.written(0), Outcome::Verified(0));
+        f.durable(0);
+        assert!(
+            !f.holds_resumable(),
+            "unverified chunks alone keep no part file"
+        );
     }
 
     #[test]

@@ -70,6 +70,10 @@ fn append(part: &mut PartFile, jobs: &[JournalJob]) -> Result<(), EngineError> {
         }
         records.extend_from_slice(&j.records);
     }
+    if records.is_empty() {
+        // Unverified chunks (`--verify none`): synced, never journaled.
+        return Ok(());
+    }
     part.append_journal(&records)
 }
 

@@ -496,7 +496,8 @@ impl Receiving {
         if first {
             self.paused(p.own_work, now);
         }
-        let mut f = RxFile::new(p.spec, p.journal, offered, p.in_place, now);
+        let verify = self.cfg.verify.checks();
+        let mut f = RxFile::new(p.spec, p.journal, offered, (p.in_place, verify), now);
         f.check_counts = first && offers;
         self.files.insert(id, f);
         // A file made ready is not progress by itself: its bytes, verified chunks and commit

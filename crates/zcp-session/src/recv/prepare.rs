@@ -124,6 +124,9 @@ pub(crate) struct Disk {
     /// announced ones, so a server learns nothing (not even a keyed MAC) of a file the user
     /// changed.
     pull: bool,
+    /// The session verifies: only then is an existing target hashed and offered (with
+    /// `--verify none` it is replaced without being read).
+    verify: bool,
     pub(crate) root: Arc<Root>,
     keys: SessionKeys,
     nonces: (Nonce, Nonce),
@@ -176,10 +179,11 @@ impl Disk {
         nonces: (Nonce, Nonce),
         requested: RecvEngine,
         idle: Duration,
-        pull: bool,
+        (pull, verify): (bool, bool),
     ) -> Disk {
         Disk {
             pull,
+            verify,
             root,
             keys,
             nonces,
@@ -536,9 +540,10 @@ impl Disk {
         // A target already there with the file's size: offer its chunks, hashed under this
         // session's key, as held. If the sender's source proves every one, no byte is sent and
         // the target is kept (mode and mtime set in place); any difference sends it whole.
+        // Not in a session that does not verify: hashing the target is the cost it skips.
         let mut in_place = false;
         let mut blocked = Duration::ZERO;
-        if offers.is_empty() && existing && size > 0 {
+        if offers.is_empty() && existing && size > 0 && self.verify {
             let h = self.hash_target(dir, &spec, ctl);
             blocked = h.blocked;
             if let Some((macs, inode)) = h.result {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::recv::Target;
 use zcp_engine::{RecvEngine, Usage};
 use zcp_wire::journal::{JournalHeader, JournalRecord};
-use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats};
+use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats, VerifyMode};
 
 use super::chunks::{FileSpec, Outcome, Phase, RxFile, Settle};
 use crate::confine::Scope;
@@ -34,6 +34,9 @@ pub(crate) struct RxConfig {
     pub(crate) idle: Duration,
     /// The sender's engine as asked for, for the report.
     pub(crate) sender_engine: String,
+    /// How the session proves its data: with [`VerifyMode::None`] nothing is hashed, and
+    /// nothing this session writes is journaled for a resume.
+    pub(crate) verify: VerifyMode,
 }
 
 /// Targets (and files hashed) the keep-alive credit remembers before it starts over.
@@ -56,7 +59,8 @@ pub(crate) struct ReceiverTotals {
 }
 
 /// Verified chunks of one file to make durable, in order: the journal thread syncs the data,
-/// then appends `records` (after creating the journal with `start`, when given).
+/// then appends `records` (after creating the journal with `start`, when given). An
+/// unverified chunk (`--verify none`) has no records: it is synced, not journaled.
 #[derive(Debug)]
 pub(crate) struct JournalJob {
     pub(crate) file: u32,
@@ -346,6 +350,17 @@ impl Receiving {
         };
         match o {
             Outcome::Pending => {}
+            Outcome::Verified(i) if f.journal.kept && !f.verify => {
+                // Written, not proved: synced before it is acknowledged, as any chunk, but
+                // not journaled, so no later session (verified or not) can resume it.
+                self.last_progress = now;
+                self.out.jobs.push(RxJob::Journal(JournalJob {
+                    file,
+                    start: None,
+                    records: Vec::new(),
+                    index: i,
+                }));
+            }
             Outcome::Verified(i) if f.journal.kept => {
                 self.last_progress = now;
                 let mut records = Vec::new();

@@ -219,7 +219,7 @@ impl Sending {
         if f.state != State::Announced {
             return Err(proto(format!("a second FileReady for file {file_id}")));
         }
-        f.verify = engine != zcp_engine::RecvEngine::Null.name();
+        f.verify = self.cfg.verify.checks() && engine != zcp_engine::RecvEngine::Null.name();
         f.engine = engine.to_string();
         if !resumed {
             // Offers without `resumed` are dropped unanswered.
@@ -318,7 +318,8 @@ impl Sending {
             skipped: f.skipped,
             seconds: now.saturating_duration_since(f.started).as_secs_f64(),
             engine: f.engine,
-            verified,
+            // A file this side never hashed was not verified, whatever the receiver says.
+            verified: verified && f.verify,
             stored,
             digest,
             failure: None,

@@ -17,6 +17,8 @@
 mod frames;
 mod hash;
 pub(crate) mod state;
+#[cfg(test)]
+mod tests;
 
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::Meta;
 use zcp_engine::send::STAGED_MAX;
 use zcp_engine::{SendEngine, Usage};
-use zcp_wire::{ChunkPlan, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats};
+use zcp_wire::{
+    ChunkPlan, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats, VerifyMode,
+};
 
 use super::hash::HashJob;
 use crate::error::SessionError;
@@ -47,6 +49,9 @@ pub(crate) struct SenderConfig {
     /// Chunk size; `None` picks one per file from its size.
     pub(crate) chunk_size: Option<u64>,
     pub(crate) idle: Duration,
+    /// How the session proves its data: with [`VerifyMode::None`] no chunk MAC and no file
+    /// digest is computed.
+    pub(crate) verify: VerifyMode,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -83,7 +88,9 @@ pub(crate) struct OutFile {
     pub(crate) cancelled: Arc<AtomicBool>,
     pub(crate) started: Instant,
     pub(crate) engine: String,
-    /// Whether the receiver verifies (every engine but `null`); no MACs otherwise.
+    /// Whether the file is proved: the session verifies (`--verify blake3`) and the
+    /// receiver's engine reads the bytes (every engine but `null`). Otherwise no chunk MAC and
+    /// no file digest is computed.
     pub(crate) verify: bool,
 }
 
@@ -239,12 +246,18 @@ impl Sending {
         }
     }
 
-    /// Bytes the receiver acknowledged as verified and durable in files not yet committed.
+    /// Bytes the receiver acknowledged as verified and durable in files not yet committed:
+    /// what a resume keeps.
     pub(crate) fn durable_pending(&self) -> u64 {
         (self.open.values())
             // An engine that stores nothing (null, mem) keeps nothing for a resume.
             .filter(|f| !matches!(f.engine.as_str(), "null" | "mem"))
             .map(|f| {
+                if !f.verify {
+                    // Unverified chunks are durable but never resumed: only the chunks kept
+                    // from a verified attempt are.
+                    return f.skipped;
+                }
                 (f.acked.iter().enumerate())
                     .filter(|(_, a)| **a)
                     .map(|(i, _)| f.plan.chunk(i as u64).1)
@@ -470,7 +483,8 @@ impl Sending {
                 cancelled: f.cancelled.clone(),
             });
             if !f.verify {
-                // The null receiver never reads the bytes: there is nothing to prove.
+                // `--verify none`, or a null receiver that never reads the bytes: nothing
+                // to prove, nothing hashed.
                 f.macs[i as usize] = Some([0; 32]);
                 continue;
             }
@@ -539,16 +553,22 @@ impl Sending {
         let Some(f) = self.open.get_mut(&id) else {
             return;
         };
-        let mut d = self
-            .keys
-            .file_digest(id, f.plan.size(), f.plan.chunk_size());
-        for m in &f.macs {
-            d.push(m.as_ref().expect("all known"));
-        }
+        let digest = if f.verify {
+            let mut d = self
+                .keys
+                .file_digest(id, f.plan.size(), f.plan.chunk_size());
+            for m in &f.macs {
+                d.push(m.as_ref().expect("all known"));
+            }
+            d.finish()
+        } else {
+            // Nothing was hashed: a zero digest, which the receiver does not check.
+            [0; 32]
+        };
         f.ending_since = Some(now);
         self.send(Message::FileEnd {
             file_id: id,
-            digest: d.finish(),
+            digest,
         });
     }
 

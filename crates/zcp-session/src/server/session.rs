@@ -14,7 +14,7 @@ use zcp_engine::sync::Locked;
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{
     ErrorCode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, RelPath, Sealer,
-    escape_text,
+    VerifyMode, escape_text,
 };
 
 use super::{Ctx, Session, SessionRole};
@@ -215,6 +215,7 @@ impl Control {
                 streams: g.streams,
                 idle_ms: g.idle.as_millis() as u32,
                 pacing: g.pacing.0,
+                verify: g.verify.name().into(),
             })
             .map_err(|e| e.into_session("the client"))
     }
@@ -234,6 +235,8 @@ struct Grant {
     rate: u64,
     /// How the server will hold it, and why not in the kernel.
     pacing: (Pacing, Option<String>),
+    /// How the session proves its data (`--verify`).
+    verify: VerifyMode,
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -258,6 +261,17 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
     let send = SendEngine::parse(&open.send_engine).ok_or_else(|| {
         let names = SendEngine::ALL.iter().map(|e| e.name()).collect();
         unknown("sender", &open.send_engine, names)
+    })?;
+    let verify = VerifyMode::parse(&open.verify).ok_or_else(|| {
+        let names: Vec<&str> = VerifyMode::ALL.iter().map(|m| m.name()).collect();
+        c.refuse(
+            ErrorCode::Protocol,
+            format!(
+                "unknown verify mode '{}' (known: {})",
+                open.verify,
+                names.join(", ")
+            ),
+        )
     })?;
     if u64::from(open.block_size) > MAX_RECV_BLOCK {
         return Err(c.refuse(
@@ -304,6 +318,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         } else {
             (Pacing::None, None)
         },
+        verify,
     })
 }
 
@@ -421,6 +436,7 @@ fn serve_push(
             block: g.block,
             idle: g.idle,
             sender_engine: g.send.name().into(),
+            verify: g.verify,
         },
         keys: session.keys.clone(),
         nonces,
@@ -503,6 +519,7 @@ fn serve_pull(
             block: g.block,
             chunk_size: g.chunk_size,
             idle: g.idle,
+            verify: g.verify,
         },
         ctl: c.ctl.clone(),
         rx: c.rx,

@@ -357,7 +357,8 @@ fn receive_chunks(
                         index,
                     }))
                 } else {
-                    // The null engine never sees the bytes: nothing to hash.
+                    // `--verify none`, or the null engine that never sees the bytes:
+                    // nothing to hash; the chunk counts once written.
                     landing.hashed(file, index, [0; 32]);
                     None
                 };

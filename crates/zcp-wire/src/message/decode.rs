@@ -80,6 +80,7 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 block_size: r.u32()?,
                 chunk_size: r.u64()?,
                 rate: r.u64()?,
+                verify: r.text(MAX_ENGINE_NAME, "verify mode")?,
             })
         }
         code::OPENED => Message::Opened {
@@ -90,6 +91,7 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 Pacing::from_u8(v)
                     .ok_or_else(|| DecodeError::Malformed(format!("unknown pacing {v}")))?
             },
+            verify: r.text(MAX_ENGINE_NAME, "verify mode")?,
         },
         other => return Err(unknown(other)),
     })

@@ -149,6 +149,45 @@ pub struct Open {
     /// sending side holds to it: the client in a push, the server in a pull. A server refuses
     /// a cap outside [`MIN_RATE`]..=[`MAX_RATE`].
     pub rate: u64,
+    /// How the session proves its data: a [`VerifyMode::name`] (`blake3`, `none`). Text, so
+    /// that a server can name a mode it does not know when it refuses it.
+    pub verify: String,
+}
+
+/// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]
+/// and the server repeats in [`Message::Opened`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VerifyMode {
+    /// A keyed BLAKE3 MAC per chunk and a keyed digest per file, checked by the receiver
+    /// before a chunk is acknowledged and before a file is renamed into place.
+    #[default]
+    Blake3,
+    /// No MAC and no digest: the receiver stores the bytes as they arrive. Asked for
+    /// explicitly, never the default.
+    None,
+}
+
+impl VerifyMode {
+    /// Every mode, in the order help texts list them.
+    pub const ALL: [VerifyMode; 2] = [VerifyMode::Blake3, VerifyMode::None];
+
+    /// How the command line, the wire and reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerifyMode::Blake3 => "blake3",
+            VerifyMode::None => "none",
+        }
+    }
+
+    /// The mode named `name`, if any.
+    pub fn parse(name: &str) -> Option<VerifyMode> {
+        VerifyMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether chunks and files are proved (MACs and digests computed and checked).
+    pub fn checks(self) -> bool {
+        self == VerifyMode::Blake3
+    }
 }
 
 /// How the server's sending side holds a pull's rate cap, as [`Message::Opened`] says.
@@ -315,6 +354,9 @@ pub enum Message {
         idle_ms: u32,
         /// How the server holds a pull's rate cap; [`Pacing::None`] in a push or without one.
         pacing: Pacing,
+        /// The verify mode in force: the one `Open` asked for, repeated (a client refuses
+        /// any other).
+        verify: String,
     },
     /// Sender -> receiver: a file to receive.
     PutFile(PutFile),

@@ -47,11 +47,13 @@ fn setup_and_entry_samples() -> Vec<Message> {
             block_size: 1 << 20,
             chunk_size: 0,
             rate: 2_000_000_000,
+            verify: "none".into(),
         }),
         Message::Opened {
             streams: 2,
             idle_ms: 60_000,
             pacing: Pacing::Kernel,
+            verify: "none".into(),
         },
         Message::PutFile(PutFile {
             file_id: 0,
@@ -231,10 +233,44 @@ fn unknown_flag_bits_are_malformed() {
 }
 
 #[test]
+fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
+    for m in VerifyMode::ALL {
+        assert_eq!(VerifyMode::parse(m.name()), Some(m));
+    }
+    assert_eq!(
+        VerifyMode::default(),
+        VerifyMode::Blake3,
+        "verified by default"
+    );
+    assert!(VerifyMode::Blake3.checks() && !VerifyMode::None.checks());
+    assert_eq!(VerifyMode::parse("NONE"), None, "names are exact");
+    assert_eq!(VerifyMode::parse(""), None);
+    // The wire carries the name: a mode this build does not know decodes, so the server can
+    // refuse it by name.
+    let open = Message::Open(Open {
+        pull: false,
+        recursive: false,
+        streams: 1,
+        idle_ms: 0,
+        recv_engine: "auto".into(),
+        send_engine: "sendfile".into(),
+        block_size: 0,
+        chunk_size: 0,
+        rate: 0,
+        verify: "crc32".into(),
+    });
+    let body = open.encode_body();
+    assert_eq!(Message::decode(code::OPEN, &body).unwrap(), open);
+    // An Open that stops before the mode (as a build without it would send) is malformed.
+    assert!(Message::decode(code::OPEN, &body[..body.len() - 2 - 5]).is_err());
+}
+
+#[test]
 fn an_opened_with_an_unknown_pacing_is_malformed() {
     for (v, ok) in [(0u8, true), (1, true), (2, true), (3, false), (0xff, false)] {
         let mut w = Writer::default();
         w.u16(1).u32(1000).u8(v);
+        w.bytes(b"blake3");
         let r = Message::decode(code::OPENED, &w.buf);
         assert_eq!(r.is_ok(), ok, "{v}: {r:?}");
         if !ok {

@@ -349,6 +349,7 @@ fn log_injection_into_the_server_log() {
         block_size: 0,
         chunk_size: 0,
         rate: 0,
+        verify: "blake3".into(),
     }));
     let _ = error_from(&mut raw);
     // Get paths.

@@ -57,6 +57,7 @@ fn open_direct(raw: &mut Raw, streams: u16, block: u64) {
         block_size: block as u32,
         chunk_size: 0,
         rate: 0,
+        verify: "blake3".into(),
     }));
     let opened = raw.recv().unwrap();
     assert!(
@@ -423,6 +424,7 @@ fn push_direct_rings_pin_server_memory_per_stream() {
         block_size: 64 << 20,
         chunk_size: 0,
         rate: 0,
+        verify: "blake3".into(),
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let mut data: Vec<TcpStream> = (0..STREAMS)
