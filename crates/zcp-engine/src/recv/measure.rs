@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -21,13 +21,11 @@ use super::{ChunkSink, RecvEngine, StreamReceiver, Target};
 use crate::sync::Locked;
 
 /// Bytes each round moves.
-const ROUND: u64 = 16 << 20;
+const ROUND: u64 = 32 << 20;
 /// Bytes per chunk within a round.
-const CHUNK: u64 = 4 << 20;
+const CHUNK: u64 = 8 << 20;
 /// Rounds per engine (alternating); the best counts.
 const ROUNDS: usize = 2;
-/// The engines measured, in the order tried first.
-const CANDIDATES: [RecvEngine; 2] = [RecvEngine::Splice, RecvEngine::ReadWrite];
 /// How long a stalled round may wait for bytes before the measurement gives up.
 const STALL: Duration = Duration::from_secs(5);
 
@@ -46,12 +44,12 @@ fn cache() -> &'static Mutex<HashMap<u64, Cached>> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The engine for an in-memory filesystem, measured on `file` (an empty probe file in it),
+/// The engine for an in-memory filesystem, measured on `probe` (an empty probe file in it),
 /// with how it was decided; or why it could not be measured. `dev` names the filesystem for
 /// the cache; `free` is its free space.
 pub(super) fn choose_measured(
     dev: u64,
-    file: BorrowedFd<'_>,
+    probe: Probe<'_>,
     free: u64,
 ) -> Result<(RecvEngine, String), String> {
     // One measurement at a time: two sessions starting together would measure each other.
@@ -66,7 +64,7 @@ pub(super) fn choose_measured(
             4 * ROUND
         ))
     } else {
-        measure(file).map(|rates| {
+        measure(probe).map(|rates| {
             let best = pick(&rates);
             let list: Vec<String> = rates
                 .iter()
@@ -95,23 +93,36 @@ pub(super) fn pick(rates: &[Rate]) -> RecvEngine {
         .map_or(RecvEngine::Splice, |r| r.engine)
 }
 
-/// Every candidate's best rate on `file`, in [`CANDIDATES`] order.
-fn measure(file: BorrowedFd<'_>) -> Result<Vec<Rate>, String> {
-    let target = Target {
-        file: Arc::new(
-            file.try_clone_to_owned()
-                .map_err(|e| format!("dup of the probe file: {e}"))?,
-        ),
-        direct: None,
+/// The probe file to measure on: open normally, and with `O_DIRECT` when that works there
+/// (then `direct` is measured too).
+pub(super) struct Probe<'a> {
+    pub(super) file: BorrowedFd<'a>,
+    pub(super) direct: Option<OwnedFd>,
+}
+
+/// Every candidate's best rate on `probe`: splice, rw, and direct where it opened.
+fn measure(probe: Probe<'_>) -> Result<Vec<Rate>, String> {
+    let dup = |fd: BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map(Arc::new)
+            .map_err(|e| format!("dup of the probe file: {e}"))
     };
-    let mut best = [0f64; CANDIDATES.len()];
+    let target = Target {
+        file: dup(probe.file)?,
+        direct: probe.direct.map(Arc::new),
+    };
+    let mut candidates = vec![RecvEngine::Splice, RecvEngine::ReadWrite];
+    if target.direct.is_some() {
+        candidates.push(RecvEngine::Direct);
+    }
+    let mut best = vec![0f64; candidates.len()];
     for _ in 0..ROUNDS {
-        for (i, engine) in CANDIDATES.into_iter().enumerate() {
+        for (i, &engine) in candidates.iter().enumerate() {
             let secs = round(engine, &target)?;
             best[i] = best[i].max(ROUND as f64 / secs.max(1e-9));
         }
     }
-    Ok(CANDIDATES
+    Ok(candidates
         .into_iter()
         .zip(best)
         .map(|(engine, bytes_per_sec)| Rate {
@@ -130,7 +141,9 @@ fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
         .map_err(|e| sys("fallocate", e))?;
     let listener =
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("loopback: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| format!("loopback: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("loopback: {e}"))?;
     let feeder = std::thread::Builder::new()
         .name("zcp-measure".into())
         .spawn(move || -> std::io::Result<()> {
@@ -232,13 +245,17 @@ mod tests {
             .create_new(true)
             .open(d.path().join("probe"))
             .unwrap();
-        let rates = measure(f.as_fd()).unwrap();
+        let probe = Probe {
+            file: f.as_fd(),
+            direct: None,
+        };
+        let rates = measure(probe).unwrap();
         assert_eq!(
             rates.iter().map(|r| r.engine).collect::<Vec<_>>(),
-            CANDIDATES
+            [RecvEngine::Splice, RecvEngine::ReadWrite]
         );
         for r in &rates {
-            // 16 MiB in under 5 s each at the very least, or the round would have failed.
+            // 32 MiB in under 5 s each at the very least, or the round would have failed.
             assert!(r.bytes_per_sec > 3.0e6, "{r:?}");
         }
         assert_eq!(f.metadata().unwrap().len(), 0);
@@ -250,10 +267,14 @@ mod tests {
         let f = std::fs::File::create(d.path().join("probe")).unwrap();
         // A device number no real filesystem has, so other tests' answers are not seen.
         let dev = u64::MAX - 7;
-        let e = choose_measured(dev, f.as_fd(), 1 << 20).unwrap_err();
+        let probe = || Probe {
+            file: f.as_fd(),
+            direct: None,
+        };
+        let e = choose_measured(dev, probe(), 1 << 20).unwrap_err();
         assert!(e.contains("too little to measure"), "{e}");
         // Kept for the process: asked again with room, the same answer, no second try.
-        assert_eq!(choose_measured(dev, f.as_fd(), u64::MAX), Err(e));
+        assert_eq!(choose_measured(dev, probe(), u64::MAX), Err(e));
         assert_eq!(f.metadata().unwrap().len(), 0);
     }
 }

@@ -204,18 +204,24 @@ pub fn choose(requested: RecvEngine, dir: BorrowedFd<'_>, fs: &FsInfo) -> Choice
         },
         RecvEngine::Auto if fs.in_memory => {
             let (engine, also) = buffered();
-            let why = format!(
-                "the destination is {}, which lives in memory, so O_DIRECT has no disk to reach",
-                fs.name
-            );
+            let why = format!("the destination is {}, which lives in memory", fs.name);
             if engine != RecvEngine::Splice {
                 let note = format!("auto chose {}: {why}{also}", engine.name());
                 return choice(engine, Some(note));
             }
             let dev = rustix::fs::fstat(dir).map_or(0, |st| st.st_dev);
-            let note = match measure::choose_measured(dev, scratch.fd.as_fd(), fs.free_bytes) {
+            let probe = measure::Probe {
+                file: scratch.fd.as_fd(),
+                direct: probe_direct(&scratch, fs)
+                    .ok()
+                    .and_then(|()| scratch.open_direct()),
+            };
+            let note = match measure::choose_measured(dev, probe, fs.free_bytes) {
                 Ok((engine, how)) => {
-                    let note = format!("auto chose {} by measurement: {why}; {how}", engine.name());
+                    let note = format!(
+                        "auto chose {} by measurement: {why}, so the engines were timed there: {how}",
+                        engine.name()
+                    );
                     return choice(engine, Some(note));
                 }
                 Err(e) => format!("auto chose splice: {why}; measuring failed ({e})"),
@@ -276,6 +282,19 @@ impl<'a> Scratch<'a> {
         )
         .map_err(|e| format!("creating a probe file: {}", std::io::Error::from(e)))?;
         Ok(Scratch { dir, name, fd })
+    }
+}
+
+impl Scratch<'_> {
+    /// The probe file opened again with `O_DIRECT`, where that works.
+    fn open_direct(&self) -> Option<OwnedFd> {
+        rustix::fs::openat(
+            self.dir,
+            self.name.as_str(),
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::DIRECT | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
     }
 }
 
