@@ -10,7 +10,9 @@
 //! * `null` — socket -> pipe -> `/dev/null`: bytes are dropped without being copied; the
 //!   network-only ceiling.
 //! * `mem` — `read(2)` into a buffer that is then dropped: "to receiver memory".
-//! * `auto` — resolved by [`choose`] per destination filesystem.
+//! * `auto` — resolved by [`choose`] per destination filesystem: `direct` where O_DIRECT works
+//!   on a disk; on a filesystem in memory, `splice` or `rw`, whichever measures faster there
+//!   (`recv/measure.rs`).
 //!
 //! Verification is pushed, not pulled: the caller hands each chunk a [`ChunkSink`], and the
 //! engine feeds it the chunk's bytes where they already are — in the receive buffer for
@@ -138,6 +140,7 @@ mod direct;
 mod holes;
 #[cfg(test)]
 mod large;
+mod measure;
 mod readback;
 mod stream;
 
@@ -201,12 +204,29 @@ pub fn choose(requested: RecvEngine, dir: BorrowedFd<'_>, fs: &FsInfo) -> Choice
         },
         RecvEngine::Auto if fs.in_memory => {
             let (engine, also) = buffered();
-            let note = format!(
-                "auto chose {}: the destination is {}, which lives in memory, so O_DIRECT has no disk to reach{also}",
-                engine.name(),
-                fs.name
-            );
-            choice(engine, Some(note))
+            let why = format!("the destination is {}, which lives in memory", fs.name);
+            if engine != RecvEngine::Splice {
+                let note = format!("auto chose {}: {why}{also}", engine.name());
+                return choice(engine, Some(note));
+            }
+            let dev = rustix::fs::fstat(dir).map_or(0, |st| st.st_dev);
+            let probe = measure::Probe {
+                file: scratch.fd.as_fd(),
+                direct: probe_direct(&scratch, fs)
+                    .ok()
+                    .and_then(|()| scratch.open_direct()),
+            };
+            let note = match measure::choose_measured(dev, probe, fs.free_bytes) {
+                Ok((engine, how)) => {
+                    let note = format!(
+                        "auto chose {} by measurement: {why}, so the engines were timed there: {how}",
+                        engine.name()
+                    );
+                    return choice(engine, Some(note));
+                }
+                Err(e) => format!("auto chose splice: {why}; measuring failed ({e})"),
+            };
+            choice(RecvEngine::Splice, Some(note))
         }
         RecvEngine::Auto => match probe_direct(&scratch, fs) {
             Ok(()) => choice(
@@ -262,6 +282,19 @@ impl<'a> Scratch<'a> {
         )
         .map_err(|e| format!("creating a probe file: {}", std::io::Error::from(e)))?;
         Ok(Scratch { dir, name, fd })
+    }
+}
+
+impl Scratch<'_> {
+    /// The probe file opened again with `O_DIRECT`, where that works.
+    fn open_direct(&self) -> Option<OwnedFd> {
+        rustix::fs::openat(
+            self.dir,
+            self.name.as_str(),
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::DIRECT | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
     }
 }
 
@@ -337,9 +370,21 @@ mod tests {
             name: "tmpfs".into(),
             ..fs.clone()
         };
+        // In memory: splice or rw, whichever measured faster (both rates in the note).
         let c = choose(RecvEngine::Auto, dir.as_fd(), &mem);
-        assert_eq!(c.engine, RecvEngine::Splice);
-        assert!(c.note.unwrap().contains("lives in memory"));
+        assert!(
+            matches!(c.engine, RecvEngine::Splice | RecvEngine::ReadWrite),
+            "{c:?}"
+        );
+        let note = c.note.unwrap();
+        assert!(
+            note.starts_with(&format!("auto chose {} by measurement", c.engine.name()))
+                && note.contains("lives in memory")
+                && note.contains("splice ")
+                && note.contains("rw ")
+                && note.contains("GB/s"),
+            "{note}"
+        );
 
         // A filesystem whose O_DIRECT alignment zcp's chunks cannot meet.
         let strict = FsInfo {

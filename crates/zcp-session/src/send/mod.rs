@@ -135,6 +135,18 @@ fn probe(cfg: &SenderConfig, walker: &mut Walker) -> ((SendEngine, Option<String
     (engine, pending)
 }
 
+/// How many threads hash chunk MACs: one per data stream at least (each stream's chunks are
+/// proven as fast as they go out), and on a host with cores to spare, up to [`MAX_SPARE_HASHERS`]
+/// of them, so that one stream is not held to one core's BLAKE3 rate (about 5 GiB/s with
+/// AVX-512). Chunks are independent, so the workers take them in turn.
+fn hash_workers(streams: usize, cores: usize) -> usize {
+    let spare = cores.saturating_sub(streams).min(MAX_SPARE_HASHERS);
+    streams.min(cores).max(spare).max(1)
+}
+
+/// Hash workers beyond one per stream, at most.
+const MAX_SPARE_HASHERS: usize = 4;
+
 /// Runs the sending role until every entry is done and the stats are exchanged. Returns its
 /// totals and the CPU time of the control reader.
 pub(crate) fn run(
@@ -164,8 +176,8 @@ pub(crate) fn run(
     let reader = Reader::start(s.rx, tx.clone(), SendEvent::Ctl)?;
     let send_q: Arc<Queue<crate::transport::OutChunk>> = Queue::new();
     let hash_q: Arc<Queue<HashJob>> = Queue::new();
-    let hashers = counters.len().clamp(
-        1,
+    let hashers = hash_workers(
+        counters.len(),
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
     let mut threads = Vec::new();
@@ -377,5 +389,22 @@ fn drive(
         if sm.done() {
             return io.carry_out(sm, observer);
         }
+    }
+}
+
+#[cfg(test)]
+mod hasher_tests {
+    use super::hash_workers;
+
+    #[test]
+    fn hash_workers_use_spare_cores_but_never_fewer_than_the_streams() {
+        assert_eq!(hash_workers(1, 1), 1);
+        assert_eq!(hash_workers(1, 2), 1);
+        assert_eq!(hash_workers(1, 8), 4);
+        assert_eq!(hash_workers(2, 4), 2);
+        assert_eq!(hash_workers(4, 8), 4);
+        assert_eq!(hash_workers(8, 64), 8);
+        assert_eq!(hash_workers(16, 8), 8);
+        assert_eq!(hash_workers(0, 0), 1);
     }
 }

@@ -1,0 +1,280 @@
+//! `auto` on a filesystem in memory (tmpfs, ramfs): which buffered engine is fastest there is
+//! a property of the kernel and the CPU, not of a rule, so it is measured. Each candidate
+//! receives the same bytes from a loopback connection into the probe file, hashing them as
+//! verification does, in alternating rounds; the best round of each decides. The answer is
+//! kept per filesystem for the life of the process (a server measures once per filesystem).
+//!
+//! On `splice` the kernel copies the socket's pages into the page cache once and a helper
+//! thread hashes them back through a mapping; on `rw` one thread reads into a buffer, hashes
+//! it while it is in cache and writes it. Which costs less depends on how expensive page
+//! faults and mapping teardown are against a second copy, so both are tried.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use super::{ChunkSink, RecvEngine, StreamReceiver, Target};
+use crate::sync::Locked;
+
+/// Bytes each round moves.
+const ROUND: u64 = 32 << 20;
+/// Bytes per chunk within a round.
+const CHUNK: u64 = 8 << 20;
+/// Rounds per engine (alternating); the best counts.
+const ROUNDS: usize = 2;
+/// How long a stalled round may wait for bytes before the measurement gives up.
+const STALL: Duration = Duration::from_secs(5);
+
+/// What one engine achieved: bytes per second, its best round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Rate {
+    pub(super) engine: RecvEngine,
+    pub(super) bytes_per_sec: f64,
+}
+
+/// The measured choice for one filesystem, kept for the process.
+type Cached = Result<(RecvEngine, String), String>;
+
+fn cache() -> &'static Mutex<HashMap<u64, Cached>> {
+    static CACHE: std::sync::OnceLock<Mutex<HashMap<u64, Cached>>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The engine for an in-memory filesystem, measured on `probe` (an empty probe file in it),
+/// with how it was decided; or why it could not be measured. `dev` names the filesystem for
+/// the cache; `free` is its free space.
+pub(super) fn choose_measured(
+    dev: u64,
+    probe: Probe<'_>,
+    free: u64,
+) -> Result<(RecvEngine, String), String> {
+    // One measurement at a time: two sessions starting together would measure each other.
+    static ONE: Mutex<()> = Mutex::new(());
+    let _one = ONE.locked();
+    if let Some(c) = cache().locked().get(&dev) {
+        return c.clone();
+    }
+    let result = if free < 4 * ROUND {
+        Err(format!(
+            "{free} bytes free, too little to measure ({} needed)",
+            4 * ROUND
+        ))
+    } else {
+        measure(probe).map(|rates| {
+            let best = pick(&rates);
+            let list: Vec<String> = rates
+                .iter()
+                .map(|r| format!("{} {:.2} GB/s", r.engine.name(), r.bytes_per_sec / 1e9))
+                .collect();
+            let how = format!(
+                "{} (receiving and hashing {} MiB over loopback, best of {ROUNDS})",
+                list.join(", "),
+                ROUND >> 20
+            );
+            (best, how)
+        })
+    };
+    cache().locked().insert(dev, result.clone());
+    result
+}
+
+/// The fastest engine measured (the first candidate on a tie).
+pub(super) fn pick(rates: &[Rate]) -> RecvEngine {
+    rates
+        .iter()
+        .fold(None::<Rate>, |best, r| match best {
+            Some(b) if b.bytes_per_sec >= r.bytes_per_sec => Some(b),
+            _ => Some(*r),
+        })
+        .map_or(RecvEngine::Splice, |r| r.engine)
+}
+
+/// The probe file to measure on: open normally, and with `O_DIRECT` when that works there
+/// (then `direct` is measured too).
+pub(super) struct Probe<'a> {
+    pub(super) file: BorrowedFd<'a>,
+    pub(super) direct: Option<OwnedFd>,
+}
+
+/// Every candidate's best rate on `probe`: splice, rw, and direct where it opened.
+fn measure(probe: Probe<'_>) -> Result<Vec<Rate>, String> {
+    let dup = |fd: BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map(Arc::new)
+            .map_err(|e| format!("dup of the probe file: {e}"))
+    };
+    let target = Target {
+        file: dup(probe.file)?,
+        direct: probe.direct.map(Arc::new),
+    };
+    let mut candidates = vec![RecvEngine::Splice, RecvEngine::ReadWrite];
+    if target.direct.is_some() {
+        candidates.push(RecvEngine::Direct);
+    }
+    let mut best = vec![0f64; candidates.len()];
+    for _ in 0..ROUNDS {
+        for (i, &engine) in candidates.iter().enumerate() {
+            let secs = round(engine, &target)?;
+            best[i] = best[i].max(ROUND as f64 / secs.max(1e-9));
+        }
+    }
+    Ok(candidates
+        .into_iter()
+        .zip(best)
+        .map(|(engine, bytes_per_sec)| Rate {
+            engine,
+            bytes_per_sec,
+        })
+        .collect())
+}
+
+/// One round: [`ROUND`] bytes from a loopback connection into `target` (space reserved first,
+/// as the receiver does for a large file; freed after), hashed. Returns the seconds taken.
+fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
+    let file = target.file.as_fd();
+    let sys = |what: &str, e: rustix::io::Errno| format!("{what}: {}", std::io::Error::from(e));
+    rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, ROUND)
+        .map_err(|e| sys("fallocate", e))?;
+    let listener =
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("loopback: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("loopback: {e}"))?;
+    let feeder = std::thread::Builder::new()
+        .name("zcp-measure".into())
+        .spawn(move || -> std::io::Result<()> {
+            let mut s = TcpStream::connect(addr)?;
+            s.set_write_timeout(Some(STALL))?;
+            let block: Vec<u8> = (0..1u32 << 20).map(|i| (i * 2_654_435_761) as u8).collect();
+            let mut left = ROUND;
+            while left > 0 {
+                let n = left.min(block.len() as u64) as usize;
+                s.write_all(&block[..n])?;
+                left -= n as u64;
+            }
+            Ok(())
+        })
+        .map_err(|e| format!("thread: {e}"))?;
+    let result = receive(engine, target, &listener);
+    let fed = feeder.join();
+    rustix::fs::ftruncate(file, 0).map_err(|e| sys("ftruncate", e))?;
+    let secs = result?;
+    match fed {
+        Ok(Ok(())) => Ok(secs),
+        Ok(Err(e)) => Err(format!("loopback: {e}")),
+        Err(_) => Err("the measuring thread panicked".into()),
+    }
+}
+
+/// Accepts the feeder and receives the round into `target` with `engine`, timed from the
+/// first call to the last byte hashed and written.
+fn receive(engine: RecvEngine, target: &Target, listener: &TcpListener) -> Result<f64, String> {
+    let (sock, _) = listener.accept().map_err(|e| format!("loopback: {e}"))?;
+    sock.set_read_timeout(Some(STALL))
+        .map_err(|e| format!("loopback: {e}"))?;
+    let mut r = StreamReceiver::new(0);
+    let progress = AtomicU64::new(0);
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    let mut offset = 0;
+    while offset < ROUND {
+        let tx = tx.clone();
+        r.receive(
+            engine,
+            Some(target),
+            sock.as_fd(),
+            offset,
+            CHUNK,
+            Some(Box::new(Hashing(blake3::Hasher::new_keyed(&[7; 32])))),
+            &progress,
+            Box::new(move |res| {
+                let _ = tx.send(res.err().map(|f| f.message));
+            }),
+        )
+        .map_err(|e| e.to_string())?;
+        offset += CHUNK;
+    }
+    r.finish().map_err(|e| e.to_string())?;
+    let secs = start.elapsed().as_secs_f64();
+    drop(tx);
+    match rx.iter().flatten().next() {
+        Some(why) => Err(why),
+        None => Ok(secs),
+    }
+}
+
+/// Hashes what it is fed, as a chunk's verification does.
+struct Hashing(blake3::Hasher);
+
+impl ChunkSink for Hashing {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+    fn seen_all(self: Box<Self>) {
+        std::hint::black_box(self.0.finalize());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pick_takes_the_fastest_and_the_first_on_a_tie() {
+        let r = |engine, bytes_per_sec| Rate {
+            engine,
+            bytes_per_sec,
+        };
+        let (s, w) = (RecvEngine::Splice, RecvEngine::ReadWrite);
+        assert_eq!(pick(&[r(s, 1.0e9), r(w, 2.0e9)]), w);
+        assert_eq!(pick(&[r(s, 2.0e9), r(w, 1.0e9)]), s);
+        assert_eq!(pick(&[r(s, 1.0e9), r(w, 1.0e9)]), s);
+        assert_eq!(pick(&[]), s);
+    }
+
+    #[test]
+    fn a_measurement_moves_every_byte_and_leaves_the_file_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(d.path().join("probe"))
+            .unwrap();
+        let probe = Probe {
+            file: f.as_fd(),
+            direct: None,
+        };
+        let rates = measure(probe).unwrap();
+        assert_eq!(
+            rates.iter().map(|r| r.engine).collect::<Vec<_>>(),
+            [RecvEngine::Splice, RecvEngine::ReadWrite]
+        );
+        for r in &rates {
+            // 32 MiB in under 5 s each at the very least, or the round would have failed.
+            assert!(r.bytes_per_sec > 3.0e6, "{r:?}");
+        }
+        assert_eq!(f.metadata().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn too_little_space_is_not_measured_and_the_answer_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(d.path().join("probe")).unwrap();
+        // A device number no real filesystem has, so other tests' answers are not seen.
+        let dev = u64::MAX - 7;
+        let probe = || Probe {
+            file: f.as_fd(),
+            direct: None,
+        };
+        let e = choose_measured(dev, probe(), 1 << 20).unwrap_err();
+        assert!(e.contains("too little to measure"), "{e}");
+        // Kept for the process: asked again with room, the same answer, no second try.
+        assert_eq!(choose_measured(dev, probe(), u64::MAX), Err(e));
+        assert_eq!(f.metadata().unwrap().len(), 0);
+    }
+}
