@@ -234,7 +234,7 @@ fn a_verified_session_never_resumes_what_an_unverified_one_wrote() {
         "--recv-engine",
         "rw",
         "--limit-rate",
-        "800M",
+        "400M",
     ];
 
     // 1. Verified, interrupted early: what it proved is journaled.
