@@ -228,3 +228,33 @@ fn fs_info_reads_something() {
     assert!(!i.name.is_empty());
     assert!(i.free_bytes > 0);
 }
+
+#[test]
+fn preallocation_reserves_disk_but_only_checks_space_in_memory() {
+    use std::os::unix::fs::MetadataExt;
+    let shm = std::path::Path::new("/dev/shm");
+    let mut places = vec![(tempfile::tempdir().unwrap(), false)];
+    if shm.is_dir() {
+        places.push((tempfile::tempdir_in(shm).unwrap(), true));
+    } else {
+        println!("note: no /dev/shm; only the disk case is tested");
+    }
+    for (d, in_memory) in places {
+        let r = Root::open(d.path()).unwrap();
+        assert_eq!(fs_info(r.fd()).unwrap().in_memory, in_memory);
+        let (p, _) = PartFile::open(Arc::new(r.open_dir(&[], false).unwrap()), "pre").unwrap();
+        p.preallocate(1 << 20).unwrap();
+        let m = rustix::fs::fstat(p.fd()).unwrap();
+        assert_eq!(m.st_size, 1 << 20);
+        // On disk the blocks are claimed now; in memory none is, until written.
+        assert_eq!(m.st_blocks > 0, !in_memory, "in memory: {in_memory}");
+        // More than the filesystem has fails now either way, naming the sizes.
+        let free = fs_info(r.fd()).unwrap().free_bytes;
+        let e = p.preallocate(free + (1 << 40)).unwrap_err();
+        assert!(e.is_no_space(), "{e}");
+        assert!(e.to_string().contains("are free"), "{e}");
+        drop(p);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        let _ = std::fs::metadata(d.path()).unwrap().dev();
+    }
+}
