@@ -7,7 +7,8 @@
 # be on a disk, not tmpfs) goes over loopback into tmpfs: a `mount -t tmpfs` of our own under
 # the work directory when root, else /dev/shm (the table says which). Each repetition runs
 # every kind once, in an order rotated by REPS-th of the list per repetition (so drift and
-# position hit all alike), into a fresh directory per tool, emptied after each run:
+# position hit all alike; one unrecorded zcp transfer first), into a fresh directory per tool,
+# emptied after each run:
 #   iperf3_z     iperf3 -s -1 -F DEST / iperf3 -c -F SRC -Z (no -n: -F sends the file's size):
 #                the baseline. iperf3 3.12 with -Z does not send SRC: it sendfile()s its
 #                own buffer file (zeros), while SRC is read into a MAP_PRIVATE mapping of that
@@ -72,7 +73,7 @@ while getopts "n:s:d:o:k:b:cG:h" opt; do
         b) ZCP=$OPTARG ;;
         c) FULL=1 ;;
         G) GUC_OPTS=$OPTARG ;;
-        *) sed -n '2,53p' "$0"; exit 2 ;;
+        *) sed -n '2,54p' "$0"; exit 2 ;;
     esac
 done
 BYTES=$(numfmt --from=iec "$SIZE") || { echo "fast-target.sh: -s $SIZE is not a size (e.g. 256M, 2G)" >&2; exit 2; }
@@ -388,6 +389,14 @@ run_kind() { # kind
         [ -n "$CCPU" ] || CCPU=-
     fi
 }
+
+# The first transfer into a fresh tmpfs pays for the kernel finding it pages (reclaiming page
+# cache); one unrecorded zcp transfer takes that cost, so the first recorded kind does not.
+echo "== warm-up (not recorded): one zcp transfer into the tmpfs"
+warm
+timeout -k 5 $TMO "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -q "$SRC" 127.0.0.1:warm-up.bin ||
+    { echo "fast-target.sh: the warm-up transfer failed" >&2; exit 1; }
+find "$DST" -mindepth 2 -delete
 
 for rep in $(seq "$REPS"); do
     n=${#ORDER[@]}
