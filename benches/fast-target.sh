@@ -33,8 +33,8 @@
 #                default protocol (SFTP since OpenSSH 9.0). sshd needs /run/sshd: created (and
 #                removed afterwards) when missing and root.
 #   zcp_auto     zcp send defaults: verified, --recv-engine auto (the engine it chose is shown)
-#   zcp_splice, zcp_rw, zcp_direct   explicit receiver engines (direct: the engine the receiver
-#                reports; tmpfs takes O_DIRECT since Linux 6.6, older kernels fall back)
+#   zcp_splice, zcp_rw, zcp_direct   explicit receiver engines (direct: the table shows the
+#                engine the receiver reported; tmpfs takes O_DIRECT since Linux 6.6)
 #   zcp_mem      verified, not stored; zcp_null: not verified, not stored (the network ceiling)
 #   zcp_noverify --verify none, when `zcp send --help` offers it
 # Peers: throughput is bytes kept / wall time from start to the client's exit (iperf3: to both
