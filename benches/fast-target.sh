@@ -2,11 +2,12 @@
 # zcp into a memory-backed destination (tmpfs) against iperf3, rsync, GridFTP and scp (issue 13).
 #
 #   benches/fast-target.sh [-n REPS] [-s SIZE] [-d DIR] [-o OUTDIR] [-k KINDS] [-b ZCP] [-c]
+#                          [-G 'GLOBUS-URL-COPY OPTIONS']
 #
 # A page-cached SIZE (default 2G) file of random bytes in DIR (default /var/tmp/zcp-bench, must
 # be on a disk, not tmpfs) goes over loopback into tmpfs: a `mount -t tmpfs` of our own under
 # the work directory when root, else /dev/shm (the table says which). Each repetition runs
-# every kind once, in an order rotated by REPS-th of the list per repetition (so drift and
+# every kind once, in an order rotated by 1/REPS of the list per repetition (so drift and
 # position hit all alike; one unrecorded zcp transfer first), into a fresh directory per tool,
 # emptied after each run:
 #   iperf3_z     iperf3 -s -1 -F DEST / iperf3 -c -F SRC -Z (no -n: -F sends the file's size):
@@ -74,7 +75,7 @@ while getopts "n:s:d:o:k:b:cG:h" opt; do
         b) ZCP=$OPTARG ;;
         c) FULL=1 ;;
         G) GUC_OPTS=$OPTARG ;;
-        *) sed -n '2,55p' "$0"; exit 2 ;;
+        *) sed -n '2,56p' "$0"; exit 2 ;;
     esac
 done
 BYTES=$(numfmt --from=iec "$SIZE") || { echo "fast-target.sh: -s $SIZE is not a size (e.g. 256M, 2G)" >&2; exit 2; }
@@ -150,6 +151,10 @@ cleanup() {
     if [ $MADE_RUN_SSHD -eq 1 ]; then rmdir /run/sshd 2>/dev/null || true; fi
 }
 trap cleanup EXIT
+# A signal ends the run once the command in hand returns (each is bounded by timeout), through
+# the EXIT trap: servers stopped, the tmpfs unmounted, the work directory removed.
+trap 'echo "fast-target.sh: interrupted" >&2; exit 130' INT
+trap 'echo "fast-target.sh: terminated" >&2; exit 143' TERM
 if [ "$srcfs" = tmpfs ] || [ "$srcfs" = ramfs ]; then
     echo "fast-target.sh: $DIR is on $srcfs; -d must be on a disk (the source is read from there)" >&2
     exit 2
@@ -394,8 +399,7 @@ run_kind() { # kind
     fi
 }
 
-# The first transfer into a fresh tmpfs pays for the kernel finding it pages (reclaiming page
-# cache); one unrecorded zcp transfer takes that cost, so the first recorded kind does not.
+# One unrecorded zcp transfer, so that no recorded run is the first into the fresh tmpfs.
 echo "== warm-up (not recorded): one zcp transfer into the tmpfs"
 warm
 timeout -k 5 $TMO "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -q "$SRC" 127.0.0.1:warm-up.bin ||
