@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What verification costs: --verify blake3 (the default) against --verify none, interleaved.
 #
-#   benches/verify.sh [-n REPS] [-s SIZE] [-b BIN] [-o OUTDIR] [-x "EXTRA ARGS"] [DEST_DIR...]
+#   benches/verify.sh [-n REPS] [-s SIZE] [-b BIN] [-o OUTDIR] [-x "EXTRA ARGS"] [-t BYTES/S] [DEST_DIR...]
 #
 # One page-cached SIZE source (in /var/tmp) is sent over loopback with the default engines
 # into each DEST_DIR (default: /dev/shm, a tmpfs, and /var/tmp, the durable disk), verified and
@@ -11,8 +11,11 @@
 # the ratio verified/none. With -f (needs fio) each repetition also measures the destination's
 # own ceiling, an O_DIRECT write of SIZE (libaio, 4 MiB, queue depth 4, fsync at the end),
 # where O_DIRECT works: is the disk the limit? On a shared machine the CPU figures are
-# steadier than the rates. Raw JSON documents and the table go to OUTDIR when given. Needs:
-# python3.
+# steadier than the rates. With -t (root, cgroup v1 blkio) each server runs in a blkio cgroup
+# whose writes to the destination's block device are throttled to BYTES/S (suffixes K, M, G):
+# a disk made the limit, to see what verification costs where the disk is slower than the
+# CPU (use the `direct` receiver, the default on a disk: buffered writes escape the v1
+# throttle). Raw JSON documents and the table go to OUTDIR when given. Needs: python3.
 # Example: benches/verify.sh -n 5 -s 2G -o benches/results/DATE-HOST-verify
 set -euo pipefail
 
@@ -22,7 +25,8 @@ BIN=target/release/zcp
 OUT=""
 EXTRA=""
 FIO=0
-while getopts "n:s:b:o:x:fh" opt; do
+THROTTLE=""
+while getopts "n:s:b:o:x:t:fh" opt; do
     case $opt in
         n) REPS=$OPTARG ;;
         s) SIZE=$OPTARG ;;
@@ -30,7 +34,8 @@ while getopts "n:s:b:o:x:fh" opt; do
         o) OUT=$OPTARG ;;
         x) EXTRA=$OPTARG ;;
         f) FIO=1 ;;
-        *) sed -n '2,16p' "$0"; exit 2 ;;
+        t) THROTTLE=$(numfmt --from=iec "$OPTARG") ;;
+        *) sed -n '2,20p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -44,8 +49,11 @@ command -v python3 >/dev/null || { echo "verify.sh: python3 is required" >&2; ex
 SRC_DIR=$(mktemp -d /var/tmp/zcp-verify-src.XXXXXX)
 ROOTS=()
 pids=()
+CGROUPS=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    for c in "${CGROUPS[@]}"; do rmdir "$c" 2>/dev/null || true; done
     rm -rf "$SRC_DIR" "${ROOTS[@]}"
 }
 trap cleanup EXIT
@@ -65,6 +73,17 @@ for i in "${!DESTS[@]}"; do
     [ -n "${PORT[$i]}" ] || { echo "verify.sh: serve did not start" >&2; exit 1; }
     fs=$(findmnt -no FSTYPE -T "$root" 2>/dev/null | head -1)
     echo "   ${DESTS[$i]}: ${fs:-?}, port ${PORT[$i]}"
+    if [ -n "$THROTTLE" ]; then
+        dev=$(findmnt -no MAJ:MIN -T "$root" | head -1 | tr -d " ")
+        [ -d /sys/fs/cgroup/blkio ] || { echo "verify.sh: -t needs cgroup v1 blkio at /sys/fs/cgroup/blkio" >&2; exit 2; }
+        case $fs in tmpfs | ramfs) echo "   (no throttle: ${DESTS[$i]} has no block device)"; continue ;; esac
+        cg=/sys/fs/cgroup/blkio/zcp-verify-$$-$i
+        mkdir "$cg"
+        CGROUPS+=("$cg")
+        echo "$dev $THROTTLE" >"$cg/blkio.throttle.write_bps_device"
+        echo "${pids[-1]}" >"$cg/cgroup.procs"
+        echo "   writes to $dev throttled to $(numfmt --to=iec "$THROTTLE")B/s for this server"
+    fi
 done
 
 RAW=$SRC_DIR/raw.jsonl
