@@ -28,6 +28,9 @@ const CHUNK: u64 = 8 << 20;
 const ROUNDS: usize = 2;
 /// How long a stalled round may wait for bytes before the measurement gives up.
 const STALL: Duration = Duration::from_secs(5);
+/// How long connecting to itself over loopback may take: a working loopback connects in
+/// microseconds, one that is down (or filtered) drops the handshake, and `auto` falls back.
+const CONNECT: Duration = Duration::from_secs(1);
 
 /// What one engine achieved: bytes per second, its best round.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -137,17 +140,13 @@ fn measure(probe: Probe<'_>) -> Result<Vec<Rate>, String> {
 fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
     let file = target.file.as_fd();
     let sys = |what: &str, e: rustix::io::Errno| format!("{what}: {}", std::io::Error::from(e));
+    let (feed, sock) = loopback_pair()?;
     rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, ROUND)
         .map_err(|e| sys("fallocate", e))?;
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("loopback: {e}"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("loopback: {e}"))?;
     let feeder = std::thread::Builder::new()
         .name("zcp-measure".into())
         .spawn(move || -> std::io::Result<()> {
-            let mut s = TcpStream::connect(addr)?;
+            let mut s = feed;
             s.set_write_timeout(Some(STALL))?;
             let block: Vec<u8> = (0..1u32 << 20).map(|i| (i * 2_654_435_761) as u8).collect();
             let mut left = ROUND;
@@ -159,7 +158,7 @@ fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
             Ok(())
         })
         .map_err(|e| format!("thread: {e}"))?;
-    let result = receive(engine, target, &listener);
+    let result = receive(engine, target, sock);
     let fed = feeder.join();
     rustix::fs::ftruncate(file, 0).map_err(|e| sys("ftruncate", e))?;
     let secs = result?;
@@ -170,10 +169,42 @@ fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
     }
 }
 
-/// Accepts the feeder and receives the round into `target` with `engine`, timed from the
-/// first call to the last byte hashed and written.
-fn receive(engine: RecvEngine, target: &Target, listener: &TcpListener) -> Result<f64, String> {
-    let (sock, _) = listener.accept().map_err(|e| format!("loopback: {e}"))?;
+/// A connected loopback pair: (the feeder's end, the receiving end). The measuring thread
+/// connects before it accepts, so a loopback that cannot connect (down in a namespace,
+/// filtered) fails here within [`CONNECT`] instead of leaving `accept` waiting for good; a
+/// stranger that connects to the port first is turned away, not measured.
+fn loopback_pair() -> Result<(TcpStream, TcpStream), String> {
+    let lo = |e: std::io::Error| format!("loopback 127.0.0.1: {e}");
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(lo)?;
+    let addr = listener.local_addr().map_err(lo)?;
+    let feed = TcpStream::connect_timeout(&addr, CONNECT).map_err(lo)?;
+    let me = feed.local_addr().map_err(lo)?;
+    listener.set_nonblocking(true).map_err(lo)?;
+    let until = Instant::now() + CONNECT;
+    loop {
+        match listener.accept() {
+            Ok((sock, peer)) if peer == me => {
+                sock.set_nonblocking(false).map_err(lo)?;
+                return Ok((feed, sock));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= until {
+                    return Err(format!(
+                        "loopback 127.0.0.1: its own connection was not accepted within {} s",
+                        CONNECT.as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(lo(e)),
+        }
+    }
+}
+
+/// Receives the round from `sock` into `target` with `engine`, timed from the first call to
+/// the last byte hashed and written.
+fn receive(engine: RecvEngine, target: &Target, sock: TcpStream) -> Result<f64, String> {
     sock.set_read_timeout(Some(STALL))
         .map_err(|e| format!("loopback: {e}"))?;
     let mut r = StreamReceiver::new(0);
@@ -259,6 +290,17 @@ mod tests {
             assert!(r.bytes_per_sec > 3.0e6, "{r:?}");
         }
         assert_eq!(f.metadata().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn the_loopback_pair_is_connected_end_to_end() {
+        use std::io::Read;
+        let (mut feed, mut sock) = loopback_pair().unwrap();
+        assert_eq!(feed.local_addr().unwrap(), sock.peer_addr().unwrap());
+        feed.write_all(b"zcp").unwrap();
+        let mut got = [0; 3];
+        sock.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"zcp");
     }
 
     #[test]
