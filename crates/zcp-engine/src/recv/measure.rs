@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ fn cache() -> &'static Mutex<HashMap<u64, Cached>> {
 /// the cache; `free` is its free space.
 pub(super) fn choose_measured(
     dev: u64,
-    probe: Probe<'_>,
+    probe: Probe,
     free: u64,
 ) -> Result<(RecvEngine, String), String> {
     // One measurement at a time: two sessions starting together would measure each other.
@@ -96,22 +96,45 @@ pub(super) fn pick(rates: &[Rate]) -> RecvEngine {
         .map_or(RecvEngine::Splice, |r| r.engine)
 }
 
-/// The probe file to measure on: open normally, and with `O_DIRECT` when that works there
-/// (then `direct` is measured too).
-pub(super) struct Probe<'a> {
-    pub(super) file: BorrowedFd<'a>,
+/// The probe file to measure on, and the same file opened with `O_DIRECT` where that works
+/// there (then `direct` is measured too).
+pub(super) struct Probe {
+    pub(super) file: OwnedFd,
     pub(super) direct: Option<OwnedFd>,
 }
 
+impl Probe {
+    /// An unnamed file in `dir` (`O_TMPFILE`): it has no name in the destination, so a
+    /// process that dies while measuring (32 MiB at a time) leaves nothing behind. With
+    /// `direct`, the same file is opened again with `O_DIRECT` (through `/proc/self/fd`)
+    /// where that works.
+    pub(super) fn unnamed(dir: BorrowedFd<'_>, direct: bool) -> Result<Probe, String> {
+        use rustix::fs::{Mode, OFlags, openat};
+        let file = openat(
+            dir,
+            ".",
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| {
+            let e = std::io::Error::from(e);
+            format!("an unnamed probe file (O_TMPFILE): {e}")
+        })?;
+        let direct = direct
+            .then(|| {
+                let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+                let flags = OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC;
+                openat(rustix::fs::CWD, path.as_str(), flags, Mode::empty()).ok()
+            })
+            .flatten();
+        Ok(Probe { file, direct })
+    }
+}
+
 /// Every candidate's best rate on `probe`: splice, rw, and direct where it opened.
-fn measure(probe: Probe<'_>) -> Result<Vec<Rate>, String> {
-    let dup = |fd: BorrowedFd<'_>| {
-        fd.try_clone_to_owned()
-            .map(Arc::new)
-            .map_err(|e| format!("dup of the probe file: {e}"))
-    };
+fn measure(probe: Probe) -> Result<Vec<Rate>, String> {
     let target = Target {
-        file: dup(probe.file)?,
+        file: Arc::new(probe.file),
         direct: probe.direct.map(Arc::new),
     };
     let mut candidates = vec![RecvEngine::Splice, RecvEngine::ReadWrite];
@@ -277,7 +300,7 @@ mod tests {
             .open(d.path().join("probe"))
             .unwrap();
         let probe = Probe {
-            file: f.as_fd(),
+            file: f.as_fd().try_clone_to_owned().unwrap(),
             direct: None,
         };
         let rates = measure(probe).unwrap();
@@ -290,6 +313,29 @@ mod tests {
             assert!(r.bytes_per_sec > 3.0e6, "{r:?}");
         }
         assert_eq!(f.metadata().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn the_probe_file_has_no_name_so_a_killed_measurement_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = std::fs::File::open(d.path()).unwrap();
+        let probe = Probe::unnamed(dir.as_fd(), true).unwrap();
+        // Nothing in the directory while it is measured on, so nothing if the process dies.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        let (f, st) = (&probe.file, rustix::fs::fstat(&probe.file).unwrap());
+        assert_eq!(
+            st.st_dev,
+            rustix::fs::fstat(&dir).unwrap().st_dev,
+            "same filesystem"
+        );
+        rustix::io::pwrite(f, b"zcp", 0).unwrap();
+        if let Some(direct) = &probe.direct {
+            // The same file again (with O_DIRECT): what one writes the other sees.
+            assert_eq!(rustix::fs::fstat(direct).unwrap().st_ino, st.st_ino);
+        }
+        let rates = measure(probe).unwrap();
+        assert_eq!(rates[0].engine, RecvEngine::Splice);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
     }
 
     #[test]
@@ -310,7 +356,7 @@ mod tests {
         // A device number no real filesystem has, so other tests' answers are not seen.
         let dev = u64::MAX - 7;
         let probe = || Probe {
-            file: f.as_fd(),
+            file: f.as_fd().try_clone_to_owned().unwrap(),
             direct: None,
         };
         let e = choose_measured(dev, probe(), 1 << 20).unwrap_err();
