@@ -6,8 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
-use crate::util::{Env, ServerProc, is_root, make_file, run, same_file, text};
+use crate::util::{Env, ServerProc, SmallFs, is_root, make_file, run, same_file, text, tree};
 
 /// The server's and the client's addresses inside the namespaces.
 pub const ADDR_A: &str = "10.231.0.1";
@@ -204,4 +205,64 @@ fn tbf_counters_parse() {
     let q = "qdisc tbf 8001: root refcnt 3 rate 400Mbit burst 1048550b lat 100ms \n Sent 25417381 bytes 1790 pkt (dropped 0, overlimits 0 requeues 0) \n";
     assert_eq!(tbf_sent(q), 25_417_381);
     assert_eq!(tbf_sent("nothing"), 0);
+}
+
+/// A server whose loopback is down (a namespace without `lo` up) cannot time the engines on
+/// a filesystem in memory: `auto` says why and falls back at once, instead of waiting for a
+/// loopback connection that never comes (before the fix the session hung for good, holding
+/// a 32 MiB probe file in the destination and every later measurement behind it).
+#[test]
+fn auto_into_memory_without_loopback_falls_back_at_once() {
+    let Some(tb) = Testbed::up(1500, 1500, None) else {
+        return;
+    };
+    let o = run(
+        {
+            let mut c = Command::new("ip");
+            c.args(["-n", &format!("{}-b", tb.name), "link", "set", "lo", "down"]);
+            c
+        },
+        10,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let env = Env::new();
+    let root = env.mkdir("root");
+    // Room to measure (128 MiB free), so the fallback is the loopback's doing.
+    let Some(_fs) = SmallFs::for_test(&root, "256M") else {
+        return;
+    };
+    let server = tb.server(&root, &env.key);
+    let src = env.path("f");
+    make_file(&src, 1 << 20, 4096, 5);
+    let port = server.port.to_string();
+    let send = || {
+        let mut c = tb.zcp('a', &["send", "-J", "-i", "0", "-p", &port, "--key-file"]);
+        c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:f"));
+        let t = std::time::Instant::now();
+        let o = run(c, 30);
+        (o, t.elapsed())
+    };
+    for round in 0..2 {
+        let (o, took) = send();
+        assert!(
+            o.status.success(),
+            "round {round}: {}{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr),
+            server.log()
+        );
+        // Connecting to itself gives up after 1 s; the answer is then kept for the server.
+        assert!(took < Duration::from_secs(8), "round {round}: {took:?}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let note = v["start"]["engines"]["receiver_note"].as_str().unwrap();
+        assert!(
+            note.starts_with("auto chose splice")
+                && note.contains("measuring failed")
+                && note.contains("loopback"),
+            "round {round}: {note}"
+        );
+        assert!(same_file(&src, &root.join("f")));
+        // The probe file is gone: the root holds the file and nothing else.
+        assert_eq!(tree(&root), ["f"], "round {round}");
+    }
 }

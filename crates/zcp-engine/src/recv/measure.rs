@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -28,6 +28,9 @@ const CHUNK: u64 = 8 << 20;
 const ROUNDS: usize = 2;
 /// How long a stalled round may wait for bytes before the measurement gives up.
 const STALL: Duration = Duration::from_secs(5);
+/// How long connecting to itself over loopback may take: a working loopback connects in
+/// microseconds, one that is down (or filtered) drops the handshake, and `auto` falls back.
+const CONNECT: Duration = Duration::from_secs(1);
 
 /// What one engine achieved: bytes per second, its best round.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,7 +52,7 @@ fn cache() -> &'static Mutex<HashMap<u64, Cached>> {
 /// the cache; `free` is its free space.
 pub(super) fn choose_measured(
     dev: u64,
-    probe: Probe<'_>,
+    probe: Probe,
     free: u64,
 ) -> Result<(RecvEngine, String), String> {
     // One measurement at a time: two sessions starting together would measure each other.
@@ -93,22 +96,45 @@ pub(super) fn pick(rates: &[Rate]) -> RecvEngine {
         .map_or(RecvEngine::Splice, |r| r.engine)
 }
 
-/// The probe file to measure on: open normally, and with `O_DIRECT` when that works there
-/// (then `direct` is measured too).
-pub(super) struct Probe<'a> {
-    pub(super) file: BorrowedFd<'a>,
+/// The probe file to measure on, and the same file opened with `O_DIRECT` where that works
+/// there (then `direct` is measured too).
+pub(super) struct Probe {
+    pub(super) file: OwnedFd,
     pub(super) direct: Option<OwnedFd>,
 }
 
+impl Probe {
+    /// An unnamed file in `dir` (`O_TMPFILE`): it has no name in the destination, so a
+    /// process that dies while measuring (32 MiB at a time) leaves nothing behind. With
+    /// `direct`, the same file is opened again with `O_DIRECT` (through `/proc/self/fd`)
+    /// where that works.
+    pub(super) fn unnamed(dir: BorrowedFd<'_>, direct: bool) -> Result<Probe, String> {
+        use rustix::fs::{Mode, OFlags, openat};
+        let file = openat(
+            dir,
+            ".",
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| {
+            let e = std::io::Error::from(e);
+            format!("an unnamed probe file (O_TMPFILE): {e}")
+        })?;
+        let direct = direct
+            .then(|| {
+                let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+                let flags = OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC;
+                openat(rustix::fs::CWD, path.as_str(), flags, Mode::empty()).ok()
+            })
+            .flatten();
+        Ok(Probe { file, direct })
+    }
+}
+
 /// Every candidate's best rate on `probe`: splice, rw, and direct where it opened.
-fn measure(probe: Probe<'_>) -> Result<Vec<Rate>, String> {
-    let dup = |fd: BorrowedFd<'_>| {
-        fd.try_clone_to_owned()
-            .map(Arc::new)
-            .map_err(|e| format!("dup of the probe file: {e}"))
-    };
+fn measure(probe: Probe) -> Result<Vec<Rate>, String> {
     let target = Target {
-        file: dup(probe.file)?,
+        file: Arc::new(probe.file),
         direct: probe.direct.map(Arc::new),
     };
     let mut candidates = vec![RecvEngine::Splice, RecvEngine::ReadWrite];
@@ -137,17 +163,13 @@ fn measure(probe: Probe<'_>) -> Result<Vec<Rate>, String> {
 fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
     let file = target.file.as_fd();
     let sys = |what: &str, e: rustix::io::Errno| format!("{what}: {}", std::io::Error::from(e));
+    let (feed, sock) = loopback_pair()?;
     rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, ROUND)
         .map_err(|e| sys("fallocate", e))?;
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("loopback: {e}"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| format!("loopback: {e}"))?;
     let feeder = std::thread::Builder::new()
         .name("zcp-measure".into())
         .spawn(move || -> std::io::Result<()> {
-            let mut s = TcpStream::connect(addr)?;
+            let mut s = feed;
             s.set_write_timeout(Some(STALL))?;
             let block: Vec<u8> = (0..1u32 << 20).map(|i| (i * 2_654_435_761) as u8).collect();
             let mut left = ROUND;
@@ -159,7 +181,7 @@ fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
             Ok(())
         })
         .map_err(|e| format!("thread: {e}"))?;
-    let result = receive(engine, target, &listener);
+    let result = receive(engine, target, sock);
     let fed = feeder.join();
     rustix::fs::ftruncate(file, 0).map_err(|e| sys("ftruncate", e))?;
     let secs = result?;
@@ -170,10 +192,42 @@ fn round(engine: RecvEngine, target: &Target) -> Result<f64, String> {
     }
 }
 
-/// Accepts the feeder and receives the round into `target` with `engine`, timed from the
-/// first call to the last byte hashed and written.
-fn receive(engine: RecvEngine, target: &Target, listener: &TcpListener) -> Result<f64, String> {
-    let (sock, _) = listener.accept().map_err(|e| format!("loopback: {e}"))?;
+/// A connected loopback pair: (the feeder's end, the receiving end). The measuring thread
+/// connects before it accepts, so a loopback that cannot connect (down in a namespace,
+/// filtered) fails here within [`CONNECT`] instead of leaving `accept` waiting for good; a
+/// stranger that connects to the port first is turned away, not measured.
+fn loopback_pair() -> Result<(TcpStream, TcpStream), String> {
+    let lo = |e: std::io::Error| format!("loopback 127.0.0.1: {e}");
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(lo)?;
+    let addr = listener.local_addr().map_err(lo)?;
+    let feed = TcpStream::connect_timeout(&addr, CONNECT).map_err(lo)?;
+    let me = feed.local_addr().map_err(lo)?;
+    listener.set_nonblocking(true).map_err(lo)?;
+    let until = Instant::now() + CONNECT;
+    loop {
+        match listener.accept() {
+            Ok((sock, peer)) if peer == me => {
+                sock.set_nonblocking(false).map_err(lo)?;
+                return Ok((feed, sock));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= until {
+                    return Err(format!(
+                        "loopback 127.0.0.1: its own connection was not accepted within {} s",
+                        CONNECT.as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(lo(e)),
+        }
+    }
+}
+
+/// Receives the round from `sock` into `target` with `engine`, timed from the first call to
+/// the last byte hashed and written.
+fn receive(engine: RecvEngine, target: &Target, sock: TcpStream) -> Result<f64, String> {
     sock.set_read_timeout(Some(STALL))
         .map_err(|e| format!("loopback: {e}"))?;
     let mut r = StreamReceiver::new(0);
@@ -246,7 +300,7 @@ mod tests {
             .open(d.path().join("probe"))
             .unwrap();
         let probe = Probe {
-            file: f.as_fd(),
+            file: f.as_fd().try_clone_to_owned().unwrap(),
             direct: None,
         };
         let rates = measure(probe).unwrap();
@@ -262,13 +316,47 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_file_has_no_name_so_a_killed_measurement_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = std::fs::File::open(d.path()).unwrap();
+        let probe = Probe::unnamed(dir.as_fd(), true).unwrap();
+        // Nothing in the directory while it is measured on, so nothing if the process dies.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+        let (f, st) = (&probe.file, rustix::fs::fstat(&probe.file).unwrap());
+        assert_eq!(
+            st.st_dev,
+            rustix::fs::fstat(&dir).unwrap().st_dev,
+            "same filesystem"
+        );
+        rustix::io::pwrite(f, b"zcp", 0).unwrap();
+        if let Some(direct) = &probe.direct {
+            // The same file again (with O_DIRECT): what one writes the other sees.
+            assert_eq!(rustix::fs::fstat(direct).unwrap().st_ino, st.st_ino);
+        }
+        let rates = measure(probe).unwrap();
+        assert_eq!(rates[0].engine, RecvEngine::Splice);
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_loopback_pair_is_connected_end_to_end() {
+        use std::io::Read;
+        let (mut feed, mut sock) = loopback_pair().unwrap();
+        assert_eq!(feed.local_addr().unwrap(), sock.peer_addr().unwrap());
+        feed.write_all(b"zcp").unwrap();
+        let mut got = [0; 3];
+        sock.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"zcp");
+    }
+
+    #[test]
     fn too_little_space_is_not_measured_and_the_answer_is_kept() {
         let d = tempfile::tempdir().unwrap();
         let f = std::fs::File::create(d.path().join("probe")).unwrap();
         // A device number no real filesystem has, so other tests' answers are not seen.
         let dev = u64::MAX - 7;
         let probe = || Probe {
-            file: f.as_fd(),
+            file: f.as_fd().try_clone_to_owned().unwrap(),
             direct: None,
         };
         let e = choose_measured(dev, probe(), 1 << 20).unwrap_err();

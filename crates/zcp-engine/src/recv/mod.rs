@@ -210,13 +210,13 @@ pub fn choose(requested: RecvEngine, dir: BorrowedFd<'_>, fs: &FsInfo) -> Choice
                 return choice(engine, Some(note));
             }
             let dev = rustix::fs::fstat(dir).map_or(0, |st| st.st_dev);
-            let probe = measure::Probe {
-                file: scratch.fd.as_fd(),
-                direct: probe_direct(&scratch, fs)
-                    .ok()
-                    .and_then(|()| scratch.open_direct()),
-            };
-            let note = match measure::choose_measured(dev, probe, fs.free_bytes) {
+            let direct = probe_direct(&scratch, fs).is_ok();
+            // Timed on an unnamed file, the named one removed first: a process killed while
+            // measuring leaves nothing in the destination.
+            drop(scratch);
+            let measured = measure::Probe::unnamed(dir, direct)
+                .and_then(|probe| measure::choose_measured(dev, probe, fs.free_bytes));
+            let note = match measured {
                 Ok((engine, how)) => {
                     let note = format!(
                         "auto chose {} by measurement: {why}, so the engines were timed there: {how}",
@@ -282,19 +282,6 @@ impl<'a> Scratch<'a> {
         )
         .map_err(|e| format!("creating a probe file: {}", std::io::Error::from(e)))?;
         Ok(Scratch { dir, name, fd })
-    }
-}
-
-impl Scratch<'_> {
-    /// The probe file opened again with `O_DIRECT`, where that works.
-    fn open_direct(&self) -> Option<OwnedFd> {
-        rustix::fs::openat(
-            self.dir,
-            self.name.as_str(),
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::DIRECT | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .ok()
     }
 }
 
