@@ -474,22 +474,21 @@ impl Disk {
             }
             EntryKind::Other => return refused("is a device, FIFO or socket"),
         }
-        let mut choice = self.engine_for(&dir).map_err(engine_err)?;
-        if choice.engine != RecvEngine::ReadWrite
-            && p.size < SMALL_FILE
-            && self.requested == RecvEngine::Auto
-        {
+        let choice = if p.size < SMALL_FILE && self.requested == RecvEngine::Auto {
             // A small file is one short write: O_DIRECT's ring and splice's read-back cost
             // more in thread handoffs than they save, and the batched commit syncs it with its
-            // neighbours.
-            choice = Choice {
+            // neighbours. Nothing is probed or measured for it (on tmpfs, measuring the
+            // engines takes a tenth of a second).
+            Choice {
                 engine: RecvEngine::ReadWrite,
                 note: Some(format!(
                     "files under {} KiB are written with rw: one short write, synced with its neighbours",
                     SMALL_FILE >> 10
                 )),
-            };
-        }
+            }
+        } else {
+            self.engine_for(&dir).map_err(engine_err)?
+        };
         let existing = kind == EntryKind::File;
         self.open_part(spec, (&dir, &comps), existing, choice, ctl)
     }

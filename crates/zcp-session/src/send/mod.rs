@@ -135,10 +135,10 @@ fn probe(cfg: &SenderConfig, walker: &mut Walker) -> ((SendEngine, Option<String
     (engine, pending)
 }
 
-/// How many threads hash chunk MACs: one per data stream at least (each stream's chunks are
-/// proven as fast as they go out), and on a host with cores to spare, up to [`MAX_SPARE_HASHERS`]
-/// of them, so that one stream is not held to one core's BLAKE3 rate (about 5 GiB/s with
-/// AVX-512). Chunks are independent, so the workers take them in turn.
+/// How many threads hash chunk MACs: one per data stream, at most one per core (as before);
+/// and where fewer streams than cores leave cores idle, as many as those idle cores, at most
+/// [`MAX_SPARE_HASHERS`], so that one stream is not held to one core's BLAKE3 rate (about
+/// 5 GiB/s with AVX-512). Chunks are independent, so the workers take them in turn.
 fn hash_workers(streams: usize, cores: usize) -> usize {
     let spare = cores.saturating_sub(streams).min(MAX_SPARE_HASHERS);
     streams.min(cores).max(spare).max(1)
@@ -397,7 +397,7 @@ mod hasher_tests {
     use super::hash_workers;
 
     #[test]
-    fn hash_workers_use_spare_cores_but_never_fewer_than_the_streams() {
+    fn hash_workers_one_per_stream_or_the_idle_cores_whichever_is_more() {
         assert_eq!(hash_workers(1, 1), 1);
         assert_eq!(hash_workers(1, 2), 1);
         assert_eq!(hash_workers(1, 8), 4);
