@@ -168,6 +168,52 @@ mod tests {
     }
 
     #[test]
+    fn a_wakeup_reaches_a_waiter_and_costs_nothing_without_one() {
+        // Nobody waits: notifying is a no-op, not an error.
+        let w = Wakeup::default();
+        w.notify_one();
+        w.notify_all();
+        // Ping-pong: each side waits for its turn under the mutex and notifies after changing
+        // it. A notify lost because the waiter was not counted would leave a side waiting out
+        // its whole timeout, and the rounds would take seconds instead of milliseconds.
+        let shared = Arc::new((Mutex::new(0u32), Wakeup::default()));
+        let rounds = 2000;
+        let t = std::time::Instant::now();
+        let peer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let (m, w) = &*shared;
+                for i in 0..rounds {
+                    let mut g = m.locked();
+                    while *g != 2 * i + 1 {
+                        g = w.wait_for(g, Duration::from_secs(5));
+                    }
+                    *g += 1;
+                    drop(g);
+                    w.notify_all();
+                }
+            })
+        };
+        let (m, w) = &*shared;
+        for i in 0..rounds {
+            let mut g = m.locked();
+            while *g != 2 * i {
+                g = w.wait_for(g, Duration::from_secs(5));
+            }
+            *g += 1;
+            drop(g);
+            w.notify_one();
+        }
+        peer.join().unwrap();
+        assert_eq!(*m.locked(), 2 * rounds);
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "{rounds} rounds took {:?}: a wakeup was lost",
+            t.elapsed()
+        );
+    }
+
+    #[test]
     fn turns_are_served_in_the_order_taken_whoever_comes_first() {
         let turns = Arc::new(Turns::default());
         let order = Arc::new(Mutex::new(Vec::new()));

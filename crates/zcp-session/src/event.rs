@@ -507,3 +507,30 @@ impl Report {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_phase_is_worked_out_again_only_after_phase_every() {
+        let mut cache = PhaseCache::default();
+        let t = Instant::now();
+        let mut asked = 0;
+        let mut ask = |p: Phase| {
+            asked += 1;
+            p
+        };
+        assert_eq!(cache.get(t, || ask(Phase::Sending)), Phase::Sending);
+        // Within PHASE_EVERY the last answer stands, without asking.
+        let soon = t + PHASE_EVERY / 2;
+        assert_eq!(cache.get(soon, || ask(Phase::Syncing)), Phase::Sending);
+        let later = t + PHASE_EVERY + Duration::from_millis(1);
+        assert_eq!(
+            cache.get(later, || ask(Phase::Committing)),
+            Phase::Committing
+        );
+        assert_eq!(asked, 2);
+    }
+}
