@@ -13,7 +13,8 @@
 # files of 4-64 KiB sent with -r -P 2 (durable, verified; each run into a new directory),
 # measured in files per second (wall time, process start to exit) and CPU seconds (both
 # sides), with an rsync daemon (rsync -a, not synced) in the same rotation when rsync is
-# installed.
+# installed. Every tree is deleted at the end: on ext4 without a journal, creating files is
+# slower after many deletions nearby, so leave the filesystem a while between sessions.
 # Needs: python3. Example: cp target/release/zcp /tmp/zcp-before; (change, rebuild);
 # benches/compare.sh -n 5 /tmp/zcp-before target/release/zcp
 set -euo pipefail
@@ -32,11 +33,11 @@ while getopts "n:s:d:o:c:f:h" opt; do
         o) OUT=$OPTARG ;;
         c) CONFIGS=$OPTARG ;;
         f) FILES=$OPTARG ;;
-        *) sed -n '2,19p' "$0"; exit 2 ;;
+        *) sed -n '2,21p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,21p' "$0"; exit 2; }
 BIN=("$(realpath "$1")" "$(realpath "$2")")
 NAME=(before after)
 for b in "${BIN[@]}"; do [ -x "$b" ] || { echo "compare.sh: $b is not an executable" >&2; exit 2; }; done
@@ -92,7 +93,8 @@ if [ -n "$RSYNC" ]; then
         "$WORK/rsync" "$(id -u)" "$(id -g)" >"$WORK/rsyncd.conf"
     rsync --daemon --no-detach --config="$WORK/rsyncd.conf" --port="$RPORT" --address=127.0.0.1 \
         --log-file=/dev/null &
-    pids+=($!)
+    RSYNCD=$!
+    pids+=("$RSYNCD")
     sleep 0.3
 fi
 
@@ -103,15 +105,34 @@ record() { # build cfg wall: the JSON document on stdin
     python3 -c 'import json,sys; print(json.dumps({"build": sys.argv[1], "cfg": sys.argv[2], "wall": float(sys.argv[3]), "data": json.loads(sys.stdin.read() or "{}")}))' \
         "$1" "$2" "$3" >>"$RAW"
 }
+children_cpu() { # FILE: user + sys seconds of the shell's waited-for children, from `times >FILE`
+    tail -1 "$1" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } print s }'
+}
+daemon_cpu() { # user + sys seconds of the rsync daemon's reaped children
+    awk -v hz="$(getconf CLK_TCK)" '{ print ($16 + $17) / hz }' "/proc/$RSYNCD/stat"
+}
 tree_run() { # rep who (0, 1 or r): the tree into a new directory; nothing is deleted between runs
     local rep=$1 who=$2 t0 t1
-    cat $(find "$WORK/tree" -type f) >/dev/null
+    find "$WORK/tree" -type f -exec cat {} + >/dev/null
     sync
     t0=$(now)
     if [ "$who" = r ]; then
+        # CPU of both sides: the client's from bash's `times` (children), the daemon's from its
+        # reaped children (the connection's process and its generator), /proc/PID/stat 16-17.
+        # (`times` runs in this shell, not in a $(...) subshell, which has no children yet.)
+        local c0 d0 c1 d1
+        d0=$(daemon_cpu)
+        times >"$WORK/times0"
+        t0=$(now)
         rsync -a "$WORK/tree/" "rsync://127.0.0.1:$RPORT/bench/tree-$rep/"
+        times >"$WORK/times1"
         t1=$(now)
-        echo '{}' | record rsync tree "$(awk "BEGIN {print $t1 - $t0}")"
+        c0=$(children_cpu "$WORK/times0")
+        c1=$(children_cpu "$WORK/times1")
+        sleep 0.3 # the daemon reaps its connection's process
+        d1=$(daemon_cpu)
+        echo "{\"cpu\": $(awk "BEGIN {print $c1 - $c0 + $d1 - $d0}")}" |
+            record rsync tree "$(awk "BEGIN {print $t1 - $t0}")"
     else
         "${BIN[$who]}" send -p "${PORT[$who]}" --key-file "$WORK/key" -J -i 0 -r -P 2 \
             "$WORK/tree" "127.0.0.1:tree-$rep" >"$WORK/tree.json"
@@ -161,7 +182,7 @@ for line in open(raw):
         print(f"{r['build']} {r['cfg']}: error: {d['error']}")
         continue
     if r["cfg"] == "tree":
-        cpu = None
+        cpu = d.get("cpu")
         if "end" in d:
             c = d["end"]["cpu"]
             cpu = c["sender"]["total"] + c["receiver"]["total"]
