@@ -218,17 +218,14 @@ impl FileSender {
             at: offset,
             expected: u64::MAX,
         })?;
-        let out = Out {
-            sock,
-            timeout: socket_timeout(sock),
-            progress,
-        };
+        let out = Out { sock, progress };
         match self.engine {
             SendEngine::Sendfile => self.sendfile(file, &out, offset, end),
             SendEngine::ReadWrite => self.read_write(file, &out, offset, end),
             SendEngine::Splice => self.splice(file, &out, offset, end),
             SendEngine::Mmap => self.mmap(file, &out, offset, end),
         }
+        .map_err(|e| timed_out(e, sock))
     }
 
     fn sendfile(
@@ -242,7 +239,7 @@ impl FileSender {
             let want = (end - pos).min(self.block) as usize;
             let mut off = pos;
             self.pace(want as u64);
-            let n = retry("sendfile", "socket", out.timeout, || {
+            let n = retry("sendfile", "socket", None, || {
                 rustix::fs::sendfile(out.sock, file, Some(&mut off), want)
             })?;
             self.unpace((want - n) as u64);
@@ -311,7 +308,7 @@ impl FileSender {
             };
             let mut left = n;
             while left > 0 {
-                let m = retry("splice(pipe -> socket)", "socket", out.timeout, || {
+                let m = retry("splice(pipe -> socket)", "socket", None, || {
                     rustix::pipe::splice(&pipe.r, None, out.sock, None, left, more)
                 })?;
                 if m == 0 {
@@ -366,8 +363,19 @@ impl FileSender {
 /// Where a sender engine writes, and what it counts.
 struct Out<'a> {
     sock: BorrowedFd<'a>,
-    timeout: Option<std::time::Duration>,
     progress: &'a AtomicU64,
+}
+
+/// A socket's timeout error, with the socket's configured timeout: read only once one
+/// expired (reading it for every send cost two system calls per small file).
+fn timed_out(e: EngineError, sock: BorrowedFd<'_>) -> EngineError {
+    match e {
+        EngineError::Timeout { what: "socket", .. } => EngineError::Timeout {
+            what: "socket",
+            secs: socket_timeout(sock).map_or(0.0, |t| t.as_secs_f64()),
+        },
+        other => other,
+    }
 }
 
 /// The source ended at `at`, before `end`.
@@ -458,7 +466,6 @@ pub fn send_all(
     more: bool,
     progress: &AtomicU64,
 ) -> Result<(), EngineError> {
-    let timeout = socket_timeout(sock);
     let flags = if more {
         SendFlags::NOSIGNAL | SendFlags::MORE
     } else {
@@ -466,9 +473,10 @@ pub fn send_all(
     };
     let mut done = 0;
     while done < bytes.len() {
-        let n = retry("send", "socket", timeout, || {
+        let n = retry("send", "socket", None, || {
             rustix::net::send(sock, &bytes[done..], flags)
-        })?;
+        })
+        .map_err(|e| timed_out(e, sock))?;
         done += n;
         progress.fetch_add(n as u64, Ordering::Relaxed);
     }

@@ -2,7 +2,7 @@
 //! shared state stays consistent at every unlock (each update is whole), so the next holder
 //! takes the data as it is rather than spreading the panic to every thread of a session.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -56,6 +56,56 @@ impl Waits for Condvar {
     }
 }
 
+/// A [`Condvar`] that counts its waiters, so that a notify with nobody waiting costs no system
+/// call (std's makes one on every notify, and a receiver's lock is notified after every
+/// input: tens of times per small file).
+///
+/// The contract is the usual one, kept strictly: a waiter checks its condition and waits
+/// under the mutex, and whoever changes the condition does it under the same mutex before
+/// notifying (holding it or not). The waiter counts itself while holding the mutex, so a
+/// notifier that changed the condition after the waiter checked it sees the count.
+#[derive(Debug, Default)]
+pub struct Wakeup {
+    cv: Condvar,
+    waiting: AtomicUsize,
+}
+
+impl Wakeup {
+    /// [`Condvar::wait`], ignoring poison.
+    pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let g = self.cv.wait_on(guard);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
+    /// [`Condvar::wait_timeout`], ignoring poison; the guard.
+    pub fn wait_for<'a, T>(
+        &self,
+        guard: MutexGuard<'a, T>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, T> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let g = self.cv.wait_for(guard, timeout);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
+    /// Wakes one waiter, if any waits.
+    pub fn notify_one(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_one();
+        }
+    }
+
+    /// Wakes every waiter, if any waits.
+    pub fn notify_all(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
+    }
+}
+
 /// Turns served in the order they were taken: work decided under one lock and carried out
 /// after it is released (so the lock is never held across a slow send) still happens in the
 /// order it was decided. Every ticket taken must be waited on, or later ones wait forever.
@@ -63,7 +113,7 @@ impl Waits for Condvar {
 pub struct Turns {
     taken: AtomicU64,
     served: Mutex<u64>,
-    next: Condvar,
+    next: Wakeup,
 }
 
 /// One's turn; it passes to the next ticket when dropped (a panic included).
@@ -82,7 +132,7 @@ impl Turns {
     pub fn wait(&self, ticket: u64) -> Turn<'_> {
         let mut g = self.served.locked();
         while *g != ticket {
-            g = self.next.wait_on(g);
+            g = self.next.wait(g);
         }
         Turn { turns: self }
     }
@@ -115,6 +165,52 @@ mod tests {
         let cv = Condvar::new();
         let g = cv.wait_while_for(m.locked(), Duration::from_millis(1), |v| *v == 6);
         assert_eq!(*g, 6);
+    }
+
+    #[test]
+    fn a_wakeup_reaches_a_waiter_and_costs_nothing_without_one() {
+        // Nobody waits: notifying is a no-op, not an error.
+        let w = Wakeup::default();
+        w.notify_one();
+        w.notify_all();
+        // Ping-pong: each side waits for its turn under the mutex and notifies after changing
+        // it. A notify lost because the waiter was not counted would leave a side waiting out
+        // its whole timeout, and the rounds would take seconds instead of milliseconds.
+        let shared = Arc::new((Mutex::new(0u32), Wakeup::default()));
+        let rounds = 2000;
+        let t = std::time::Instant::now();
+        let peer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let (m, w) = &*shared;
+                for i in 0..rounds {
+                    let mut g = m.locked();
+                    while *g != 2 * i + 1 {
+                        g = w.wait_for(g, Duration::from_secs(5));
+                    }
+                    *g += 1;
+                    drop(g);
+                    w.notify_all();
+                }
+            })
+        };
+        let (m, w) = &*shared;
+        for i in 0..rounds {
+            let mut g = m.locked();
+            while *g != 2 * i {
+                g = w.wait_for(g, Duration::from_secs(5));
+            }
+            *g += 1;
+            drop(g);
+            w.notify_one();
+        }
+        peer.join().unwrap();
+        assert_eq!(*m.locked(), 2 * rounds);
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "{rounds} rounds took {:?}: a wakeup was lost",
+            t.elapsed()
+        );
     }
 
     #[test]

@@ -183,12 +183,15 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
 impl<O: Write + Send, L: Write + Send> ServerReporter for ServerLog<O, L> {
     fn event(&self, event: &ServerEvent) {
         let line = format!(
-            "{} {}",
+            "{} {}\n",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),
             self.line(event)
         );
+        // One write per line, newline included: an unbuffered stderr otherwise makes two
+        // system calls of every line (a server storing small files logs thousands a second),
+        // and another process writing there could land between them.
         fn put(w: &mut dyn Write, line: &str) {
-            let _ = writeln!(w, "{line}");
+            let _ = w.write_all(line.as_bytes());
             let _ = w.flush();
         }
         match event {

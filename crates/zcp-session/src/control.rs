@@ -5,10 +5,10 @@
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use zcp_engine::sync::{Locked, Waits};
+use zcp_engine::sync::{Locked, Wakeup};
 
 use zcp_engine::Usage;
 use zcp_engine::sys::thread_usage;
@@ -230,7 +230,7 @@ pub(crate) const MAX_INFLIGHT: usize = 256;
 #[derive(Debug, Default)]
 pub(crate) struct Inflight {
     n: Mutex<usize>,
-    cv: Condvar,
+    cv: Wakeup,
 }
 
 impl Inflight {

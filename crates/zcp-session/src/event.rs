@@ -401,6 +401,36 @@ impl ServerReporter for Quiet {
     fn event(&self, _event: &ServerEvent) {}
 }
 
+/// How often a role loop works out its [`Phase`] for [`Observer::tick`] at most: the phase
+/// scans every open file (hundreds while small files stream), and a busy loop turns once per
+/// event, thousands of times a second; observers act on it every 100 ms at the finest.
+pub(crate) const PHASE_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A role's [`Phase`], worked out again only when [`PHASE_EVERY`] has passed.
+#[derive(Debug, Default)]
+pub(crate) struct PhaseCache {
+    at: Option<std::time::Instant>,
+    phase: Phase,
+}
+
+impl PhaseCache {
+    /// The phase as of at most [`PHASE_EVERY`] ago: `work_out` runs only when it is older.
+    pub(crate) fn get(
+        &mut self,
+        now: std::time::Instant,
+        work_out: impl FnOnce() -> Phase,
+    ) -> Phase {
+        if self
+            .at
+            .is_none_or(|at| now.saturating_duration_since(at) >= PHASE_EVERY)
+        {
+            self.phase = work_out();
+            self.at = Some(now);
+        }
+        self.phase
+    }
+}
+
 /// What a transfer role tells whoever runs it, as files and entries finish. The client turns
 /// these into [`Event`]s (and adds intervals on [`Observer::tick`]); the server into
 /// [`ServerEvent`]s.
@@ -480,5 +510,32 @@ impl Report {
             Report::Notice(f, n) => o.notice(f, n),
             Report::Plan { files, bytes } => o.plan(files, bytes),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_phase_is_worked_out_again_only_after_phase_every() {
+        let mut cache = PhaseCache::default();
+        let t = Instant::now();
+        let mut asked = 0;
+        let mut ask = |p: Phase| {
+            asked += 1;
+            p
+        };
+        assert_eq!(cache.get(t, || ask(Phase::Sending)), Phase::Sending);
+        // Within PHASE_EVERY the last answer stands, without asking.
+        let soon = t + PHASE_EVERY / 2;
+        assert_eq!(cache.get(soon, || ask(Phase::Syncing)), Phase::Sending);
+        let later = t + PHASE_EVERY + Duration::from_millis(1);
+        assert_eq!(
+            cache.get(later, || ask(Phase::Committing)),
+            Phase::Committing
+        );
+        assert_eq!(asked, 2);
     }
 }

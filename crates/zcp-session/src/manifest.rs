@@ -167,8 +167,17 @@ impl Walker {
         }
     }
 
-    /// The entry for `name` in the directory open at `parent`, not following links.
-    fn visit(&mut self, parent: &OwnedFd, name: &[u8], dest: Vec<u8>, raw: Vec<u8>) -> Entry {
+    /// The entry for `name` in the directory open at `parent`, not following links. `file`:
+    /// the directory listing says it is a regular file, so it is opened first and its facts
+    /// are read from the descriptor (one path lookup instead of two); anything else, or a
+    /// name that turns out not to be a regular file when opened, is looked at by name.
+    fn visit(
+        &mut self,
+        parent: &OwnedFd,
+        (name, file): (&[u8], bool),
+        dest: Vec<u8>,
+        raw: Vec<u8>,
+    ) -> Entry {
         let display = escape(&raw);
         if fs::is_reserved_name(name) {
             // What an interrupted transfer into this tree left behind: no receiver takes it.
@@ -176,6 +185,26 @@ impl Walker {
                 display,
                 "is a part file or journal of an interrupted zcp transfer; not sent",
             );
+        }
+        if file {
+            match fs::open_at(parent, name).and_then(|fd| fs::stat_fd(&fd).map(|m| (fd, m))) {
+                Ok((fd, meta)) if meta.kind == EntryKind::File => {
+                    return Entry::File {
+                        dest,
+                        name: Vec::new(),
+                        file: File::from(fd),
+                        meta,
+                        display,
+                    };
+                }
+                Err(EngineError::Sys { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    return Self::skip(display, format!("vanished ({source})"));
+                }
+                // Replaced by something else meanwhile, or refused: looked at by name below.
+                _ => {}
+            }
         }
         let meta = match fs::stat_at(parent, name) {
             Ok(m) => m,
@@ -287,7 +316,7 @@ impl Walker {
                     Ok(fd) => fd,
                     Err(e) => return Self::fail(escape(&display), format!("{e} on the server")),
                 };
-                match self.visit(&parent, &name, dest, display) {
+                match self.visit(&parent, (&name, false), dest, display) {
                     // A path the client asked for that is not there is a failure, not a note.
                     Entry::Skip { display, why, .. } => Self::fail(display, why),
                     other => other,
@@ -386,7 +415,7 @@ impl Iterator for Walker {
     fn next(&mut self) -> Option<Entry> {
         loop {
             if let Some(level) = self.stack.last_mut() {
-                match level.entries.next() {
+                match level.entries.next_entry() {
                     None => {
                         self.stack.pop();
                     }
@@ -395,7 +424,7 @@ impl Iterator for Walker {
                         self.stack.pop();
                         return Some(Self::fail(display, format!("listing stopped ({e})")));
                     }
-                    Some(Ok(name)) => {
+                    Some(Ok((name, file))) => {
                         let dest = join(&level.dest, &name);
                         let display = shown(&level.display, &name);
                         if let Some(why) = over_limits(&dest, &name) {
@@ -407,7 +436,7 @@ impl Iterator for Walker {
                         // for a subdirectory), then put it back *below* that child.
                         let level = self.stack.pop().expect("checked above");
                         let depth = self.stack.len();
-                        let entry = self.visit(&level.fd, &name, dest, display);
+                        let entry = self.visit(&level.fd, (&name, file), dest, display);
                         self.stack.insert(depth, level);
                         return Some(entry);
                     }

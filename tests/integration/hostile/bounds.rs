@@ -54,6 +54,42 @@ fn a_client_cannot_make_the_server_hold_chunk_tables_past_the_session_limit() {
     let grown = srv.rss_kib().saturating_sub(before);
     // Two files' tables (about 35 MiB) and no more.
     assert!(grown < 64 << 10, "the server grew by {grown} KiB");
+    // A file given up leaves the count: the next one of the same plan fits again, and only
+    // one (the receiver counts the open files' chunks as they open and close).
+    raw.send(&Message::FileAbort {
+        file_id: 0,
+        code: ErrorCode::Io,
+        message: "given up".into(),
+    });
+    let put = |raw: &mut Raw, id: u32| {
+        raw.send(&Message::PutFile(PutFile {
+            file_id: id,
+            dest: format!("f{id}").into_bytes(),
+            name: Vec::new(),
+            size: 16 << 30,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: 64 << 10,
+            sparse: false,
+        }));
+        raw.recv().unwrap()
+    };
+    assert!(
+        matches!(put(&mut raw, 6), Message::FileReady { file_id: 6, .. }),
+        "room again after a file was given up"
+    );
+    assert!(
+        matches!(
+            put(&mut raw, 7),
+            Message::FileFailed {
+                file_id: 7,
+                code: ErrorCode::Limit,
+                ..
+            }
+        ),
+        "and no more than that"
+    );
     assert_eq!(tree(&root), Vec::<String>::new());
 }
 

@@ -132,6 +132,33 @@ pub fn read_dir(dir: impl AsFd) -> Result<DirEntries, EngineError> {
         })
 }
 
+impl DirEntries {
+    /// The next entry's name, and whether the directory says it is a regular file
+    /// (`d_type`; a filesystem that does not say gives `false`). A name may be replaced by
+    /// another kind of entry before it is opened: only the opened descriptor is proof.
+    pub fn next_entry(&mut self) -> Option<Result<(Vec<u8>, bool), EngineError>> {
+        loop {
+            match self.0.read()? {
+                Ok(e) => {
+                    let name = e.file_name().to_bytes();
+                    if name == b"." || name == b".." {
+                        continue;
+                    }
+                    let file = e.file_type() == FileType::RegularFile;
+                    return Some(Ok((name.to_vec(), file)));
+                }
+                Err(e) => {
+                    return Some(Err(EngineError::Sys {
+                        call: "getdents64",
+                        what: "source directory",
+                        source: e.into(),
+                    }));
+                }
+            }
+        }
+    }
+}
+
 impl Iterator for DirEntries {
     type Item = Result<Vec<u8>, EngineError>;
 

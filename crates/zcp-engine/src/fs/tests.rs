@@ -209,6 +209,22 @@ fn walking_by_descriptor() {
         open_at(r.fd(), b"l").is_err(),
         "a symlink is never opened through"
     );
+    // The listing says which names are regular files (what the walk opens before it stats).
+    std::fs::create_dir(d.path().join("sub")).unwrap();
+    let mut entries = read_dir(r.fd()).unwrap();
+    let mut typed = Vec::new();
+    while let Some(e) = entries.next_entry() {
+        typed.push(e.unwrap());
+    }
+    typed.sort();
+    assert_eq!(
+        typed,
+        vec![
+            (b"f".to_vec(), true),
+            (b"l".to_vec(), false),
+            (b"sub".to_vec(), false)
+        ]
+    );
 }
 
 #[test]

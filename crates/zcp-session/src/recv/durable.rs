@@ -123,6 +123,7 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
         }
     }
     let storing = steps.iter().filter(|s| s.part.is_some()).count();
+    let began = Instant::now();
     let synced = match storing {
         0 => Ok(()),
         1 => steps
@@ -162,9 +163,17 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
             }
         }
     }
+    let synced_at = Instant::now();
     let dir_sync = dirs
         .iter()
         .try_for_each(|d| zcp_engine::fs::fsync_dir(&**d));
+    tracing::debug!(
+        files = storing,
+        sync_ms = (synced_at - began).as_secs_f64() * 1e3,
+        rename_ms = synced_at.elapsed().as_secs_f64() * 1e3,
+        dirs = dirs.len(),
+        "commit batch"
+    );
     let done = renamed
         .into_iter()
         .map(|job| {

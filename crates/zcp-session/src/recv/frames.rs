@@ -336,7 +336,7 @@ impl Receiving {
                 format!("more than {MAX_OPEN_FILES} files open in one session"),
             ));
         }
-        let open: u64 = self.files.values().map(|f| f.plan().count()).sum();
+        let open = self.open_chunks;
         if open + plan.count() > MAX_SESSION_CHUNKS {
             return Err(Refusal::new(
                 ErrorCode::Limit,
@@ -499,7 +499,11 @@ impl Receiving {
         let verify = self.cfg.verify.checks();
         let mut f = RxFile::new(p.spec, p.journal, offered, (p.in_place, verify), now);
         f.check_counts = first && offers;
-        self.files.insert(id, f);
+        self.open_chunks += f.plan().count();
+        if let Some(old) = self.files.insert(id, f) {
+            // Ids only increase, so none is open twice; were one, its chunks leave the count.
+            self.open_chunks -= old.plan().count();
+        }
         // A file made ready is not progress by itself: its bytes, verified chunks and commit
         // are.
         self.send(ready);

@@ -24,13 +24,13 @@ pub(crate) mod state;
 
 use crate::error::Refusal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use zcp_engine::Usage;
 use zcp_engine::fs::Root;
 use zcp_engine::recv::WriteFailure;
-use zcp_engine::sync::{Locked, Turns, Waits};
+use zcp_engine::sync::{Locked, Turns, Wakeup};
 use zcp_engine::sys::thread_usage;
 use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats};
 
@@ -38,7 +38,7 @@ use crate::confine::Scope;
 use crate::conn::ControlRx;
 use crate::control::{Batched, ControlWriter, Reader};
 use crate::error::{FrameIoError, SessionError};
-use crate::event::Observer;
+use crate::event::{Observer, PhaseCache};
 use crate::transport::{Landing, Transport};
 use frames::Step;
 pub(crate) use prepare::Disk;
@@ -71,7 +71,7 @@ impl RxEvent {
 pub(crate) struct RxCore {
     state: Mutex<Receiving>,
     /// Notified after every input: a data stream waiting for a file's `Go` looks again.
-    changed: Condvar,
+    changed: Wakeup,
     pub(crate) ctl: Arc<ControlWriter>,
     pub(crate) disk: Disk,
     journal: Mutex<Option<mpsc::Sender<state::JournalJob>>>,
@@ -122,7 +122,7 @@ impl RxCore {
         let state = Receiving::new(s.cfg, s.keys, s.nonces, s.scope, s.streams, Instant::now());
         Arc::new(RxCore {
             state: Mutex::new(state),
-            changed: Condvar::new(),
+            changed: Wakeup::default(),
             ctl: s.ctl,
             disk,
             journal: Mutex::new(None),
@@ -414,6 +414,7 @@ fn control_loop(
 ) -> Result<(), SessionError> {
     let mut queue = Batched::new(events, &core.ctl);
     let mut rss = zcp_engine::sys::RssPeak::default();
+    let mut phase = PhaseCache::default();
     loop {
         rss.sample();
         let ev = match queue.next(Duration::from_millis(100)) {
@@ -455,7 +456,7 @@ fn control_loop(
             let (stats, usage) = stats(core, start, rss.sample());
             core.apply(|st, _| st.send_stats(stats, usage));
         }
-        observer.tick(core.state.locked().phase());
+        observer.tick(phase.get(Instant::now(), || core.state.locked().phase()));
         if let Some(reason) = observer.stop() {
             core.ctl.send_error(ErrorCode::Busy, &reason);
             let durable = core.state.locked().durable_pending();

@@ -4,7 +4,7 @@
 //! journal, hashes an existing target of the same size, preallocates, and picks the engine
 //! for the filesystem. Never follows a symlink; remembers which directories it created.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,6 +105,27 @@ impl Parts {
     }
 }
 
+/// Where each open file's part file is, and the set of those places (a second open of one
+/// is refused without scanning every open file).
+#[derive(Debug, Default)]
+struct Places {
+    by_id: HashMap<u32, PartAt>,
+    held: HashSet<PartAt>,
+}
+
+impl Places {
+    fn insert(&mut self, id: u32, at: PartAt) {
+        self.held.insert(at.clone());
+        self.by_id.insert(id, at);
+    }
+
+    fn remove(&mut self, id: &u32) -> Option<PartAt> {
+        let at = self.by_id.remove(id)?;
+        self.held.remove(&at);
+        Some(at)
+    }
+}
+
 /// A directory beneath the root, open, with the filesystem it is on.
 #[derive(Debug, Clone)]
 pub(crate) struct Dir {
@@ -138,7 +159,7 @@ pub(crate) struct Disk {
     /// Part files let go of, kept, and still locked until their queued writes land.
     draining: Mutex<Vec<Draining>>,
     /// Where each open file's part file is (for [`Draining::at`]).
-    places: Mutex<HashMap<u32, PartAt>>,
+    places: Mutex<Places>,
     /// Directories made since the role last asked: a path's components and how many of its
     /// leading components were there already (every longer prefix was made). One entry per
     /// resolution, so a deep path costs its length once, not once per level.
@@ -194,7 +215,7 @@ impl Disk {
             engines: Mutex::new(HashMap::new()),
             parts: Parts::default(),
             draining: Mutex::new(Vec::new()),
-            places: Mutex::new(HashMap::new()),
+            places: Mutex::new(Places::default()),
             made: Mutex::new(Vec::new()),
         }
     }
@@ -508,7 +529,7 @@ impl Disk {
         let began = Instant::now();
         let key = zcp_engine::fs::part_key(&spec.name);
         let at = (comps.to_vec(), key.clone());
-        if self.places.locked().values().any(|p| *p == at) {
+        if self.places.locked().held.contains(&at) {
             // This session holds it: waiting for its own lock would only stall the session.
             return Err(Refusal::new(
                 ErrorCode::Busy,

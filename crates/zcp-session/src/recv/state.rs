@@ -131,6 +131,8 @@ pub(crate) struct Receiving {
     pub(crate) scope: Scope,
     /// Open files.
     pub(crate) files: HashMap<u32, RxFile>,
+    /// Chunks of the open files together (at most [`super::chunks::MAX_SESSION_CHUNKS`]).
+    pub(crate) open_chunks: u64,
     /// One above the highest file id announced: ids only increase, so an id below it that is
     /// not open was given up or committed.
     pub(crate) next_id: u64,
@@ -168,6 +170,7 @@ impl Receiving {
             nonces,
             scope,
             files: HashMap::new(),
+            open_chunks: 0,
             next_id: 0,
             preparing: None,
             streams,
@@ -489,6 +492,7 @@ impl Receiving {
         let Some(f) = self.files.remove(&file) else {
             return;
         };
+        self.open_chunks -= f.plan().count();
         self.progress(now);
         let stored = f.spec.engine.stores();
         self.send(Message::FileCommitted {
@@ -522,6 +526,7 @@ impl Receiving {
     /// whatever they hold: a later run can resume nothing from them (the source changed).
     pub(crate) fn give_up(&mut self, file: u32, resumable: bool) -> Option<RxFile> {
         let f = self.files.remove(&file)?;
+        self.open_chunks -= f.plan().count();
         let keep = resumable && f.holds_resumable() && f.journal.kept;
         self.out.jobs.push(RxJob::Release { file, keep });
         Some(f)

@@ -33,7 +33,7 @@ use zcp_wire::{ErrorCode, Message, Nonce, Psk, SessionKeys, SideStats};
 use crate::conn::ControlRx;
 use crate::control::{Batched, ControlWriter, Reader};
 use crate::error::{FrameIoError, SessionError};
-use crate::event::Observer;
+use crate::event::{Observer, PhaseCache};
 use crate::manifest::{Entry, Walker};
 use crate::transport::{Departure, Queue, SendSide, Transport, spawn};
 use hash::HashJob;
@@ -330,6 +330,7 @@ fn drive(
 ) -> Result<(), SessionError> {
     let mut walker_done = false;
     let mut queue = Batched::new(events, io.ctl);
+    let mut phase = PhaseCache::default();
     loop {
         while !walker_done && sm.wants_entry() {
             match walker.next() {
@@ -345,7 +346,7 @@ fn drive(
         io.carry_out(sm, observer)?;
         let next = queue.next(TICK);
         // Every turn, not only when idle: a busy transfer never waits a whole TICK.
-        observer.tick(sm.phase());
+        observer.tick(phase.get(Instant::now(), || sm.phase()));
         io.rss.sample();
         if let Some(reason) = observer.stop() {
             io.ctl.send_error(ErrorCode::Busy, &reason);

@@ -19,12 +19,12 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use zcp_engine::recv::WriteFailure;
-use zcp_engine::sync::{Locked, Waits};
+use zcp_engine::sync::{Locked, Wakeup};
 use zcp_engine::{SendEngine, Usage};
 use zcp_wire::{ChunkHeader, SessionKeys};
 
@@ -128,14 +128,14 @@ pub(crate) trait Transport: Send {
 #[derive(Debug)]
 pub(crate) struct Queue<T> {
     items: Mutex<(VecDeque<T>, bool)>,
-    cv: Condvar,
+    cv: Wakeup,
 }
 
 impl<T> Queue<T> {
     pub(crate) fn new() -> Arc<Queue<T>> {
         Arc::new(Queue {
             items: Mutex::new((VecDeque::new(), false)),
-            cv: Condvar::new(),
+            cv: Wakeup::default(),
         })
     }
 
@@ -165,7 +165,7 @@ impl<T> Queue<T> {
             if g.1 {
                 return None;
             }
-            g = self.cv.wait_on(g);
+            g = self.cv.wait(g);
         }
     }
 }
