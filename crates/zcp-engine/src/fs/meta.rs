@@ -163,24 +163,7 @@ impl Iterator for DirEntries {
     type Item = Result<Vec<u8>, EngineError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            match self.0.read()? {
-                Ok(e) => {
-                    let name = e.file_name().to_bytes();
-                    if name == b"." || name == b".." {
-                        continue;
-                    }
-                    return Some(Ok(name.to_vec()));
-                }
-                Err(e) => {
-                    return Some(Err(EngineError::Sys {
-                        call: "getdents64",
-                        what: "source directory",
-                        source: e.into(),
-                    }));
-                }
-            }
-        }
+        self.next_entry().map(|r| r.map(|(name, _)| name))
     }
 }
 
