@@ -49,7 +49,12 @@ MOUNTED=""
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -n "$MOUNTED" ] && umount "$MOUNTED" 2>/dev/null
+    # The server must be gone before its root can be unmounted.
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ -n "$MOUNTED" ] && ! umount "$MOUNTED"; then
+        echo "cpu-profile.sh: could not unmount $MOUNTED; left in place" >&2
+        return
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
