@@ -1,6 +1,6 @@
 //! The malicious server and the helpers every hostile test uses.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -283,6 +283,32 @@ pub fn raw_open(srv: &ServerProc, env: &Env, pull: bool) -> (Raw, TcpStream) {
     }
     let data = raw.data(srv.port, 0).unwrap();
     (raw, data)
+}
+
+/// A malicious server: authenticates one client on `l`, reads its `Open`, answers with what
+/// `reply` makes of it, and returns the `Open` once the client has closed its control
+/// connection (or its read timed out: the test then fails on the client's exit).
+pub fn answer_open(l: &TcpListener, env: &Env, reply: impl FnOnce(&Open) -> Message) -> Open {
+    let psk = env.psk();
+    let mut s = accept_within(l, 10).expect("the client connects");
+    let hello = read_plain(&mut s).unwrap();
+    let (state, welcome_reply) = zcp_wire::accept(&psk, hello, [9; 32]).unwrap();
+    s.write_all(&welcome_reply.encode_frame()).unwrap();
+    let Accepted::Control(aw) = state else {
+        panic!("expected a control connection")
+    };
+    let (mut est, welcome) = aw
+        .on_proof(read_plain(&mut s).unwrap(), [0x5a; 16], 4)
+        .unwrap();
+    s.write_all(&welcome).unwrap();
+    let (h, p) = read_msg(&mut s).unwrap();
+    let Ok(Message::Open(open)) = est.opener.open(h, &p) else {
+        panic!("expected Open")
+    };
+    s.write_all(&est.sealer.seal(&reply(&open))).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    open
 }
 
 /// `Open` for one stream of the given direction and chunk size.
