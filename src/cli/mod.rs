@@ -8,7 +8,10 @@ mod demo;
 mod doctor;
 mod get;
 mod keygen;
+mod output;
 mod rate;
+mod raw;
+mod recv;
 mod send;
 mod serve;
 mod signals;
@@ -116,6 +119,9 @@ enum Command {
     Send(send::SendArgs),
     /// Fetch files and directory trees from a server.
     Get(get::GetArgs),
+    /// Take one bare TCP stream (nc, a Java client, zcp send --raw) into a file, durably.
+    /// No authentication.
+    Recv(recv::RecvArgs),
     /// Benchmark the copy mechanisms on this host: the source documents' experiments.
     Bench(bench::BenchArgs),
     /// Inspect this host's tuning for fast transfers (read-only) and print the exact fixes.
@@ -136,6 +142,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Serve(a) => serve::run(a),
         Command::Send(a) => send::run(a),
         Command::Get(a) => get::run(a),
+        Command::Recv(a) => recv::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Clean(a) => clean::run(a),
@@ -262,54 +269,24 @@ impl TransferArgs {
         Ok(std::time::Duration::from_secs_f64(w))
     }
 
-    /// Whether the progress line is drawn, and where.
-    fn bar(&self) -> Option<zcp_report::BarTarget> {
-        use std::io::IsTerminal;
-        let terminal = std::io::stderr().is_terminal();
-        if self.progress {
-            Some(if terminal {
-                zcp_report::BarTarget::Terminal
-            } else {
-                zcp_report::BarTarget::Lines
-            })
-        } else if terminal && !self.json && !self.json_stream && !self.quiet {
-            // On a terminal the line replaces the interval lines, unless -i asks for them.
-            self.interval
-                .is_none()
-                .then_some(zcp_report::BarTarget::Terminal)
-        } else {
-            None
+    /// The output flags alone.
+    fn out_flags(&self) -> output::OutputArgs {
+        output::OutputArgs {
+            interval: self.interval,
+            json: self.json,
+            json_stream: self.json_stream,
+            progress: self.progress,
+            quiet: self.quiet,
         }
     }
 
     fn interval(&self) -> anyhow::Result<Option<std::time::Duration>> {
-        let i = match self.interval {
-            Some(i) => i,
-            // The progress line takes the place of the interval lines.
-            None if self.bar().is_some() || self.quiet => 0.0,
-            None => 1.0,
-        };
-        if !i.is_finite() || i < 0.0 {
-            usage!("-i/--interval takes a number of seconds >= 0, got {i}");
-        }
-        Ok((i > 0.0).then(|| std::time::Duration::from_secs_f64(i.max(0.01))))
+        self.out_flags().interval()
     }
 
     /// The reporter the output flags ask for, writing to stdout.
     fn output(&self) -> Output {
-        let human = || zcp_report::Human::new(std::io::stdout());
-        if self.json {
-            Output::Json(zcp_report::JsonDoc::new(std::io::stdout()))
-        } else if self.json_stream {
-            Output::Stream(zcp_report::JsonStream::new(std::io::stdout()))
-        } else if self.quiet {
-            Output::Quiet(ErrorsOnly)
-        } else if let Some(target) = self.bar() {
-            let intervals = self.interval.is_some_and(|i| i > 0.0);
-            Output::Bar(zcp_report::ProgressReport::new(human(), target, intervals))
-        } else {
-            Output::Human(human())
-        }
+        self.out_flags().output()
     }
 }
 
@@ -540,6 +517,19 @@ fn outcome(
     }
 }
 
+/// The exit code of a bare byte stream (`send --raw`, `recv`), its failure reported.
+fn raw_outcome(out: &mut Output, r: Result<(), SessionError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            let code = signals::caught().map_or(e.exit_code(), |s| 128 + s);
+            out.fail(&e, code);
+            eprintln!("zcp: {}", zcp_wire::escape_text(&e.to_string()));
+            code
+        }
+    }
+}
+
 /// `--key-file` as given, else the environment and the default location.
 fn key_arg(path: &Option<PathBuf>) -> Result<zcp_wire::Psk, SessionError> {
     zcp_session::keyfile::load_key(path.as_deref()).map(|(k, _)| k)
@@ -565,7 +555,7 @@ mod tests {
     }
 
     /// `(command, examples)` for every help text that has examples.
-    const ALL_EXAMPLES: [(&str, &str); 9] = [
+    const ALL_EXAMPLES: [(&str, &str); 10] = [
         ("", EXAMPLES),
         ("demo", demo::EXAMPLES),
         ("keygen", keygen::EXAMPLES),
@@ -575,6 +565,7 @@ mod tests {
         ("bench", bench::EXAMPLES),
         ("doctor", doctor::EXAMPLES),
         ("clean", clean::EXAMPLES),
+        ("recv", recv::EXAMPLES),
     ];
 
     /// The words of one example line, as a shell would split them (single quotes only),

@@ -23,6 +23,8 @@ pub(crate) const EXAMPLES: &str = "\
   zcp send -q --retry 5 big.h5 dtn.example.org:run42/
                                                    # for cron: errors only; reconnects and
                                                    # resumes up to 5 times
+  zcp send --raw big.h5 dtn.example.org:9000       # the bare bytes to any listener (nc -l):
+                                                   # no key, nothing verified
 
 Interrupted (Ctrl-C, a lost connection)? Run the same command again: chunks the server verified
 and stored are not sent again.";
@@ -34,6 +36,13 @@ pub(crate) struct SendArgs {
     conn: ConnArgs,
     #[command(flatten)]
     transfer: TransferArgs,
+    /// Send one regular file's bytes, nothing else, to any TCP listener at HOST:PORT
+    /// (nc -l, a Java server): no key, no protocol, so nothing is authenticated, verified or
+    /// resumed, and the listener decides where the bytes go. --engine and --limit-rate
+    /// apply; -r, -P, --retry and --key-file do not. Fails when the peer closes or resets
+    /// the connection before taking every byte.
+    #[arg(long)]
+    raw: bool,
     /// Files (and with -r directories) to send.
     #[arg(value_name = "SRC", required = true)]
     sources: Vec<OsString>,
@@ -46,6 +55,9 @@ pub(crate) struct SendArgs {
 }
 
 pub(crate) fn run(a: SendArgs) -> anyhow::Result<i32> {
+    if a.raw {
+        return super::raw::run(&a.conn, &a.transfer, &a.sources, &a.target);
+    }
     let target = match super::parse_target(&a.target) {
         Ok(t) => t,
         Err(e) => {

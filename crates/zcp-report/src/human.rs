@@ -335,6 +335,8 @@ fn cleaned(event: &Event) -> Event {
             limit_rate: s.limit_rate.as_ref().map(limit),
             ..s.clone()
         }),
+        Event::RawStart(s) => Event::RawStart(crate::raw::clean_start(s)),
+        Event::RawEnd(e) => Event::RawEnd(crate::raw::clean_end(e)),
         other => other.clone(),
     }
 }
@@ -349,6 +351,8 @@ impl<W: Write> Reporter for Human<W> {
             Event::Failed(f) => self.failed(f),
             Event::Summary(s) => self.summary(s),
             Event::Retry(r) => self.retry(r),
+            Event::RawStart(s) => crate::raw::human_start(&mut self.out, s),
+            Event::RawEnd(e) => crate::raw::human_end(&mut self.out, e),
             // Drawn by the progress bar, when there is one.
             Event::Progress(_) => Ok(()),
         };

@@ -228,21 +228,28 @@ impl<W: Write> Reporter for JsonDoc<W> {
                     self.retries.push(retry(r));
                 }
             }
-            Event::Summary(s) => {
-                let doc = json!({
-                    "start": self.start,
-                    "intervals": self.intervals,
-                    "notices": self.notices,
-                    "retries": self.retries,
-                    "end": end(s),
-                });
-                let _ = writeln!(
-                    self.out,
-                    "{}",
-                    serde_json::to_string_pretty(&doc).expect("JSON values serialize")
-                );
-            }
+            Event::Summary(s) => self.end(end(s)),
+            Event::RawStart(s) => self.start = crate::raw::json_start(s),
+            Event::RawEnd(e) => self.end(crate::raw::json_end(e)),
         }
+    }
+}
+
+impl<W: Write> JsonDoc<W> {
+    /// Writes the whole document, with `end`.
+    fn end(&mut self, end: Value) {
+        let doc = json!({
+            "start": self.start,
+            "intervals": self.intervals,
+            "notices": self.notices,
+            "retries": self.retries,
+            "end": end,
+        });
+        let _ = writeln!(
+            self.out,
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON values serialize")
+        );
     }
 }
 
@@ -287,6 +294,8 @@ impl<W: Write> Reporter for JsonStream<W> {
             Event::Failed(f) => self.line("failed", failure(f)),
             Event::Summary(s) => self.line("end", end(s)),
             Event::Retry(r) => self.line("retry", retry(r)),
+            Event::RawStart(s) => self.line("start", crate::raw::json_start(s)),
+            Event::RawEnd(e) => self.line("end", crate::raw::json_end(e)),
             // The interval lines carry the phase and totals; ten lines a second would not help.
             Event::Progress(_) => {}
         }

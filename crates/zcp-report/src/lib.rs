@@ -10,6 +10,7 @@
 mod human;
 mod json;
 mod progress;
+mod raw;
 mod server;
 pub mod units;
 

@@ -149,7 +149,7 @@ impl<R: Reporter> Reporter for ProgressReport<R> {
         match event {
             Event::Progress(p) => self.update(p),
             Event::Interval(_) if !self.intervals => {}
-            Event::Summary(_) => {
+            Event::Summary(_) | Event::RawEnd(_) => {
                 self.clear();
                 self.inner.event(event);
             }

@@ -259,6 +259,60 @@ pub enum Event {
     Retry(Retry),
     /// The transfer finished (some entries may have failed: see `failed`).
     Summary(Summary),
+    /// A bare byte stream is connected (`zcp send --raw`, `zcp recv`).
+    RawStart(RawStart),
+    /// A bare byte stream ended cleanly (and, received, was stored).
+    RawEnd(RawEnd),
+}
+
+/// A bare byte stream (`zcp send --raw`, `zcp recv`), connected: no key, no protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawStart {
+    /// `send` or `recv`.
+    pub direction: &'static str,
+    /// Our end of the connection.
+    pub local: SocketAddr,
+    /// The peer's end.
+    pub remote: SocketAddr,
+    /// The file sent, or the destination received into, escaped for display.
+    pub path: String,
+    /// The file's size (send), or the size `--expect-size` expects (recv).
+    pub size: Option<u64>,
+    /// The engine that runs.
+    pub engine: String,
+    /// Why it is not the one asked for, or how `auto` chose.
+    pub engine_note: Option<String>,
+    /// The rate cap, if one was asked for (send).
+    pub limit_rate: Option<RateLimit>,
+}
+
+/// How a bare byte stream ended: every byte sent and the peer closed, or (recv) every byte
+/// received up to the peer's close, checked as asked and stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEnd {
+    /// `send` or `recv`.
+    pub direction: &'static str,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Seconds from the connection to the end (recv: to the rename).
+    pub seconds: f64,
+    /// The engine that ran.
+    pub engine: String,
+    /// BLAKE3 (unkeyed) of the bytes received, hex; `None` when not computed (send, or the
+    /// `null` receiver, which never sees the bytes).
+    pub blake3: Option<String>,
+    /// What the bytes were checked against (`--expect-size`, `--expect-blake3`), in words.
+    pub checked: Vec<String>,
+    /// Where the bytes were stored (recv), escaped; `None` when sent or discarded.
+    pub stored: Option<String>,
+    /// CPU of this process during the stream.
+    pub cpu: Cpu,
+    /// Peak RSS of this process, bytes.
+    pub max_rss: u64,
+    /// Segments retransmitted (sending side; 0 when receiving).
+    pub retransmits: u32,
+    /// Bytes the peer sent back and were discarded (send).
+    pub discarded: u64,
 }
 
 /// A session that failed and is about to be tried again.

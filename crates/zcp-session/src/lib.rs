@@ -22,6 +22,7 @@ pub mod keyfile;
 mod manifest;
 #[cfg(test)]
 mod pair;
+pub mod raw;
 mod recv;
 mod send;
 mod server;
@@ -32,8 +33,8 @@ pub use client::{
 };
 pub use error::{SessionError, exit};
 pub use event::{
-    Collect, Cpu, Event, Failure, Interval, Phase, Progress, Quiet, RateLimit, Reporter, Retry,
-    ServerEvent, ServerReporter, Start, StreamInterval, Summary, TcpStats,
+    Collect, Cpu, Event, Failure, Interval, Phase, Progress, Quiet, RateLimit, RawEnd, RawStart,
+    Reporter, Retry, ServerEvent, ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};

@@ -197,7 +197,10 @@ impl DirectRing {
     }
 
     /// Receives a chunk's data `extents` (absolute; the whole chunk unless it has holes) from
-    /// `sock` into the ring, each written at its offset.
+    /// `sock` into the ring, each written at its offset; returns the bytes taken. With
+    /// `eof_ends`, the peer closing the connection ends the chunk where it is (see
+    /// [`super::StreamReceiver::receive_until_eof`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn receive(
         &mut self,
         fd: Arc<OwnedFd>,
@@ -206,22 +209,22 @@ impl DirectRing {
         sink: Option<Sink>,
         progress: &AtomicU64,
         completion: Completion,
-    ) -> Result<(), EngineError> {
-        let block = self.block as u64;
-        let buffers: u64 = extents.iter().map(|e| e.1.div_ceil(block)).sum();
+        eof_ends: bool,
+    ) -> Result<u64, EngineError> {
+        let buffers = buffer_count(extents, self.block) as u64;
         if buffers == 0 {
             if let Some(s) = sink {
                 s.seen_all();
             }
             completion(Ok(()));
-            return Ok(());
+            return Ok(0);
         }
         let chunk = Arc::new(ChunkWrites {
             pending: AtomicUsize::new(buffers as usize),
             failure: Mutex::new(None),
             done: Mutex::new(Some(completion)),
         });
-        let r = self.queue_chunk(&fd, sock, extents, sink, progress, &chunk);
+        let r = self.queue_chunk(&fd, sock, (extents, eof_ends), sink, progress, &chunk);
         if r.is_err() {
             // Not every buffer was queued, so the count never reaches zero; drop the
             // completion uncalled now, as `receive` promises.
@@ -234,14 +237,15 @@ impl DirectRing {
         &mut self,
         fd: &Arc<OwnedFd>,
         sock: BorrowedFd<'_>,
-        extents: &[(u64, u64)],
+        (extents, eof_ends): (&[(u64, u64)], bool),
         mut sink: Option<Sink>,
         progress: &AtomicU64,
         chunk: &Arc<ChunkWrites>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
         let timeout = socket_timeout(sock);
         let wire: u64 = extents.iter().map(|e| e.1).sum();
         let mut got = 0u64;
+        let mut queued = 0usize;
         for (i, &(offset, len)) in extents.iter().enumerate() {
             let mut done = 0u64;
             while done < len {
@@ -258,6 +262,24 @@ impl DirectRing {
                         rustix::net::recv(sock, &mut buf[filled..n], RecvFlags::WAITALL)
                     })?
                     .0;
+                    if k == 0 && eof_ends {
+                        // The stream ended: this buffer (perhaps empty) is the chunk's last.
+                        // The buffers never filled will not land; take them off the count
+                        // before the last one goes, so the count cannot reach zero early.
+                        let never = buffer_count(extents, self.block) - queued - 1;
+                        chunk.pending.fetch_sub(never, Ordering::AcqRel);
+                        let job = Job {
+                            fd: fd.clone(),
+                            buf,
+                            offset: offset + done,
+                            len: filled,
+                            chunk: chunk.clone(),
+                            sink: sink.take(),
+                            last: true,
+                        };
+                        self.send_job(job)?;
+                        return Ok(got + filled as u64);
+                    }
                     if k == 0 {
                         return Err(EngineError::Disconnected {
                             got: got + filled as u64,
@@ -276,20 +298,21 @@ impl DirectRing {
                     sink: sink.take(),
                     last: i + 1 == extents.len() && done + n as u64 == len,
                 };
-                if self
-                    .to_hash
-                    .as_ref()
-                    .expect("open until finish")
-                    .send(job)
-                    .is_err()
-                {
-                    return Err(self.helper_failure());
-                }
+                self.send_job(job)?;
+                queued += 1;
                 done += n as u64;
                 got += n as u64;
             }
         }
-        Ok(())
+        Ok(got)
+    }
+
+    /// Hands a filled buffer to the hash thread.
+    fn send_job(&mut self, job: Job) -> Result<(), EngineError> {
+        match self.to_hash.as_ref().expect("open until finish").send(job) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.helper_failure()),
+        }
     }
 
     /// Stops the helpers and waits for them; their CPU, or the first write error.
@@ -327,6 +350,14 @@ impl DirectRing {
     pub(super) fn finish(mut self) -> Result<Usage, EngineError> {
         self.stop()
     }
+}
+
+/// Buffers of `block` bytes that `extents` fill.
+fn buffer_count(extents: &[(u64, u64)], block: usize) -> usize {
+    extents
+        .iter()
+        .map(|e| e.1.div_ceil(block as u64) as usize)
+        .sum()
 }
 
 impl Drop for DirectRing {

@@ -137,6 +137,8 @@ pub type Completion = Box<dyn FnOnce(Result<(), WriteFailure>) + Send>;
 pub use direct::{DIRECT_ALIGN, DIRECT_DEPTH, DIRECT_WRITERS};
 
 mod direct;
+#[cfg(test)]
+mod eof;
 mod holes;
 #[cfg(test)]
 mod large;

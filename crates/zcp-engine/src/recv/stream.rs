@@ -245,6 +245,64 @@ impl StreamReceiver {
         progress: &AtomicU64,
         done: Completion,
     ) -> Result<(), EngineError> {
+        let chunk = Chunk {
+            engine,
+            target,
+            sock,
+            at: (offset, len),
+            extents,
+            eof_ends: false,
+        };
+        self.run(chunk, sink, progress, done).map(|_| ())
+    }
+
+    /// For a bare byte stream, whose length is known only at its end: as
+    /// [`StreamReceiver::receive`], except that the peer closing the connection ends the
+    /// piece `offset..offset+len` early instead of failing it. Returns the bytes taken: `len`
+    /// when the piece filled (the stream may go on), fewer when the stream ended; `done` and
+    /// `sink` then see exactly those bytes (the file holds nothing past them, except that
+    /// `direct` pads its last block with zeros: cut the file to the bytes taken). A failed
+    /// write fails the call at once (nothing is drained). `offset` must suit the engine, as
+    /// for `receive` (a multiple of [`DIRECT_ALIGN`] for `direct`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_until_eof(
+        &mut self,
+        engine: RecvEngine,
+        target: Option<&Target>,
+        sock: BorrowedFd<'_>,
+        (offset, len): (u64, u64),
+        sink: Option<Sink>,
+        progress: &AtomicU64,
+        done: Completion,
+    ) -> Result<u64, EngineError> {
+        let whole = [(offset, len)];
+        let chunk = Chunk {
+            engine,
+            target,
+            sock,
+            at: (offset, len),
+            extents: if len == 0 { &[] } else { &whole },
+            eof_ends: true,
+        };
+        self.run(chunk, sink, progress, done)
+    }
+
+    /// One chunk through its engine; the bytes taken from the socket.
+    fn run(
+        &mut self,
+        c: Chunk<'_>,
+        sink: Option<Sink>,
+        progress: &AtomicU64,
+        done: Completion,
+    ) -> Result<u64, EngineError> {
+        let Chunk {
+            engine,
+            target,
+            sock,
+            at: (offset, len),
+            extents,
+            eof_ends,
+        } = c;
         holes::check(offset, len, extents)?;
         let dense = extents == [(offset, len)];
         let sink = match sink {
@@ -262,6 +320,7 @@ impl StreamReceiver {
             sink,
             progress,
             done,
+            eof_ends,
         };
         if !dense
             && engine.stores()
@@ -289,7 +348,7 @@ impl StreamReceiver {
         }
     }
 
-    fn direct(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<(), EngineError> {
+    fn direct(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<u64, EngineError> {
         let direct = t.direct.ok_or_else(|| EngineError::Unsupported {
             engine: "direct",
             reason: "the file has no O_DIRECT descriptor".into(),
@@ -304,12 +363,13 @@ impl StreamReceiver {
             sink,
             progress,
             done,
+            eof_ends,
             ..
         } = job;
-        ring.receive(direct, sock, extents, sink, progress, done)
+        ring.receive(direct, sock, extents, sink, progress, done, eof_ends)
     }
 
-    fn splice(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<(), EngineError> {
+    fn splice(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<u64, EngineError> {
         if self.pipe.is_none() {
             self.pipe = Some(Pipe::new(block)?);
         }
@@ -319,7 +379,7 @@ impl StreamReceiver {
         let pipe = self.pipe.as_ref().expect("made above");
         let extents = job.extents;
         let mut got = 0;
-        for &(start, n) in extents {
+        'extents: for &(start, n) in extents {
             let mut off = start;
             let mut done = 0;
             while done < n {
@@ -331,6 +391,7 @@ impl StreamReceiver {
                     n - done,
                 )?;
                 let k = match pumped {
+                    Pumped::Moved(0) if job.eof_ends => break 'extents,
                     Pumped::Moved(0) => return Err(job.disconnected(got)),
                     Pumped::Moved(k) => k as u64,
                     Pumped::OutFailed { moved, error } => {
@@ -343,18 +404,25 @@ impl StreamReceiver {
                 job.progress.fetch_add(k, Ordering::Relaxed);
             }
         }
-        crate::fs::start_writeback(&*t.file, job.offset, job.len);
-        let ranges = (extents != [(job.offset, job.len)]).then(|| extents.to_vec());
+        if got == 0 && job.eof_ends {
+            job.complete();
+            return Ok(0);
+        }
+        // Short only when the stream ended (eof_ends): then the chunk is what arrived.
+        let len = if got < job.wire() { got } else { job.len };
+        crate::fs::start_writeback(&*t.file, job.offset, len);
+        let ranges = (extents != [(job.offset, len)] && len == job.len).then(|| extents.to_vec());
         self.readback.as_mut().expect("made above").queue(
             t.file,
-            (job.offset, job.len),
+            (job.offset, len),
             ranges,
             job.sink,
             job.done,
-        )
+        )?;
+        Ok(got)
     }
 
-    fn null(&mut self, block: usize, job: Job<'_>) -> Result<(), EngineError> {
+    fn null(&mut self, block: usize, job: Job<'_>) -> Result<u64, EngineError> {
         if self.pipe.is_none() {
             self.pipe = Some(Pipe::new(block)?);
         }
@@ -372,6 +440,7 @@ impl StreamReceiver {
         let (mut got, wire) = (0, job.wire());
         while got < wire {
             let n = match pipe.pump(job.sock, job.timeout, devnull.as_fd(), None, wire - got)? {
+                Pumped::Moved(0) if job.eof_ends => break,
                 Pumped::Moved(0) => return Err(job.disconnected(got)),
                 Pumped::Moved(n) => n as u64,
                 Pumped::OutFailed { error, .. } => return Err(error),
@@ -380,7 +449,7 @@ impl StreamReceiver {
             job.progress.fetch_add(n, Ordering::Relaxed);
         }
         job.complete();
-        Ok(())
+        Ok(got)
     }
 
     /// `rw` (into `file`) and `mem` (no file): read into a buffer, feed the sink, write.
@@ -389,13 +458,13 @@ impl StreamReceiver {
         file: Option<Arc<OwnedFd>>,
         block: usize,
         mut job: Job<'_>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
         if self.buf.len() != block {
             self.buf = vec![0; block];
         }
         let extents = job.extents;
         let mut got = 0;
-        for &(start, len) in extents {
+        'extents: for &(start, len) in extents {
             let mut done = 0;
             while done < len {
                 let want = (len - done).min(self.buf.len() as u64) as usize;
@@ -403,6 +472,9 @@ impl StreamReceiver {
                 let n = retry("read", "socket", job.timeout, || {
                     rustix::io::read(job.sock, &mut *buf)
                 })?;
+                if n == 0 && job.eof_ends {
+                    break 'extents;
+                }
                 if n == 0 {
                     return Err(job.disconnected(got));
                 }
@@ -420,7 +492,7 @@ impl StreamReceiver {
             }
         }
         job.complete();
-        Ok(())
+        Ok(got)
     }
 
     /// After a chunk's write failed with `error` (a full disk, an I/O error, a hole that could
@@ -432,7 +504,11 @@ impl StreamReceiver {
         job: Job<'_>,
         mut got: u64,
         error: EngineError,
-    ) -> Result<(), EngineError> {
+    ) -> Result<u64, EngineError> {
+        if job.eof_ends {
+            // A bare stream has no next chunk to keep the connection for.
+            return Err(error);
+        }
         if self.buf.is_empty() {
             self.buf = vec![0; 64 * 1024];
         }
@@ -450,7 +526,7 @@ impl StreamReceiver {
             job.progress.fetch_add(n as u64, Ordering::Relaxed);
         }
         (job.done)(Err(WriteFailure::from(&error)));
-        Ok(())
+        Ok(wire)
     }
 
     /// Waits until every byte handed to the engines is written and every sink fed. Returns
@@ -494,6 +570,20 @@ struct Job<'a> {
     sink: Option<Sink>,
     progress: &'a AtomicU64,
     done: Completion,
+    /// The peer closing the connection ends the chunk rather than failing it (a bare stream).
+    eof_ends: bool,
+}
+
+/// What [`StreamReceiver::run`] is asked to receive.
+struct Chunk<'a> {
+    engine: RecvEngine,
+    target: Option<&'a Target>,
+    sock: BorrowedFd<'a>,
+    /// The chunk: `(offset, len)`.
+    at: (u64, u64),
+    /// Its data extents, as they come from the socket.
+    extents: &'a [(u64, u64)],
+    eof_ends: bool,
 }
 
 impl Job<'_> {

@@ -1,0 +1,169 @@
+//! The reports of a bare byte stream (`zcp send --raw`, `zcp recv`): text and JSON for
+//! [`RawStart`] and [`RawEnd`]. Intervals and the progress line are a session's.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+use zcp_session::{RawEnd, RawStart};
+
+use crate::units::{bits_per_second, bytes, rate, size};
+
+/// `s` with every text that may come from outside (paths, notes) escaped.
+pub(crate) fn clean_start(s: &RawStart) -> RawStart {
+    let t = |s: &str| zcp_wire::escape_text(s);
+    RawStart {
+        path: t(&s.path),
+        engine: t(&s.engine),
+        engine_note: s.engine_note.as_deref().map(t),
+        ..s.clone()
+    }
+}
+
+/// `e` with every text escaped.
+pub(crate) fn clean_end(e: &RawEnd) -> RawEnd {
+    let t = |s: &str| zcp_wire::escape_text(s);
+    RawEnd {
+        engine: t(&e.engine),
+        blake3: e.blake3.as_deref().map(t),
+        checked: e.checked.iter().map(|c| t(c)).collect(),
+        stored: e.stored.as_deref().map(t),
+        ..e.clone()
+    }
+}
+
+/// The text report's opening lines.
+pub(crate) fn human_start(o: &mut impl Write, s: &RawStart) -> std::io::Result<()> {
+    if s.direction == "send" {
+        writeln!(
+            o,
+            "Connecting to host {}, port {}: a bare byte stream (no key, no protocol)",
+            s.remote.ip(),
+            s.remote.port()
+        )?;
+    } else {
+        writeln!(
+            o,
+            "Accepted a connection from {} port {}: a bare byte stream (no authentication)",
+            s.remote.ip(),
+            s.remote.port()
+        )?;
+    }
+    writeln!(
+        o,
+        "[  0] local {} port {} connected to {} port {}",
+        s.local.ip(),
+        s.local.port(),
+        s.remote.ip(),
+        s.remote.port()
+    )?;
+    let what = match s.size {
+        Some(n) if s.direction == "send" => format!("Sending {} ({})", s.path, size(n)),
+        Some(n) => format!("Receiving {} into {}", size(n), s.path),
+        None => format!("Receiving into {}", s.path),
+    };
+    writeln!(o, "{what}, engine {}", s.engine)?;
+    if let Some(n) = &s.engine_note {
+        writeln!(o, "  {n}")?;
+    }
+    if let Some(r) = &s.limit_rate {
+        writeln!(
+            o,
+            "Rate cap: {}, pacing: {}",
+            rate(r.bits_per_second as f64),
+            r.pacing
+        )?;
+    }
+    Ok(())
+}
+
+/// The text report's closing lines.
+pub(crate) fn human_end(o: &mut impl Write, e: &RawEnd) -> std::io::Result<()> {
+    writeln!(o, "- - - - - - - - - - - - - - - - - - - - - - - - -")?;
+    writeln!(
+        o,
+        "[ ID] Interval           Transfer     Bitrate         Retr"
+    )?;
+    let what = if e.direction == "send" {
+        "sent"
+    } else {
+        "received"
+    };
+    writeln!(
+        o,
+        "[  0] {:>6.2}-{:<6.2} sec  {:>11}  {:>15} {:>4}  {what}",
+        0.0,
+        e.seconds,
+        bytes(e.bytes),
+        rate(bits_per_second(e.bytes, e.seconds)),
+        e.retransmits
+    )?;
+    writeln!(o, "Engine:   {}", e.engine)?;
+    if let Some(d) = &e.blake3 {
+        writeln!(o, "BLAKE3:   {d} (unkeyed, of the bytes that arrived)")?;
+    }
+    if !e.checked.is_empty() {
+        writeln!(o, "Checked:  {}", e.checked.join(", "))?;
+    }
+    match (&e.stored, e.direction) {
+        (Some(t), _) => writeln!(o, "Stored:   {t} (fsync'd, then renamed into place)")?,
+        (None, "recv") => writeln!(o, "Stored:   no ({} receiver)", e.engine)?,
+        _ => {}
+    }
+    if e.discarded > 0 {
+        writeln!(o, "Dropped:  {} the peer sent back", bytes(e.discarded))?;
+    }
+    writeln!(
+        o,
+        "CPU:      {:.2} user + {:.2} sys s; peak RSS {}",
+        e.cpu.user,
+        e.cpu.sys,
+        size(e.max_rss)
+    )
+}
+
+/// The JSON document's `start`.
+pub(crate) fn json_start(s: &RawStart) -> Value {
+    json!({
+        "version": format!("zcp {}", env!("CARGO_PKG_VERSION")),
+        "mode": "raw",
+        "direction": s.direction,
+        "connected": [{
+            "local_host": s.local.ip().to_string(),
+            "local_port": s.local.port(),
+            "remote_host": s.remote.ip().to_string(),
+            "remote_port": s.remote.port(),
+        }],
+        "path": s.path,
+        "size": s.size,
+        "engine": s.engine,
+        "engine_note": s.engine_note,
+        "authenticated": false,
+        "limit_rate": s.limit_rate.as_ref().map(|r| json!({
+            "bits_per_second": r.bits_per_second, "pacing": r.pacing
+        })),
+    })
+}
+
+/// The JSON document's `end`.
+pub(crate) fn json_end(e: &RawEnd) -> Value {
+    json!({
+        "mode": "raw",
+        "direction": e.direction,
+        "sum": {
+            "start": 0.0,
+            "end": e.seconds,
+            "seconds": e.seconds,
+            "bytes": e.bytes,
+            "bits_per_second": bits_per_second(e.bytes, e.seconds),
+            "retransmits": e.retransmits,
+        },
+        "engine": e.engine,
+        "blake3": e.blake3,
+        "checked": e.checked,
+        "stored": e.stored.is_some(),
+        "target": e.stored,
+        "discarded_bytes": e.discarded,
+        "cpu": { "user": e.cpu.user, "sys": e.cpu.sys, "total": e.cpu.total() },
+        "memory": { "max_rss_bytes": e.max_rss },
+    })
+}
