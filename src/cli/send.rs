@@ -49,7 +49,7 @@ pub(crate) struct SendArgs {
     /// Where they go: `HOST:DEST`, `[IPV6]:DEST` or `zcp://HOST[:PORT]/DEST`, relative to the
     /// server root. One file: DEST may name the file, or a directory (DEST/ or existing) that
     /// receives it. Several sources or -r: DEST is a directory, made if missing; each source
-    /// lands inside.
+    /// lands inside. With --raw: HOST:PORT of any TCP listener.
     #[arg(value_name = "HOST:DEST", required = true)]
     target: OsString,
 }

@@ -17,6 +17,7 @@ mod operator;
 mod paths;
 mod protocol;
 mod rate;
+mod raw;
 mod resume;
 mod sessions;
 mod sparse;

@@ -167,3 +167,137 @@ pub(crate) fn json_end(e: &RawEnd) -> Value {
         "memory": { "max_rss_bytes": e.max_rss },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use zcp_session::{
+        Cpu, Event, Interval, Phase, Progress, RateLimit, RawEnd, RawStart, Reporter,
+        StreamInterval, TcpStats,
+    };
+
+    use crate::{Human, JsonDoc, JsonStream};
+
+    /// A `zcp recv` (or, with `send`, a `zcp send --raw`) as its events.
+    fn events(send: bool) -> Vec<Event> {
+        let direction = if send { "send" } else { "recv" };
+        let (local, remote) = if send {
+            ("127.0.0.1:40122", "127.0.0.1:9000")
+        } else {
+            ("127.0.0.1:9000", "127.0.0.1:40122")
+        };
+        let progress = |bytes, done: bool| Progress {
+            phase: if done { Phase::Done } else { Phase::Sending },
+            bytes,
+            total_bytes: Some(1 << 30),
+            files: u64::from(done),
+            total_files: Some(1),
+            seconds: 0.5,
+        };
+        vec![
+            Event::RawStart(RawStart {
+                direction,
+                local: local.parse().unwrap(),
+                remote: remote.parse().unwrap(),
+                // A name with a terminal escape in it: printed escaped.
+                path: "data\u{1b}[2J.bin".into(),
+                size: Some(1 << 30),
+                engine: if send { "sendfile" } else { "direct" }.into(),
+                engine_note: (!send)
+                    .then(|| "auto chose direct: O_DIRECT works on this ext4 destination".into()),
+                limit_rate: send.then(|| RateLimit {
+                    bits_per_second: 5_000_000_000,
+                    pacing: "user space".into(),
+                }),
+            }),
+            Event::Progress(progress(1 << 29, false)),
+            Event::Interval(Interval {
+                start: 0.0,
+                end: 1.0,
+                streams: vec![StreamInterval {
+                    id: 0,
+                    bytes: 1 << 30,
+                    tcp: send.then_some(TcpStats {
+                        rtt_us: 40,
+                        rttvar_us: 8,
+                        snd_cwnd: 300,
+                        snd_mss: 65483,
+                        total_retrans: 0,
+                    }),
+                    retransmits: 0,
+                }],
+                progress: progress(1 << 30, false),
+            }),
+            Event::Progress(progress(1 << 30, true)),
+            Event::RawEnd(RawEnd {
+                direction,
+                bytes: 1 << 30,
+                seconds: 1.25,
+                engine: if send { "sendfile" } else { "direct" }.into(),
+                blake3: (!send).then(|| "ab".repeat(32)),
+                checked: if send {
+                    Vec::new()
+                } else {
+                    vec![
+                        "size 1073741824 as expected".into(),
+                        "BLAKE3 as expected".into(),
+                    ]
+                },
+                stored: (!send).then(|| "data\u{1b}[2J.bin".into()),
+                cpu: Cpu {
+                    user: 0.12,
+                    sys: 0.48,
+                },
+                max_rss: 6 << 20,
+                retransmits: 0,
+                discarded: 0,
+            }),
+        ]
+    }
+
+    fn human(send: bool) -> String {
+        let mut h = Human::new(Vec::new());
+        for e in events(send) {
+            h.event(&e);
+        }
+        String::from_utf8(h.into_inner()).unwrap()
+    }
+
+    #[test]
+    fn raw_human_send() {
+        let text = human(true);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn raw_human_recv() {
+        let text = human(false);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn raw_json_document_and_lines() {
+        let mut j = JsonDoc::new(Vec::new());
+        let mut s = JsonStream::new(Vec::new());
+        for e in events(false) {
+            j.event(&e);
+            s.event(&e);
+        }
+        let doc = String::from_utf8(j.into_inner()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+        for p in [
+            "/start/mode",
+            "/start/authenticated",
+            "/end/sum/bytes",
+            "/end/blake3",
+            "/end/stored",
+            "/end/target",
+            "/intervals/0/sum/bytes",
+        ] {
+            assert!(v.pointer(p).is_some(), "missing {p}");
+        }
+        let lines = String::from_utf8(s.into_inner()).unwrap();
+        insta::assert_snapshot!(format!("{doc}\n{lines}"));
+    }
+}

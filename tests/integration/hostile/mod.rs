@@ -8,7 +8,8 @@
 //! on disk however a file is given up; `bounds`: what neither can make a peer hold or keep
 //! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
 //! or flooded totals; `rate`: the rate cap from either side; `verify`: the verify mode from
-//! either side, and unverified bytes within every bound; `review`, `round3`, `round4` and
+//! either side, and unverified bytes within every bound; `raw`: a sender on `zcp recv`'s
+//! bare stream, which needs no key; `review`, `round3`, `round4` and
 //! `round5`: the second
 //! to fifth independent attackers' cases.
 
@@ -19,6 +20,7 @@ mod plan;
 mod pull;
 mod push;
 mod rate;
+mod raw;
 mod review;
 mod round3;
 mod round4;
