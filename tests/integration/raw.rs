@@ -521,3 +521,37 @@ fn send_raw_refuses_what_a_bare_stream_cannot_carry() {
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
     assert!(text(&o.stderr).contains("is a directory"), "{}", both(&o));
 }
+
+#[test]
+fn sigint_stops_send_raw_and_says_not_every_byte_went() {
+    let env = Env::new();
+    let src = env.path("src.bin");
+    make_dense(&src, 16 << 20, 77);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut got);
+        got.len()
+    });
+    // 40 Mbit/s: 16 MiB take over 3 s.
+    let mut c = zcp();
+    c.args(["send", "--raw", "--limit-rate", "40M"])
+        .arg(&src)
+        .arg(format!("127.0.0.1:{port}"));
+    let g = Guard::spawn(&mut c);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: a plain kill(2) of our own child.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::kill(g.pid(), libc::SIGINT) };
+    assert_eq!(r, 0);
+    let o = g.finish(10);
+    assert_eq!(o.status.code(), Some(130), "{}", both(&o));
+    assert!(
+        text(&o.stderr).contains("interrupted (SIGINT) before every byte was sent"),
+        "{}",
+        both(&o)
+    );
+    assert!(reader.join().unwrap() < 16 << 20);
+}

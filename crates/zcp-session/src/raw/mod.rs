@@ -37,6 +37,8 @@ struct Watch<'a> {
     total: Option<u64>,
     interval: Option<Duration>,
     stop: Option<&'a StopFlag>,
+    /// What a stop means for this stream, for its error.
+    stopped: &'static str,
 }
 
 /// The first signal the stop flag holds, if any.
@@ -125,10 +127,7 @@ impl Watch<'_> {
             }
         })?;
         if let Some(sig) = stopped(self.stop) {
-            return Err(stopped_error(
-                sig,
-                "before the stream ended; nothing was committed",
-            ));
+            return Err(stopped_error(sig, self.stopped));
         }
         let value = result?;
         let bytes = self.progress.load(Ordering::Relaxed);

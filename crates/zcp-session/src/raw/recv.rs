@@ -181,6 +181,7 @@ impl RawReceiver {
             total: o.expect_size,
             interval: o.interval,
             stop: o.stop.as_ref(),
+            stopped: "before the stream ended; nothing was committed",
         };
         let (bytes, max_rss) = watch.run(reporter, || {
             self.receive(&sock, remote, target.as_ref(), &hasher, &progress)

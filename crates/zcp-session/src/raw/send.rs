@@ -79,6 +79,7 @@ pub fn send_raw(o: &RawSendOptions, reporter: &mut dyn Reporter) -> Result<RawEn
         total: Some(size),
         interval: o.interval,
         stop: o.stop.as_ref(),
+        stopped: "before every byte was sent",
     };
     let ((discarded, closed), max_rss) = watch.run(reporter, || {
         let mut sender = FileSender::new(engine, o.block_size).paced(pacer);
