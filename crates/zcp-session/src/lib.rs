@@ -1,6 +1,7 @@
 //! zcp sessions: the sender and receiver roles, the client that runs them (`send`, `get`)
 //! and the server that runs them for its peers, built on `zcp-wire` (what bytes mean) and
-//! `zcp-engine` (how bytes move).
+//! `zcp-engine` (how bytes move); and bare byte streams without a session ([`raw`]:
+//! `send --raw`, `recv`).
 //!
 //! This crate owns the order of things — handshake, session options, the manifest walk, the
 //! chunk plan and its queue over N streams, verification and re-sends, the resume journal,

@@ -184,15 +184,23 @@ fn send_error(e: EngineError, shown: &str, peer: SocketAddr) -> SessionError {
                 reason: e.to_string(),
             }
         }
-        EngineError::Sys { call, source, .. } => SessionError::Connection {
+        EngineError::Sys {
+            call,
+            what: "socket",
+            source,
+        } => SessionError::Connection {
             peer: peer.to_string(),
             reason: format!(
                 "{call}: {source}; not every byte was sent (the peer closed or reset the \
                  connection)"
             ),
         },
-        other => SessionError::Connection {
+        EngineError::Timeout { .. } => SessionError::Connection {
             peer: peer.to_string(),
+            reason: format!("{e}; not every byte was sent"),
+        },
+        other => SessionError::Source {
+            path: shown.to_string(),
             reason: other.to_string(),
         },
     }
