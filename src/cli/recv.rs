@@ -28,7 +28,7 @@ not trust, use zcp serve and zcp send (keyed, every chunk verified) instead.";
 #[derive(Debug, Args)]
 #[command(after_help = super::after_help(EXAMPLES, true))]
 pub(crate) struct RecvArgs {
-    /// Where to listen: PORT (on 127.0.0.1), or ADDR:PORT ([IPV6]:PORT) to take connections
+    /// Where to listen: PORT (on 127.0.0.1), or ADDR:PORT (`[IPV6]:PORT`) to take connections
     /// from elsewhere; port 0 picks a free one (printed, and written to --port-file).
     #[arg(long, value_name = "[ADDR:]PORT")]
     listen: String,
