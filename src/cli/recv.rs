@@ -54,10 +54,10 @@ pub(crate) struct RecvArgs {
     /// Replace DEST if it exists (and a partial file an interrupted transfer left beside it).
     #[arg(long)]
     force: bool,
-    /// Seconds to wait for the connection, and then for each byte; the stream fails (and
-    /// stores nothing) after this long without one.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    timeout: u64,
+    /// Seconds to wait for the connection, and then for each byte (fractions allowed); the
+    /// stream fails (and stores nothing) after this long without one.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    timeout: f64,
     /// Write the port listened on to FILE (for scripts that listen on port 0).
     #[arg(long, value_name = "FILE")]
     port_file: Option<PathBuf>,
@@ -92,8 +92,8 @@ fn listen_addr(s: &str) -> anyhow::Result<SocketAddr> {
 
 pub(crate) fn run(a: RecvArgs) -> anyhow::Result<i32> {
     let addr = listen_addr(&a.listen)?;
-    if a.timeout == 0 {
-        usage!("--timeout must be at least 1 second");
+    if !a.timeout.is_finite() || !(0.01..=86_400.0).contains(&a.timeout) {
+        usage!("--timeout takes 0.01 to 86400 seconds, got {}", a.timeout);
     }
     if a.expect_blake3.is_some() && a.engine == RecvEngine::Null {
         usage!("--expect-blake3 needs the bytes hashed: the null engine never reads them");
@@ -105,7 +105,7 @@ pub(crate) fn run(a: RecvArgs) -> anyhow::Result<i32> {
         expect_size: a.expect_size,
         expect_blake3: a.expect_blake3,
         force: a.force,
-        timeout: std::time::Duration::from_secs(a.timeout),
+        timeout: std::time::Duration::from_secs_f64(a.timeout),
         interval: a.out.interval()?,
         stop: Some(super::signals::stop_on_signals()),
     };

@@ -438,10 +438,10 @@ fn recv_listens_on_loopback_unless_told_and_refuses_bad_destinations() {
         "0.0.0.0:0",
         env.dir.path(),
         &env.path("a"),
-        &["--timeout", "1"],
+        &["--timeout", "0.3"],
     );
     let mut c = zcp();
-    c.args(["recv", "--listen", "0", "--timeout", "1"])
+    c.args(["recv", "--listen", "0", "--timeout", "0.3"])
         .arg(env.path("b"));
     let o = Guard::spawn(&mut c).finish(10);
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
@@ -451,7 +451,7 @@ fn recv_listens_on_loopback_unless_told_and_refuses_bad_destinations() {
         both(&o)
     );
     assert!(
-        text(&o.stderr).contains("no connection within 1 s"),
+        text(&o.stderr).contains("no connection within 0.3 s"),
         "{}",
         both(&o)
     );

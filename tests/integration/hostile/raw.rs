@@ -47,12 +47,12 @@ fn a_flood_past_expect_size_commits_nothing() {
 fn a_trickle_then_a_stall_times_out_and_commits_nothing() {
     let env = Env::new();
     let dest = env.path("dest.bin");
-    let (zcp, port) = recv(env.dir.path(), &dest, &["--timeout", "1"]);
+    let (zcp, port) = recv(env.dir.path(), &dest, &["--timeout", "0.4"]);
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    // A byte every 300 ms keeps the idle clock from running out...
-    for _ in 0..5 {
+    // A byte every 150 ms keeps the idle clock from running out...
+    for _ in 0..4 {
         s.write_all(b"x").unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(150));
     }
     // ...until it stops, the connection held open.
     let t = Instant::now();
@@ -61,7 +61,7 @@ fn a_trickle_then_a_stall_times_out_and_commits_nothing() {
     drop(s);
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
     assert!(
-        text(&o.stderr).contains("nothing arrived for 1 s"),
+        text(&o.stderr).contains("nothing arrived for 0.4 s"),
         "{}",
         both(&o)
     );
@@ -75,7 +75,7 @@ fn every_byte_but_no_close_commits_nothing_and_a_second_peer_is_refused() {
     let (zcp, port) = recv(
         env.dir.path(),
         &dest,
-        &["--expect-size", "1000", "--timeout", "1"],
+        &["--expect-size", "1000", "--timeout", "0.3"],
     );
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.write_all(&[1u8; 1000]).unwrap();

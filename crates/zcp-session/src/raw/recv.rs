@@ -397,7 +397,10 @@ fn accept(
                 peer: listener
                     .local_addr()
                     .map_or_else(|_| "the listener".into(), |a| a.to_string()),
-                reason: format!("no connection within {} s (--timeout)", timeout.as_secs()),
+                reason: format!(
+                    "no connection within {} s (--timeout)",
+                    timeout.as_secs_f64()
+                ),
             });
         }
         if !wait_readable(listener, left.min(TICK)) {
@@ -448,7 +451,7 @@ fn stream_error(e: EngineError, peer: SocketAddr) -> SessionError {
     match e {
         EngineError::Timeout { secs, .. } => SessionError::Connection {
             peer: peer.to_string(),
-            reason: format!("nothing arrived for {secs:.0} s (peer stalled or gone; --timeout)"),
+            reason: format!("nothing arrived for {secs} s (peer stalled or gone; --timeout)"),
         },
         EngineError::Sys {
             what: "socket",
