@@ -3,12 +3,16 @@
 # (scripts/testbed.sh, docs/udp.md): the matrix of issue 14's "Measure" paragraph.
 #
 #   benches/udp.sh [-m "1500 9000"] [-r "0 10 50"] [-l "0 0.1 1 5"] [-T tcp,udp] [-P "1 4"]
-#                  [-R 2gbit] [-s SIZE] [-t SECONDS] [-u fair|fixed] [-e ENGINE] [-F] [-o OUTDIR]
+#                  [-R 2gbit] [-c CC] [-s SIZE] [-t SECONDS] [-u fair|fixed] [-e ENGINE] [-F]
+#                  [-o OUTDIR]
 #
 #   -m  veth MTUs            -r  RTTs in ms through the delay line (0: the line without delay)
 #   -l  loss in % on the sender -> receiver direction (nftables numgen drop into NAME-b)
 #   -T  zcp transports       -P  stream counts (-P of zcp)
 #   -R  the tbf bottleneck on both veth ends (default 2gbit)
+#   -c  TCP congestion control in both namespaces (default: the namespace's, which a new
+#       namespace takes from the host; recorded in the CSV and the table's title). It decides
+#       how TCP fares under random loss: cubic halves its window at each loss, bbr does not.
 #   -s  one file size for every cell (default: sized per cell from its expected rate, so a
 #       cell takes about half of -t; a cell done in under a quarter of -t runs once more with
 #       a file sized from the rate it showed, and that run is recorded)
@@ -31,13 +35,13 @@
 set -euo pipefail
 
 MTUS="1500 9000" RTTS="0 10 50" LOSSES="0 0.1 1 5" TRANSPORTS="tcp,udp" STREAMS="1 4"
-RATE=2gbit SIZE="" SECS=20 UDPMODE=fair ENGINE=null FAIR=1 OUT=""
-while getopts "m:r:l:T:P:R:s:t:u:e:Fo:h" opt; do
+RATE=2gbit CC="" SIZE="" SECS=20 UDPMODE=fair ENGINE=null FAIR=1 OUT=""
+while getopts "m:r:l:T:P:R:c:s:t:u:e:Fo:h" opt; do
     case $opt in
         m) MTUS=$OPTARG ;; r) RTTS=$OPTARG ;; l) LOSSES=$OPTARG ;; T) TRANSPORTS=$OPTARG ;;
-        P) STREAMS=$OPTARG ;; R) RATE=$OPTARG ;; s) SIZE=$OPTARG ;; t) SECS=$OPTARG ;;
+        P) STREAMS=$OPTARG ;; R) RATE=$OPTARG ;; c) CC=$OPTARG ;; s) SIZE=$OPTARG ;; t) SECS=$OPTARG ;;
         u) UDPMODE=$OPTARG ;; e) ENGINE=$OPTARG ;; F) FAIR=0 ;; o) OUT=$OPTARG ;;
-        *) sed -n '2,30p' "$0"; exit 2 ;;
+        *) sed -n '2,34p' "$0"; exit 2 ;;
     esac
 done
 die() { echo "udp.sh: $*" >&2; exit 2; }
@@ -67,8 +71,8 @@ trap 'exit 130' INT TERM
 
 "$ZCP" keygen -o "$WORK/key" >/dev/null
 mkdir -p "$WORK/root"
-echo "mtu,rtt_ms,loss_pct,transport,streams,size_bytes,status,seconds,gbps,cpu_send_s_per_gib,cpu_recv_s_per_gib,loss_dropped_packets,loss_dropped_bytes,tcp_retransmits,udp_resent_bytes,udp_lost_bytes,udp_receiver_drops,note" >"$CSV"
-echo "mtu,rtt_ms,loss_pct,transport,zcp_gbps,iperf3_gbps,jain,note" >"$FAIRCSV"
+echo "mtu,rtt_ms,loss_pct,transport,streams,size_bytes,status,seconds,gbps,cpu_send_s_per_gib,cpu_recv_s_per_gib,loss_dropped_packets,loss_dropped_bytes,tcp_retransmits,udp_resent_bytes,udp_lost_bytes,udp_receiver_drops,note,tcp_cc" >"$CSV"
+echo "mtu,rtt_ms,loss_pct,transport,zcp_gbps,iperf3_gbps,jain,note,tcp_cc" >"$FAIRCSV"
 
 # Bytes the loss rule has dropped so far ("packets bytes").
 dropped() {
@@ -112,7 +116,9 @@ up() {
     for side in a b; do
         "$TB" exec "$NAME" "$side" sysctl -qw net.ipv4.tcp_rmem="4096 131072 67108864" \
             net.ipv4.tcp_wmem="4096 16384 67108864"
+        [ -z "$CC" ] || "$TB" exec "$NAME" "$side" sysctl -qw net.ipv4.tcp_congestion_control="$CC"
     done
+    TCPCC=$("$TB" exec "$NAME" a sysctl -n net.ipv4.tcp_congestion_control)
     "$TB" exec "$NAME" b iperf3 -s -D -B 10.231.0.2 -p 5201 --logfile "$WORK/iperf3.log"
     "$TB" exec "$NAME" b "$ZCP" serve --bind 10.231.0.2 -p 5310 --root "$WORK/root" \
         --key-file "$WORK/key" >"$WORK/serve.log" 2>&1 &
@@ -164,7 +170,7 @@ end = next((x["data"] for x in lines if x.get("type") == "end"), None)
 ivs = [x["data"]["sum"] for x in lines if x.get("type") == "interval"]
 note = open(err).read().strip().splitlines()
 note = (note[0] if note else "").replace(",", ";").replace('"', "'")[:160]
-f = lambda v: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+f = lambda v: "" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
 if end is not None and rc == 0:
     s = end["sum"]
     cpu = end.get("cpu", {})
@@ -231,7 +237,7 @@ if zr is None or ir is None or zr + ir == 0:
     print(",".join(["", "", "", ((err[0] if err else "no overlap measured").replace(",", ";"))[:160]]))
 else:
     jain = (zr + ir) ** 2 / (2 * (zr * zr + ir * ir))
-    print(f"{zr:.4f},{ir:.4f},{jain:.3f},")
+    print(f"{zr:.6g},{ir:.6g},{jain:.3f},")
 PY
 }
 
@@ -260,7 +266,7 @@ if f[0] == "ok" and float(f[1]) < secs / 4 and size < 4 << 30:
                         n=$((n + 1))
                         fields=$(run_cell "$transport" "$p" "$src" "c$n")
                     fi
-                    echo "$mtu,$rtt,$loss,$transport,$p,$size,$fields" >>"$CSV"
+                    echo "$mtu,$rtt,$loss,$transport,$p,$size,$fields,$TCPCC" >>"$CSV"
                     echo "mtu $mtu rtt $rtt loss $loss $transport -P $p: ${fields%%,,*}" | cut -c1-140 >&2
                 done
                 if [ "$FAIR" = 1 ]; then
@@ -268,7 +274,7 @@ if f[0] == "ok" and float(f[1]) < secs / 4 and size < 4 << 30:
                     src=$(source_file "$size")
                     n=$((n + 1))
                     fields=$(run_fair "$transport" "$src" "f$n")
-                    echo "$mtu,$rtt,$loss,$transport,$fields" >>"$FAIRCSV"
+                    echo "$mtu,$rtt,$loss,$transport,$fields,$TCPCC" >>"$FAIRCSV"
                     echo "mtu $mtu rtt $rtt loss $loss $transport + iperf3: $fields" >&2
                 fi
             done
@@ -283,8 +289,9 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 fair = list(csv.DictReader(open(sys.argv[2])))
 rate, mode = sys.argv[3], sys.argv[4]
 num = lambda v: float(v) if v not in ("", None) else None
-print(f"zcp over the testbed's delay line, tbf {rate}, udp mode {mode}; Gbit/s, CPU s/GiB "
-      "(sender / receiver), packets dropped by the loss rule")
+ccs = ",".join(sorted({r.get("tcp_cc") or "?" for r in rows}))
+print(f"zcp over the testbed's delay line, tbf {rate}, TCP congestion control {ccs}, udp mode {mode}; "
+      "Gbit/s, CPU s/GiB (sender / receiver), packets dropped by the loss rule")
 print(f"{'mtu':>5} {'rtt':>4} {'loss%':>5} {'transport':<9} {'P':>2} {'status':<8} {'Gbit/s':>7} "
       f"{'cpu snd':>8} {'cpu rcv':>8} {'dropped':>8} {'tcp rtx':>8} {'udp resent/lost':>16}")
 for r in rows:
@@ -292,7 +299,7 @@ for r in rows:
     rs, lb = num(r["udp_resent_bytes"]), num(r["loss_dropped_bytes"])
     ratio = f"{rs / lb:.2f}x" if rs is not None and lb else "-"
     print(f"{r['mtu']:>5} {r['rtt_ms']:>4} {r['loss_pct']:>5} {r['transport']:<9} {r['streams']:>2} "
-          f"{r['status']:<8} {g if g is not None else float('nan'):>7.3f} "
+          f"{r['status']:<8} {g if g is not None else float('nan'):>7.4g} "
           f"{r['cpu_send_s_per_gib'] or '-':>8} {r['cpu_recv_s_per_gib'] or '-':>8} "
           f"{r['loss_dropped_packets']:>8} {r['tcp_retransmits'] or '-':>8} {ratio:>16}"
           + (f"  {r['note']}" if r["status"] == "failed" else ""))

@@ -94,14 +94,14 @@ delay_line() {
         kill -0 "$(cat "$state/pid")" 2>/dev/null || break
         sleep 0.1
     done
-    die "zcp-delay did not start: $(cat "$state/log")"
+    echo "testbed: zcp-delay did not start: $(cat "$state/log")" >&2
+    down
+    exit 2
 }
 
 loss_rule() {
     local pct=$1 ppm
-    command -v nft >/dev/null || die "--loss needs nftables (nft)"
     ppm=$(awk -v p="$pct" 'BEGIN { printf "%d", p * 10000 + 0.5 }')
-    [ "$ppm" -le 1000000 ] || die "--loss $pct: give 0 to 100 (percent)"
     ip netns exec "$b" nft -f - <<NFT
 table netdev zcploss {
     chain ingress {
@@ -127,7 +127,8 @@ up)
             decimal "$rtt" || die "--rtt $rtt: give milliseconds, e.g. 50"
             delay=$(awk -v r="$rtt" 'BEGIN { printf "%.3f", r / 2 }') ;;
         --loss) loss=${2:?--loss needs a value}; shift 2
-            decimal "$loss" || die "--loss $loss: give a percentage, e.g. 1 or 0.1" ;;
+            decimal "$loss" && awk -v p="$loss" 'BEGIN { exit !(p <= 100) }' ||
+                die "--loss $loss: give a percentage from 0 to 100, e.g. 1 or 0.1" ;;
         --queue) queue=${2:?--queue needs a value}; shift 2
             [[ $queue =~ ^[0-9]{4,12}$ ]] || die "--queue $queue: give bytes (1000 or more)" ;;
         *) die "unknown option $1" ;;
@@ -141,6 +142,7 @@ up)
     [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
     command -v ip >/dev/null || die "needs iproute2 (ip)"
     [ -z "$loss" ] || [ -n "$delay" ] || delay=0
+    [ -z "$loss" ] || command -v nft >/dev/null || die "--loss needs nftables (nft)"
     tool=
     if [ -n "$delay" ]; then
         command -v ethtool >/dev/null || die "--delay needs ethtool"

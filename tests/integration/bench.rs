@@ -182,10 +182,15 @@ fn bench_chart_draws_the_udp_csv_and_names_a_bad_one() {
     assert!(drawn.contains("RTT 50 ms") && drawn.contains("\ntcp MTU 9000 -P 4\n</text>"));
     std::fs::write(&csv, format!("{header}\n9000,50,0,udp,1,1,failed,,,no\n")).unwrap();
     let mut c = zcp();
-    c.args(["bench-chart", "udp"]).arg(&csv).arg(env.path("none.svg"));
+    c.args(["bench-chart", "udp"])
+        .arg(&csv)
+        .arg(env.path("none.svg"));
     let o = run(c, 30);
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
     let err = text(&o.stderr);
-    assert!(err.contains("udp.csv") && err.contains("nothing to plot"), "{err}");
+    assert!(
+        err.contains("udp.csv") && err.contains("nothing to plot"),
+        "{err}"
+    );
     assert!(!env.path("none.svg").exists());
 }

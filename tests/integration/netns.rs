@@ -389,3 +389,29 @@ fn loss_drops_packets_towards_b_only() {
     assert!(field(ab, "bytes_in") >= 8 << 20, "{show}");
     assert_eq!(field(ab, "dropped_full"), 0, "{show}");
 }
+
+/// A delay line that does not start (here a stand-in that exits at once) fails `up` with the
+/// tool's log and leaves no namespace and no state behind.
+#[test]
+fn a_delay_line_that_fails_to_start_leaves_nothing() {
+    if !is_root() {
+        println!("skipped: network namespaces need root");
+        return;
+    }
+    let name = format!("zcpf{}", std::process::id());
+    let mut c = Command::new(script());
+    c.args(["up", &name, "--delay", "5"])
+        .env("ZCP_DELAY", "/bin/false");
+    let o = run(c, 30);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("zcp-delay did not start"),
+        "{}",
+        text(&o.stderr)
+    );
+    let mut l = Command::new("ip");
+    l.args(["netns", "list"]);
+    let list = text(&run(l, 10).stdout);
+    assert!(!list.contains(&name), "left behind: {list}");
+    assert!(!Path::new(&format!("/run/zcp-testbed/{name}")).exists());
+}
