@@ -275,3 +275,31 @@ pub(crate) fn run_side(a: BenchSideArgs) -> anyhow::Result<i32> {
     zcp_bench::side::run_side(&spec, &mut std::io::stdout().lock())?;
     Ok(0)
 }
+
+/// The charts `zcp bench-chart` draws.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ChartKind {
+    /// `benches/udp.sh`'s udp.csv: Gbit/s vs loss, a panel per RTT.
+    Udp,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchChartArgs {
+    /// Which script's CSV.
+    kind: ChartKind,
+    /// The CSV to read.
+    csv: PathBuf,
+    /// The SVG to write.
+    out: PathBuf,
+}
+
+pub(crate) fn run_chart(a: BenchChartArgs) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(&a.csv)
+        .with_context(|| format!("cannot read {}", a.csv.display()))?;
+    let svg = match a.kind {
+        ChartKind::Udp => zcp_bench::udp_chart::svg(&text),
+    }
+    .map_err(|e| anyhow::anyhow!("{}: {e}", a.csv.display()))?;
+    std::fs::write(&a.out, svg).with_context(|| format!("cannot write {}", a.out.display()))?;
+    Ok(0)
+}

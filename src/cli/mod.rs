@@ -132,6 +132,9 @@ enum Command {
     /// One side of one benchmark run (started by `zcp bench`).
     #[command(hide = true)]
     BenchSide(bench::BenchSideArgs),
+    /// A chart from a benchmark script's CSV (`benches/udp.sh` runs it).
+    #[command(hide = true)]
+    BenchChart(bench::BenchChartArgs),
 }
 
 /// Runs the command; returns the process exit code.
@@ -147,6 +150,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Doctor(a) => doctor::run(a),
         Command::Clean(a) => clean::run(a),
         Command::BenchSide(a) => bench::run_side(a),
+        Command::BenchChart(a) => bench::run_chart(a),
     };
     match result {
         Ok(code) => code,

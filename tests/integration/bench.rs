@@ -160,3 +160,37 @@ fn bad_input_is_refused_before_anything_runs() {
     );
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }
+
+/// `zcp bench-chart udp` (what benches/udp.sh runs): the SVG from a CSV, and a clear error
+/// naming the file when there is nothing to plot.
+#[test]
+fn bench_chart_draws_the_udp_csv_and_names_a_bad_one() {
+    let env = Env::new();
+    let csv = env.path("udp.csv");
+    let svg = env.path("udp.svg");
+    let header = "mtu,rtt_ms,loss_pct,transport,streams,size_bytes,status,seconds,gbps,note";
+    std::fs::write(
+        &csv,
+        format!("{header}\n9000,50,0,tcp,4,1,ok,1,1.5,\n9000,50,5,tcp,4,1,ok,1,0.4,\n"),
+    )
+    .unwrap();
+    let mut c = zcp();
+    c.args(["bench-chart", "udp"]).arg(&csv).arg(&svg);
+    let o = run(c, 30);
+    assert!(o.status.success(), "{}", both(&o));
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("RTT 50 ms") && drawn.contains("\ntcp MTU 9000 -P 4\n</text>"));
+    std::fs::write(&csv, format!("{header}\n9000,50,0,udp,1,1,failed,,,no\n")).unwrap();
+    let mut c = zcp();
+    c.args(["bench-chart", "udp"])
+        .arg(&csv)
+        .arg(env.path("none.svg"));
+    let o = run(c, 30);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("udp.csv") && err.contains("nothing to plot"),
+        "{err}"
+    );
+    assert!(!env.path("none.svg").exists());
+}

@@ -18,6 +18,11 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/testbed.sh")
 }
 
+/// The delay line's binary, in the directory of the zcp binary under test.
+fn delay_tool() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_zcp")).with_file_name("zcp-delay")
+}
+
 /// Namespaces `<name>-a` (client side, dev `zcpa`) and `<name>-b` (server side, dev `zcpb`).
 pub struct Testbed {
     pub name: String,
@@ -27,6 +32,17 @@ impl Testbed {
     /// Creates a testbed; `None`, with the reason printed, when not root (the test then
     /// returns). As root the testbed must come up: a failure panics with the script's words.
     pub fn up(mtu: u32, mtu_b: u32, rate: Option<&str>) -> Option<Testbed> {
+        let mut extra = vec![];
+        if let Some(r) = rate {
+            extra.extend(["--rate", r]);
+        }
+        Testbed::up_with(mtu, mtu_b, &extra)
+    }
+
+    /// [`Testbed::up`] with more options of `testbed.sh up` (`--delay MS`, `--loss PCT`,
+    /// `--rate R`). The delay line is the `zcp-delay` binary beside zcp's (`cargo test
+    /// --workspace` builds it).
+    pub fn up_with(mtu: u32, mtu_b: u32, extra: &[&str]) -> Option<Testbed> {
         if !is_root() {
             println!("skipped: network namespaces need root");
             return None;
@@ -46,8 +62,15 @@ impl Testbed {
             "--mtu-b",
             &mtu_b.to_string(),
         ]);
-        if let Some(r) = rate {
-            c.args(["--rate", r]);
+        c.args(extra);
+        if extra.iter().any(|a| *a == "--delay" || *a == "--loss") {
+            let tool = delay_tool();
+            assert!(
+                tool.exists(),
+                "no {}: build the delay line first (cargo build --release -p zcp-delay; cargo test --workspace builds it)",
+                tool.display()
+            );
+            c.env("ZCP_DELAY", tool);
         }
         let o = run(c, 30);
         assert!(
@@ -265,4 +288,130 @@ fn auto_into_memory_without_loopback_falls_back_at_once() {
         // The probe file is gone: the root holds the file and nothing else.
         assert_eq!(tree(&root), ["f"], "round {round}");
     }
+}
+
+/// Through the delay line (10 ms each way), `zcp doctor --peer` measures the 20 ms RTT it
+/// sets, and the socket-buffer advice follows the BDP of that RTT: at 4 Gbit/s x 20 ms the
+/// 10 MB window exceeds a tcp_rmem ceiling of 6 MiB (set in the namespace: a new one's
+/// default depends on the host's memory).
+#[test]
+fn doctor_measures_the_rtt_of_the_delay_line() {
+    let Some(tb) = Testbed::up_with(1500, 1500, &["--delay", "10"]) else {
+        return;
+    };
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let server = tb.server(&root, &env.key);
+    let peer = format!("{ADDR_B}:{}", server.port);
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &format!("{}-a", tb.name)]);
+    c.args(["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 131072 6291456"]);
+    assert!(run(c, 10).status.success());
+    let o = run(
+        tb.zcp(
+            'a',
+            &["doctor", "--peer", &peer, "--rate", "4gbit", "--json"],
+        ),
+        60,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &v["target"];
+    assert_eq!(t["rtt_source"], "measured", "{t}");
+    let rtt_us = t["rtt_us"].as_u64().unwrap();
+    // One SYN/SYN-ACK exchange: the two delays plus microseconds of stack and timer slack.
+    assert!(
+        (20_000..24_000).contains(&rtt_us),
+        "set 20 ms, measured {rtt_us} us: {t}"
+    );
+    assert!(t["rtt_why"].as_str().unwrap().contains("median"), "{t}");
+    let bdp = t["bdp_bytes"].as_u64().unwrap();
+    assert_eq!(bdp, 4_000_000_000 / 8 * rtt_us / 1_000_000, "{t}");
+    let rmem = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "net.ipv4.tcp_rmem")
+        .unwrap_or_else(|| panic!("no tcp_rmem check in {v}"));
+    assert_eq!(rmem["status"], "tune", "{rmem}");
+    assert!(
+        rmem["recommended"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(" {bdp}")),
+        "the ceiling wanted is the BDP: {rmem}"
+    );
+}
+
+/// `--loss` drops that share of the packets towards `b`, counted by the script's nftables
+/// rule, and none the other way; the transfer still arrives intact.
+#[test]
+fn loss_drops_packets_towards_b_only() {
+    let Some(tb) = Testbed::up_with(1500, 1500, &["--delay", "1", "--loss", "5"]) else {
+        return;
+    };
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let server = tb.server(&root, &env.key);
+    let src = env.path("f");
+    make_file(&src, 8 << 20, 4096, 3);
+    let mut c = tb.zcp('a', &["send", "-p", &server.port.to_string(), "--key-file"]);
+    c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:f"));
+    let o = run(c, 60);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(same_file(&src, &root.join("f")));
+    // The delay line rewrites its counters every second: wait for the transfer's.
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut c = Command::new(script());
+    c.args(["show", &tb.name]);
+    let show = text(&run(c, 10).stdout);
+    let field = |line: &str, key: &str| -> u64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+    };
+    let dropped: u64 = show
+        .lines()
+        .find_map(|l| l.strip_prefix("dropped: packets "))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no loss counter in {show}"));
+    let ab = show.lines().find(|l| l.starts_with("a>b ")).unwrap();
+    assert!(show.contains("delay line: 1 ms each way"), "{show}");
+    // 8 MiB is about 5,800 segments of 1448 bytes: 5% is about 290 of them.
+    assert!(
+        (60..2_000).contains(&dropped),
+        "dropped {dropped} packets of an 8 MiB transfer at 5%: {show}"
+    );
+    // Every frame went through the delay line (about 5,800 data segments in super-frames
+    // of up to 64 KiB) and its queue never overflowed.
+    assert!(field(ab, "bytes_in") >= 8 << 20, "{show}");
+    assert_eq!(field(ab, "dropped_full"), 0, "{show}");
+}
+
+/// A delay line that does not start (here a stand-in that exits at once) fails `up` with the
+/// tool's log and leaves no namespace and no state behind.
+#[test]
+fn a_delay_line_that_fails_to_start_leaves_nothing() {
+    if !is_root() {
+        println!("skipped: network namespaces need root");
+        return;
+    }
+    let name = format!("zcpf{}", std::process::id());
+    let mut c = Command::new(script());
+    c.args(["up", &name, "--delay", "5"])
+        .env("ZCP_DELAY", "/bin/false");
+    let o = run(c, 30);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("zcp-delay did not start"),
+        "{}",
+        text(&o.stderr)
+    );
+    let mut l = Command::new("ip");
+    l.args(["netns", "list"]);
+    let list = text(&run(l, 10).stdout);
+    assert!(!list.contains(&name), "left behind: {list}");
+    assert!(!Path::new(&format!("/run/zcp-testbed/{name}")).exists());
 }

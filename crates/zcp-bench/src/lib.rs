@@ -11,6 +11,7 @@
 //! caller; it never prints. [`report`] turns the runs into statistics ([`stats`]), ratios
 //! against the read/write baseline, warnings, and the table, CSV and JSON outputs; [`plot`]
 //! draws the documents' charts as SVG; [`seeds`] holds the figures the documents published.
+//! [`udp_chart`] draws the chart of `benches/udp.sh` from its CSV.
 
 #![deny(missing_docs)]
 
@@ -21,6 +22,7 @@ pub mod run;
 pub mod seeds;
 pub mod side;
 pub mod stats;
+pub mod udp_chart;
 
 use std::path::PathBuf;
 use std::time::Duration;

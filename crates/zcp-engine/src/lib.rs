@@ -6,8 +6,9 @@
 //! filesystem work beneath the receiver's root ([`fs`]), hashing from the page cache through
 //! guarded mappings ([`map`]), rate caps ([`pace`]: the kernel's TCP pacing and a token
 //! bucket), resource accounting ([`sys`]) and the read-only host probes of
-//! `zcp doctor` ([`probe`]). It knows nothing of frames,
-//! keys or sessions: callers hand it descriptors, offsets and lengths.
+//! `zcp doctor` ([`probe`]), and the link-layer sockets of the testbed's delay line
+//! ([`packet`]). It knows nothing of zcp's frames, keys or sessions: callers hand it
+//! descriptors, offsets and lengths.
 //!
 //! `unsafe_code` stays denied at the crate level: each `unsafe` block carries its own
 //! `#[allow(unsafe_code)]` and a `// SAFETY:` note, so none slips in unannounced.
@@ -19,6 +20,7 @@ mod error;
 pub mod fs;
 pub mod map;
 pub mod pace;
+pub mod packet;
 pub mod probe;
 pub mod recv;
 pub mod send;

@@ -142,6 +142,8 @@ pub struct PathProbe {
     /// The shortest connect (SYN to SYN-ACK) of the attempts: one round trip plus the peer's
     /// accept latency.
     pub connect_min: Duration,
+    /// The median of the attempts (the upper middle one of an even count).
+    pub connect_median: Duration,
     /// The longest one.
     pub connect_max: Duration,
     /// Connections that succeeded.
@@ -180,8 +182,10 @@ pub fn probe_path(peer: SocketAddr, tries: u32, timeout: Duration) -> io::Result
     } else {
         (libc::IPPROTO_IPV6, libc::IPV6_MTU)
     };
+    times.sort();
     Ok(PathProbe {
         connect_min: times.iter().copied().min().unwrap_or_default(),
+        connect_median: times.get(times.len() / 2).copied().unwrap_or_default(),
         connect_max: times.iter().copied().max().unwrap_or_default(),
         samples: times.len() as u32,
         path_mtu: getsockopt_u32(&stream, level, opt),
@@ -289,7 +293,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let p = probe_path(addr, 3, Duration::from_secs(2)).unwrap();
         assert_eq!(p.samples, 3);
-        assert!(p.connect_min <= p.connect_max);
+        assert!(p.connect_min <= p.connect_median && p.connect_median <= p.connect_max);
         assert!(p.path_mtu.unwrap() >= 1280, "{p:?}");
         assert!(p.mss.unwrap() > 500, "{p:?}");
         assert!(p.local.ip().is_loopback());

@@ -157,7 +157,7 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 ///   "offloads": { "eth0": { "gro": true, "gso": true, "tso": false } },
 ///   "dir":  { "path": "/data", "dev": [259, 1], "fs": "xfs", "in_memory": false,
 ///             "free_bytes": 1000, "total_bytes": 2000, "direct": null, "splice": null },
-///   "path": { "connect_min_us": 100, "connect_max_us": 120, "samples": 5,
+///   "path": { "connect_min_us": 100, "connect_median_us": 110, "connect_max_us": 120, "samples": 5,
 ///             "path_mtu": 9000, "mss": 8948, "local": "10.0.0.1:40000" } }
 /// ```
 #[derive(Debug, Default, Deserialize)]
@@ -224,6 +224,9 @@ struct RecDir {
 #[serde(deny_unknown_fields)]
 struct RecPath {
     connect_min_us: u64,
+    /// Absent in trees recorded before the median was probed: the minimum then.
+    #[serde(default)]
+    connect_median_us: Option<u64>,
     connect_max_us: u64,
     samples: u32,
     path_mtu: Option<u32>,
@@ -318,6 +321,7 @@ impl Probes for Recorded {
             .get()?;
         Ok(PathProbe {
             connect_min: Duration::from_micros(p.connect_min_us),
+            connect_median: Duration::from_micros(p.connect_median_us.unwrap_or(p.connect_min_us)),
             connect_max: Duration::from_micros(p.connect_max_us),
             samples: p.samples,
             path_mtu: p.path_mtu,

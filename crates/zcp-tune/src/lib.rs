@@ -326,8 +326,9 @@ fn target(
             p.connect_min.max(Duration::from_micros(1)),
             Source::Measured,
             format!(
-                "the fastest of {} TCP connects to the peer (slowest {})",
+                "the fastest of {} TCP connects to the peer (median {}, slowest {})",
                 p.samples,
+                units::duration(p.connect_median),
                 units::duration(p.connect_max)
             ),
         ),

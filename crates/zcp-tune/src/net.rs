@@ -240,8 +240,9 @@ pub(crate) fn peer(name: &str, p: &PathProbe) -> Vec<Check> {
         Check::new(sec, "rtt", units::duration(p.connect_min), Status::Info)
             .want("-")
             .note(format!(
-                "{name}: fastest of {} TCP connects, slowest {}; local address {}",
+                "{name}: fastest of {} TCP connects, median {}, slowest {}; local address {}",
                 p.samples,
+                units::duration(p.connect_median),
                 units::duration(p.connect_max),
                 p.local.ip()
             )),
