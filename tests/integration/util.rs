@@ -453,6 +453,8 @@ impl Raw {
             chunk_size: 0,
             rate: 0,
             verify: "blake3".into(),
+            transport: "tcp".into(),
+            udp_mode: "fair".into(),
         }));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,

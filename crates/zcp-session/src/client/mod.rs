@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine};
+use zcp_wire::udp::{TransportKind, UdpMode};
 use zcp_wire::{Message, Psk, VerifyMode, escape};
 
 use crate::confine::{Requested, Scope};
@@ -30,7 +31,6 @@ use crate::recv::state::RxConfig;
 use crate::recv::{RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig};
 use crate::transport::pace::{RateCap, planned_for};
-use crate::transport::tcp::TcpStreams;
 use observer::{ClientObserver, Measured};
 use open::{Opened, open_message, open_session, start_event};
 
@@ -80,6 +80,10 @@ pub struct Transfer {
     pub limit_rate: Option<u64>,
     /// How the session proves its data (`--verify`): keyed BLAKE3 unless asked otherwise.
     pub verify: VerifyMode,
+    /// How the data moves (`--transport`): TCP unless asked otherwise.
+    pub transport: TransportKind,
+    /// The UDP transport's rate control (`--udp-mode`).
+    pub udp_mode: UdpMode,
 }
 
 /// Set to a signal's number (non-zero) to stop a running transfer.
@@ -313,7 +317,7 @@ fn send_once(
         cfg: SenderConfig {
             engine: t.engine,
             block: t.block_size,
-            chunk_size: t.chunk_size,
+            chunk_size: crate::transport::udp::chunk_for(t.transport, t.chunk_size),
             idle,
             verify: t.verify,
         },
@@ -322,7 +326,7 @@ fn send_once(
         keys,
         nonces,
         psk: opts.conn.psk.clone(),
-        transport: Box::new(TcpStreams::new(data, counters.clone())),
+        transport: crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone()),
         peer,
         cap,
     };
@@ -570,7 +574,8 @@ fn get_once(
         ctl,
         wake: wake.clone(),
     });
-    let transport = Box::new(TcpStreams::new(data, counters.clone()));
+    let rate = t.limit_rate.unwrap_or(0);
+    let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
     let (totals, mut reader_usage) =
         crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)
             .map_err(|e| with_committed(e, &obs))?;
