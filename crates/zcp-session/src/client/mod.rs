@@ -313,6 +313,8 @@ fn send_once(
         nonces,
         ..
     } = cs;
+    let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
+    obs.udp = transport.udp().map(|s| (s, t.udp_mode));
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: t.engine,
@@ -326,7 +328,7 @@ fn send_once(
         keys,
         nonces,
         psk: opts.conn.psk.clone(),
-        transport: crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone()),
+        transport,
         peer,
         cap,
     };
@@ -576,6 +578,7 @@ fn get_once(
     });
     let rate = t.limit_rate.unwrap_or(0);
     let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
+    obs.udp = transport.udp().map(|s| (s, t.udp_mode));
     let (totals, mut reader_usage) =
         crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)
             .map_err(|e| with_committed(e, &obs))?;

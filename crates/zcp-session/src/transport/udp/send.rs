@@ -375,25 +375,33 @@ impl Sender<'_> {
         Ok(())
     }
 
+    /// Datagrams per batch: about 1 ms of the rate (so a slow rate is not sent in bursts),
+    /// 1 to [`BATCH`].
+    fn batch(&self) -> usize {
+        let per_ms = self.rate.rate() / 1000;
+        ((per_ms / self.payload as u64) as usize).clamp(1, BATCH)
+    }
+
     /// Re-sends a batch of NAKed datagrams; whether there were any.
     fn resend(&mut self) -> Result<bool, Refusal> {
+        let batch = self.batch();
         let mut picks: Vec<(usize, u32)> = Vec::new();
         for (i, f) in self.flights.iter_mut().enumerate() {
             if f.wanted == 0 {
                 continue;
             }
             for w in 0..f.want.len() {
-                while f.want[w] != 0 && picks.len() < BATCH {
+                while f.want[w] != 0 && picks.len() < batch {
                     let b = f.want[w].trailing_zeros();
                     f.want[w] &= !(1u64 << b);
                     f.wanted -= 1;
                     picks.push((i, w as u32 * 64 + b));
                 }
-                if picks.len() == BATCH {
+                if picks.len() == batch {
                     break;
                 }
             }
-            if picks.len() == BATCH {
+            if picks.len() == batch {
                 break;
             }
         }
@@ -407,6 +415,7 @@ impl Sender<'_> {
     /// Sends the next batch of a chunk's datagrams not yet sent once (and its Sent mark
     /// after the last); whether there was one.
     fn send_new(&mut self) -> Result<bool, Refusal> {
+        let batch = self.batch();
         let Some(i) = self
             .flights
             .iter()
@@ -415,7 +424,7 @@ impl Sender<'_> {
             return Ok(false);
         };
         let f = &mut self.flights[i];
-        let end = f.grams.min(f.next + BATCH as u32);
+        let end = f.grams.min(f.next + batch as u32);
         let picks: Vec<(usize, u32)> = (f.next..end).map(|g| (i, g)).collect();
         f.next = end;
         let (done, file, offset) = (end == f.grams, f.file, f.offset);
@@ -434,6 +443,15 @@ impl Sender<'_> {
 
     /// Paces and sends datagrams `picks` (flight, datagram).
     fn transmit(&mut self, picks: &[(usize, u32)], again: bool) -> Result<(), Refusal> {
+        // Pace first, then stamp: the one-way delay must not count our own wait.
+        let bytes: u64 = picks
+            .iter()
+            .map(|&(i, g)| self.flights[i].gram(g, self.payload).len() as u64)
+            .sum();
+        let wait = self.bucket.take(bytes, Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
         let now_us = micros(self.epoch);
         let heads: Vec<[u8; 32]> = picks
             .iter()
@@ -452,10 +470,8 @@ impl Sender<'_> {
             })
             .collect();
         let mut grams: Vec<(&[u8], &[u8])> = Vec::with_capacity(picks.len());
-        let mut bytes = 0u64;
         for (&(i, g), h) in picks.iter().zip(&heads) {
             let p = self.flights[i].gram(g, self.payload);
-            bytes += p.len() as u64;
             if let Some((permille, state)) = &mut self.loss {
                 // xorshift64: a seeded, repeatable lossy path.
                 *state ^= *state << 13;
@@ -466,12 +482,6 @@ impl Sender<'_> {
                 }
             }
             grams.push((&h[..], p));
-        }
-        // One bucket paces: the stream's share of the cap is its ceiling (two in series
-        // would each make the batch wait).
-        let wait = self.bucket.take(bytes, Instant::now());
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
         }
         let st = self.stats;
         self.udp
