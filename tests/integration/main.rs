@@ -21,5 +21,6 @@ mod resume;
 mod sessions;
 mod sparse;
 mod tree;
+mod udp;
 mod util;
 mod verify;
