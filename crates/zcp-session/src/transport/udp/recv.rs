@@ -185,6 +185,10 @@ impl<'a> Receiver<'a> {
     }
 
     fn run(&mut self, batch: &mut RecvBatch) -> Result<(), Refusal> {
+        // Frames that came with the sender's Hello are in the buffer already.
+        if self.act_on_frames()? {
+            return Ok(());
+        }
         loop {
             let wait = FEEDBACK.saturating_sub(self.last_feedback.elapsed());
             let (side, data) = poll_two(self.sock.as_fd(), self.udp.as_fd(), wait);
@@ -218,7 +222,17 @@ impl<'a> Receiver<'a> {
                 _ => return Err(io(format!("UDP side channel: {e}"))),
             },
         }
+        self.act_on_frames()
+    }
+
+    /// Acts on the whole frames in the buffer; `true` at the stream's end.
+    fn act_on_frames(&mut self) -> Result<bool, Refusal> {
         while let Some(f) = self.reader.next()? {
+            tracing::debug!(
+                frame = f.name(),
+                open = self.open.len(),
+                "udp receiver heard"
+            );
             match f {
                 UdpFrame::Announce(h) => self.announce(&h)?,
                 UdpFrame::Sent { file_id, offset } => {

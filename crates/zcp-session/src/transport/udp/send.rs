@@ -210,6 +210,7 @@ fn listen(mut sock: TcpStream, mut reader: SideReader, inbox: &Inbox) {
                 Ok(None) => break,
                 Err(r) => return close(r),
             };
+            tracing::trace!(frame = f.name(), "udp sender heard");
             let mut h = inbox.heard.locked();
             match f {
                 UdpFrame::Nak {
@@ -524,6 +525,12 @@ impl Sender<'_> {
             });
         }
         let header = ChunkHeader::data(job.file_id, job.offset, job.len);
+        tracing::debug!(
+            file = job.file_id,
+            offset = job.offset,
+            len = job.len,
+            "udp announce"
+        );
         write_frame(&mut self.sock, &UdpFrame::Announce(header))?;
         let grams = job.len.div_ceil(self.payload as u64) as u32;
         self.flights.push(Flight {
