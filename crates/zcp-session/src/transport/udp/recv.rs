@@ -113,6 +113,9 @@ struct Receiver<'a> {
     drops: u32,
     last_feedback: Instant,
     last_data: Instant,
+    /// When the socket was last found empty: a chunk's tail is NAKed only once the socket
+    /// was empty after its "sent" mark (its datagrams may still wait in the socket's queue).
+    drained: Instant,
     rtt: Duration,
     rtt_at: Instant,
     idle: Duration,
@@ -176,6 +179,7 @@ impl<'a> Receiver<'a> {
                 drops: 0,
                 last_feedback: now,
                 last_data: now,
+                drained: now,
                 rtt: Duration::from_millis(1),
                 rtt_at: now,
                 idle,
@@ -194,6 +198,8 @@ impl<'a> Receiver<'a> {
             let (side, data) = poll_two(self.sock.as_fd(), self.udp.as_fd(), wait);
             if data {
                 self.take_datagrams(batch)?;
+            } else {
+                self.drained = Instant::now();
             }
             if side && self.take_frames()? {
                 return Ok(());
@@ -337,6 +343,7 @@ impl<'a> Receiver<'a> {
                 .recv_batch(batch)
                 .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
             if n == 0 {
+                self.drained = Instant::now();
                 break;
             }
             let now_us = micros(self.epoch) as i64;
@@ -442,7 +449,8 @@ impl<'a> Receiver<'a> {
         let mut frames = Vec::new();
         let (mut lost, mut lost_bytes) = (0u64, 0u64);
         for a in &mut self.open {
-            let tail = a.sent_at.is_some_and(|t| now.duration_since(t) >= FEEDBACK);
+            let drained = self.drained;
+            let tail = a.sent_at.is_some_and(|t| drained >= t + FEEDBACK);
             let limit = if tail { a.grams } else { a.seen_before };
             a.seen_before = a.highest;
             let mut ranges: Vec<(u32, u32)> = Vec::new();

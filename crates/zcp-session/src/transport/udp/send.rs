@@ -31,10 +31,13 @@ const HELLO_WAIT: Duration = Duration::from_secs(60);
 /// NAK frames held for the sending thread at most (more are dropped: they come again).
 const MAX_HEARD_NAKS: usize = 4096;
 
+/// A NAK as heard: the chunk (file, offset) and its ranges.
+type Nak = (u32, u64, Vec<(u32, u32)>);
+
 /// What the side channel's reader heard, for the sending thread.
 #[derive(Debug, Default)]
 struct Heard {
-    naks: Vec<(u32, u64, Vec<(u32, u32)>)>,
+    naks: Vec<Nak>,
     done: Vec<(u32, u64)>,
     ready: Vec<(u32, u64)>,
     feedback: Option<(u64, u64, u32)>,
