@@ -23,6 +23,8 @@ pub(crate) const EXAMPLES: &str = "\
   zcp send -q --retry 5 big.h5 dtn.example.org:run42/
                                                    # for cron: errors only; reconnects and
                                                    # resumes up to 5 times
+  zcp send --transport udp -P 4 big.h5 dtn.example.org:run42/
+                                                   # paced UDP datagrams: a long, lossy path
 
 Interrupted (Ctrl-C, a lost connection)? Run the same command again: chunks the server verified
 and stored are not sent again.";

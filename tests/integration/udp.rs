@@ -96,6 +96,31 @@ fn a_tree_goes_over_udp_and_the_text_report_names_the_transport() {
 }
 
 #[test]
+fn the_rate_cap_holds_over_udp_in_both_modes() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 8 << 20, 4);
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    for mode in ["fair", "fixed"] {
+        let args = [&UDP[..], &["--udp-mode", mode, "--limit-rate", "200M"]].concat();
+        let (o, v) = send_json(srv.port, &env.key, &src, mode, &args, 30);
+        assert!(o.status.success(), "{}", both(&o));
+        assert!(same_file(&src, &root.join(mode)));
+        let bps = v["end"]["sum_sent"]["bits_per_second"].as_f64().unwrap();
+        assert!(
+            bps <= 200e6 * 1.15,
+            "{mode}: {bps} bit/s over a 200 Mbit/s cap"
+        );
+        assert!(bps >= 200e6 * 0.3, "{mode}: {bps} bit/s");
+        assert_eq!(
+            v["end"]["limit_rate"]["pacing"],
+            "user space (UDP, per stream)"
+        );
+    }
+}
+
+#[test]
 fn fixed_mode_needs_a_rate_cap_and_unknown_names_are_refused() {
     let env = Env::new();
     let src = env.path("s");

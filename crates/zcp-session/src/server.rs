@@ -509,7 +509,9 @@ impl Session {
                     let core: Arc<dyn Landing> = core.clone();
                     drop(role);
                     let counter = self.counter(index);
-                    match self.udp.locked().clone() {
+                    // Taken out first: the lock must not be held while the stream lands.
+                    let udp = self.udp.locked().clone();
+                    match udp {
                         Some((offload, stats)) => {
                             let i = usize::from(index);
                             crate::transport::udp::recv::land(

@@ -284,7 +284,13 @@ fn send_once(
     let peer = cs.peer.to_string();
     let rate = t.limit_rate.unwrap_or(0);
     let cap = RateCap::apply(rate, planned_for(rate, &data), &data);
-    let limit_rate = cap.as_ref().map(RateCap::limit);
+    let mut limit_rate = cap.as_ref().map(RateCap::limit);
+    if t.transport == TransportKind::Udp
+        && let Some(l) = &mut limit_rate
+    {
+        // Each UDP stream's own bucket holds its share; the kernel paces no datagram.
+        l.pacing = "user space (UDP, per stream)".into();
+    }
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut start = start_event(
         &cs,

@@ -125,4 +125,3 @@ fn a_tree_of_many_small_files_goes_over_two_streams() {
     assert_eq!(out.received.committed(), 303);
     assert!(p.same("t/a/f299") && p.same("t/a/b/g2") && p.same("t/a/f1"));
 }
-
