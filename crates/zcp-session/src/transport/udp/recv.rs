@@ -27,6 +27,8 @@ use crate::transport::Landing;
 
 /// NAK frames per chunk per feedback interval at most (the rest wait for the next).
 const NAK_FRAMES: usize = 8;
+/// Chunk buffers kept for reuse, per stream.
+const SPARE: usize = 4;
 /// Receive batches taken per poll before the timers are looked at.
 const BATCHES: usize = 32;
 
@@ -102,6 +104,9 @@ struct Receiver<'a> {
     tag: [u8; 8],
     budget: u64,
     open: Vec<Assembly>,
+    /// Buffers of finished chunks, kept for the next ones (no mapping and page faults per
+    /// chunk); at most [`SPARE`].
+    spare: Vec<AlignedBuf>,
     stats: &'a UdpStats,
     counter: Arc<AtomicU64>,
     stream: usize,
@@ -169,6 +174,7 @@ impl<'a> Receiver<'a> {
                 payload: usize::from(payload),
                 budget,
                 open: Vec::new(),
+                spare: Vec::new(),
                 stats,
                 counter,
                 stream,
@@ -299,6 +305,7 @@ impl<'a> Receiver<'a> {
                     self.landing.hashed(file, index, [0; 32]);
                 }
                 let grams = h.len.div_ceil(self.payload as u64) as u32;
+                let buf = self.buffer(h.len as usize);
                 self.open.push(Assembly {
                     file,
                     index,
@@ -311,7 +318,7 @@ impl<'a> Receiver<'a> {
                     seen_before: 0,
                     sent_at: None,
                     naked: vec![0; grams as usize],
-                    buf: AlignedBuf::new(h.len as usize),
+                    buf,
                     engine,
                     target,
                     verify,
@@ -412,8 +419,19 @@ impl<'a> Receiver<'a> {
     }
 
     /// A whole chunk: its MAC to the role, its bytes written, and the sender told.
-    fn finish(&mut self, a: Assembly) -> Result<(), Refusal> {
+    /// A buffer of at least `len` bytes: a spare one if it is large enough.
+    fn buffer(&mut self, len: usize) -> AlignedBuf {
+        match self.spare.iter().position(|b| b.len() >= len) {
+            Some(i) => self.spare.swap_remove(i),
+            None => AlignedBuf::new(len),
+        }
+    }
+
+    fn finish(&mut self, mut a: Assembly) -> Result<(), Refusal> {
         let len = a.len as usize;
+        // O_DIRECT writes whole blocks: the last one's tail is zeros, not an earlier chunk's.
+        let padded = len.div_ceil(4096) * 4096;
+        a.buf[len..padded].fill(0);
         if a.verify {
             let mut h = self.keys.chunk_hasher(a.file, a.offset, a.len);
             h.update(&a.buf[..len]);
@@ -426,6 +444,9 @@ impl<'a> Receiver<'a> {
             a.index,
             r.as_ref().map(|_| ()).map_err(WriteFailure::from),
         );
+        if self.spare.len() < SPARE {
+            self.spare.push(a.buf);
+        }
         write_frame(
             &mut self.sock,
             &UdpFrame::Done {

@@ -110,6 +110,8 @@ struct Sender<'a> {
     progress: &'a AtomicU64,
     inbox: Arc<Inbox>,
     flights: Vec<Flight>,
+    /// Buffers of chunks done, kept for the next ones (at most 4).
+    spare: Vec<Vec<u8>>,
     budget: u64,
     rate: RateControl,
     bucket: TokenBucket,
@@ -176,6 +178,7 @@ fn run(
         progress,
         inbox,
         flights: Vec::new(),
+        spare: Vec::new(),
         budget: budget.max(1),
         rtt: Duration::from_millis(1),
         rtt_at: now,
@@ -313,8 +316,16 @@ impl Sender<'_> {
             }
         }
         for (file, offset) in heard.done {
-            self.flights
-                .retain(|f| (f.file, f.offset) != (file, offset));
+            let done = self
+                .flights
+                .iter()
+                .position(|f| (f.file, f.offset) == (file, offset));
+            if let Some(i) = done {
+                let f = self.flights.remove(i);
+                if self.spare.len() < 4 {
+                    self.spare.push(f.buf);
+                }
+            }
         }
         for (file, offset) in heard.ready {
             if let Some(f) = self
@@ -507,7 +518,8 @@ impl Sender<'_> {
         if job.cancelled.load(Ordering::Relaxed) || job.len == 0 {
             return Ok(());
         }
-        let mut buf = vec![0u8; job.len as usize];
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.resize(job.len as usize, 0);
         if let Err(e) = read_at(job.file.as_fd(), &mut buf, job.offset) {
             (self.side.report)(Departure::SourceFailed {
                 file: job.file_id,
