@@ -274,6 +274,20 @@ fn an_announcement_outside_the_plan_ends_the_session_with_nothing_stored() {
 
 #[test]
 fn a_get_whose_client_naks_datagrams_its_chunk_lacks_fails_cleanly() {
+    bad_feedback_in_a_get(None, "a NAK for datagram 4000000");
+}
+
+#[test]
+fn a_get_whose_client_sends_a_malformed_frame_fails_cleanly() {
+    // An unknown kind, then a NAK with no ranges: the first ends the stream.
+    let junk = [&[99u8, 0, 1, 7][..], &[5, 0, 14, 0, 0, 0, 0][..]].concat();
+    bad_feedback_in_a_get(Some(junk), "unknown UDP side-channel frame kind 99");
+}
+
+/// A get over UDP whose client, once the first chunk is announced, sends `junk` (or, by
+/// default, a NAK of datagrams the chunk lacks): the server's stream fails with `why` in
+/// its log, the source is untouched, and the server serves an honest get afterwards.
+fn bad_feedback_in_a_get(junk: Option<Vec<u8>>, why: &str) {
     let env = Env::new();
     let root = env.mkdir("root");
     let want: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
@@ -325,12 +339,9 @@ fn a_get_whose_client_naks_datagrams_its_chunk_lacks_fails_cleanly() {
         .encode(),
     )
     .unwrap();
-    data.write_all(&nak.encode()).unwrap();
-    assert!(
-        srv.wait_log("a NAK for datagram 4000000", 10),
-        "{}",
-        srv.log()
-    );
+    data.write_all(&junk.unwrap_or_else(|| nak.encode()))
+        .unwrap();
+    assert!(srv.wait_log(why, 10), "{}", srv.log());
     drop(data);
     drop(raw);
     // The source is untouched and the server goes on.
