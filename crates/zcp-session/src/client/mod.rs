@@ -86,6 +86,9 @@ pub struct Transfer {
     pub udp_mode: UdpMode,
 }
 
+/// How reports name the pacing of a rate cap over UDP.
+const UDP_PACING: &str = "user space (UDP, per stream)";
+
 /// Set to a signal's number (non-zero) to stop a running transfer.
 pub type StopFlag = Arc<std::sync::atomic::AtomicUsize>;
 
@@ -289,7 +292,7 @@ fn send_once(
         && let Some(l) = &mut limit_rate
     {
         // Each UDP stream's own bucket holds its share; the kernel paces no datagram.
-        l.pacing = "user space (UDP, per stream)".into();
+        l.pacing = UDP_PACING.into();
     }
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut start = start_event(
@@ -512,7 +515,10 @@ fn get_once(
     // The server holds the cap, and said how.
     let limit_rate = t.limit_rate.map(|bits| RateLimit {
         bits_per_second: bits,
-        pacing: pacing.name().into(),
+        pacing: match t.transport {
+            TransportKind::Udp => UDP_PACING.into(),
+            TransportKind::Tcp => pacing.name().into(),
+        },
     });
     let root = Arc::new(match early {
         Some(root) => root,

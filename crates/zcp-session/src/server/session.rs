@@ -542,11 +542,14 @@ fn serve_pull(
     let counters = session.counters.locked().clone();
     let cap = RateCap::apply(g.rate, g.pacing.clone(), &data);
     if let Some(cap) = &cap {
+        let pacing = match g.transport {
+            TransportKind::Udp => "user space (UDP, per stream)",
+            TransportKind::Tcp => cap.pacing.name(),
+        };
         let mut message = format!(
-            "rate cap {} bit/s over {} streams, pacing: {}",
+            "rate cap {} bit/s over {} streams, pacing: {pacing}",
             cap.bits,
             data.len(),
-            cap.pacing.name()
         );
         if let Some(note) = &cap.note {
             message.push_str(&format!(" ({note})"));
