@@ -224,6 +224,17 @@ fn stray_spoofed_and_misplaced_datagrams_never_reach_the_disk() {
     drop(raw);
     drop(data);
     assert!(no_partials(&root, 10), "{:?}", tree(&root));
+    // The server's log counts what it refused and the duplicates (from its own socket: the
+    // stranger's datagrams never reached it).
+    assert!(srv.wait_log(" duplicates", 10), "{}", srv.log());
+    let log = srv.log();
+    let count = |what: &str| -> u64 {
+        let at = log.find(what).unwrap_or_else(|| panic!("{what}: {log}"));
+        let head = log[..at].rsplit(' ').next().unwrap();
+        head.parse().unwrap_or_else(|_| panic!("{what}: {log}"))
+    };
+    assert!(count(" refused") >= 7, "{log}");
+    assert!(count(" duplicates") >= 40, "{log}");
     // The server goes on.
     let src = env.path("honest.bin");
     make_dense(&src, 300_000, 2);

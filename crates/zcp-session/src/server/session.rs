@@ -499,7 +499,12 @@ fn serve_push(
     }
     session.set_role(SessionRole::Receive(core.clone()));
     c.opened(g)?;
-    let (totals, _) = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer)?;
+    let ran = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer);
+    let udp = session.udp.locked().clone();
+    if let Some((_, stats)) = udp {
+        udp_note(ctx, session, &stats, g.udp_mode);
+    }
+    let (totals, _) = ran?;
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
@@ -564,6 +569,8 @@ fn serve_pull(
             let _ = c.ctl.send(&Message::Notice { message: note });
         }
     }
+    let transport = crate::transport::make(g.transport, g.udp_mode, g.rate, data, counters.clone());
+    let udp = transport.udp();
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: g.send,
@@ -577,17 +584,45 @@ fn serve_pull(
         keys: session.keys.clone(),
         nonces,
         psk: ctx.cfg.psk.clone(),
-        transport: crate::transport::make(g.transport, g.udp_mode, g.rate, data, counters.clone()),
+        transport,
         peer: peer.to_string(),
         cap,
     };
     let walker = Walker::new(tops, g.recursive);
-    let (totals, _) = crate::send::run(setup, walker, observer)?;
+    let ran = crate::send::run(setup, walker, observer);
+    if let Some(stats) = udp {
+        udp_note(ctx, session, &stats, g.udp_mode);
+    }
+    let (totals, _) = ran?;
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
         bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
     })
+}
+
+/// The server log's line on a UDP session's datagrams (its own side's counts).
+fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStats, mode: UdpMode) {
+    let u = stats.report(mode);
+    let message = format!(
+        "udp {} ({}, {} B payloads): {} datagrams sent, {} received, {} lost, {} re-sent, \
+         {} receiver drops, {} refused, {} duplicates, {} rate cuts",
+        u.mode,
+        u.engines,
+        u.payload,
+        u.sent,
+        u.received,
+        u.lost,
+        u.resent,
+        u.receiver_drops,
+        u.rejected,
+        u.duplicates,
+        u.cuts
+    );
+    ctx.reporter.event(&ServerEvent::Note {
+        session: session.hex.clone(),
+        message,
+    });
 }
 
 /// Where a pulled path starts: its directory resolved beneath the root now (never through a
