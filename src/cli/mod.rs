@@ -230,6 +230,16 @@ struct TransferArgs {
     /// and atomic, and the session authenticated. For measuring what verification costs.
     #[arg(long, default_value = "blake3", value_name = "MODE", value_parser = parse_verify)]
     verify: zcp_session::VerifyMode,
+    /// How the bytes move: tcp (the default: the data streams carry them) or udp (paced UDP
+    /// datagrams sized to the path MTU, one socket per stream, NAK-based loss recovery over
+    /// the authenticated data streams; chunks default to 4 MiB). See docs/udp.md.
+    #[arg(long, default_value = "tcp", value_name = "KIND", value_parser = parse_transport)]
+    transport: zcp_session::TransportKind,
+    /// With --transport udp, the rate control: fair (the default: starts at the cap or
+    /// 10 Gbit/s, cuts 1/8 on loss, backs off as queueing delay rises) or fixed (sends at
+    /// --limit-rate, which it requires, whatever the path: for dedicated links only).
+    #[arg(long, default_value = "fair", value_name = "MODE", value_parser = parse_udp_mode)]
+    udp_mode: zcp_session::UdpMode,
 }
 
 impl TransferArgs {
@@ -249,6 +259,14 @@ impl TransferArgs {
         {
             usage!("--chunk-size {cs}: {e}");
         }
+        if self.udp_mode == zcp_session::UdpMode::Fixed {
+            if self.transport != zcp_session::TransportKind::Udp {
+                usage!("--udp-mode fixed is for --transport udp");
+            }
+            if self.limit_rate.is_none() {
+                usage!("--udp-mode fixed sends at the rate cap: give --limit-rate");
+            }
+        }
         Ok(zcp_session::Transfer {
             engine: self.engine,
             recv_engine: self.recv_engine,
@@ -262,6 +280,8 @@ impl TransferArgs {
             stop: Some(signals::stop_on_signals()),
             limit_rate: self.limit_rate,
             verify: self.verify,
+            transport: self.transport,
+            udp_mode: self.udp_mode,
         })
     }
 
@@ -366,6 +386,28 @@ fn parse_recv_engine(s: &str) -> Result<RecvEngine, String> {
         let names: Vec<_> = RecvEngine::ALL.iter().map(|e| e.name()).collect();
         format!(
             "unknown receiver engine '{s}'; choose one of: {}",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_transport(s: &str) -> Result<zcp_session::TransportKind, String> {
+    use zcp_session::TransportKind as T;
+    T::parse(s).ok_or_else(|| {
+        let names: Vec<_> = T::ALL.iter().map(|t| t.name()).collect();
+        format!(
+            "unknown transport '{s}'; choose one of: {}",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_udp_mode(s: &str) -> Result<zcp_session::UdpMode, String> {
+    use zcp_session::UdpMode as M;
+    M::parse(s).ok_or_else(|| {
+        let names: Vec<_> = M::ALL.iter().map(|m| m.name()).collect();
+        format!(
+            "unknown UDP mode '{s}'; choose one of: {}",
             names.join(", ")
         )
     })

@@ -25,6 +25,8 @@ pub(crate) const EXAMPLES: &str = "\
                                                    # resumes up to 5 times
   zcp send --raw big.h5 dtn.example.org:9000       # the bare bytes to any listener (nc -l):
                                                    # no key, nothing verified
+  zcp send --transport udp -P 4 big.h5 dtn.example.org:run42/
+                                                   # paced UDP datagrams: a long, lossy path
 
 Interrupted (Ctrl-C, a lost connection)? Run the same command again: chunks the server verified
 and stored are not sent again.";

@@ -22,5 +22,6 @@ mod resume;
 mod sessions;
 mod sparse;
 mod tree;
+mod udp;
 mod util;
 mod verify;

@@ -453,6 +453,8 @@ impl Raw {
             chunk_size: 0,
             rate: 0,
             verify: "blake3".into(),
+            transport: "tcp".into(),
+            udp_mode: "fair".into(),
         }));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,
@@ -534,6 +536,8 @@ impl Raw {
     }
 
     /// Opens data stream `index` of this session; returns the stream or the server's refusal.
+    // A test helper: the refusal is the whole message, as it came.
+    #[allow(clippy::result_large_err)]
     pub fn data(&self, port: u16, index: u16) -> Result<TcpStream, Message> {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

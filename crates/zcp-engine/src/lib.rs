@@ -27,6 +27,7 @@ pub mod send;
 pub mod sparse;
 pub mod sync;
 pub mod sys;
+pub mod udp;
 
 pub use buf::AlignedBuf;
 pub use error::{EngineError, IoClass, io_class};

@@ -71,6 +71,11 @@ impl TokenBucket {
         Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
+    /// Changes the rate (at least 1 byte per second) from now on; what is held stays.
+    pub fn set_rate(&mut self, rate: u64) {
+        self.rate = rate.max(1);
+    }
+
     /// Gives back `n` bytes drawn but not sent (a short call).
     pub fn give_back(&mut self, n: u64) {
         self.level = (self.level.saturating_add(i128::from(n) * NANOS as i128)).min(self.cap);

@@ -149,6 +149,21 @@ impl<W: Write> Human<W> {
         if i.streams.len() > 1 {
             self.line("SUM", i.start, i.end, i.bytes(), i.retransmits(), None)?;
         }
+        if let Some(u) = &i.udp {
+            writeln!(
+                self.out,
+                "      udp {}: rate {}, so far {} datagrams {}, {} lost, {} re-sent, \
+                 {} receiver drops, {} cuts",
+                u.mode,
+                rate(u.rate_bits as f64),
+                u.sent.max(u.received),
+                if u.sent > 0 { "sent" } else { "received" },
+                u.lost,
+                u.resent,
+                u.receiver_drops,
+                u.cuts
+            )?;
+        }
         // When nothing moves, say why: the end of a transfer must not read as a stall.
         let phase = i.progress.phase;
         if i.bytes() == 0 && !matches!(phase, Phase::Sending | Phase::Done) {
@@ -243,6 +258,26 @@ impl<W: Write> Human<W> {
             "Engines:  sender {}, receiver {}",
             s.sender_engine, s.receiver_engine
         )?;
+        if let Some(u) = &s.udp {
+            writeln!(
+                o,
+                "UDP:      {} mode, {}, {} B payloads; {} datagrams {}, {} lost ({}), \
+                 {} re-sent ({}), {} receiver drops, {} refused, {} duplicates, {} rate cuts",
+                u.mode,
+                u.engines,
+                u.payload,
+                u.sent.max(u.received),
+                if u.sent > 0 { "sent" } else { "received" },
+                u.lost,
+                bytes(u.lost_bytes),
+                u.resent,
+                bytes(u.resent_bytes),
+                u.receiver_drops,
+                u.rejected,
+                u.duplicates,
+                u.cuts
+            )?;
+        }
         if let Some(r) = &s.limit_rate {
             let sent = bits_per_second(s.bytes_sent, s.send_seconds);
             writeln!(

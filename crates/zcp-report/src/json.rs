@@ -97,6 +97,27 @@ fn interval(i: &Interval) -> Value {
             "retransmits": i.retransmits(),
         },
         "progress": progress(&i.progress),
+        "udp": i.udp.as_ref().map(udp),
+    })
+}
+
+/// The UDP transport's counters: `null` over TCP.
+fn udp(u: &zcp_session::UdpReport) -> Value {
+    json!({
+        "mode": u.mode,
+        "engines": u.engines,
+        "payload_bytes": u.payload,
+        "datagrams_sent": u.sent,
+        "datagrams_received": u.received,
+        "datagrams_lost": u.lost,
+        "bytes_lost": u.lost_bytes,
+        "datagrams_resent": u.resent,
+        "bytes_resent": u.resent_bytes,
+        "receiver_drops": u.receiver_drops,
+        "datagrams_refused": u.rejected,
+        "duplicates": u.duplicates,
+        "rate_bits_per_second": u.rate_bits,
+        "rate_cuts": u.cuts,
     })
 }
 
@@ -163,6 +184,7 @@ fn end(s: &Summary) -> Value {
         "target": s.target,
         "retries": s.retries,
         "limit_rate": s.limit_rate.as_ref().map(limit_rate),
+        "udp": s.udp.as_ref().map(udp),
     })
 }
 

@@ -3,7 +3,7 @@
 
 use zcp_session::{
     Cpu, Event, Failure, Interval, Phase, Progress, RateLimit, Reporter, Retry, ServerEvent,
-    ServerReporter, Start, StreamInterval, Summary, TcpStats, VerifyMode,
+    ServerReporter, Start, StreamInterval, Summary, TcpStats, UdpReport, VerifyMode,
 };
 
 use crate::{Human, JsonDoc, JsonStream, ServerLog};
@@ -44,6 +44,23 @@ fn events(verify: bool) -> Vec<Event> {
         snd_mss: 65483,
         total_retrans: 0,
     };
+    // The unverified run goes over UDP (its counters in intervals and the summary).
+    let udp = (!verify).then(|| UdpReport {
+        mode: "fair".into(),
+        engines: "gso+sendmmsg / gro+recvmmsg".into(),
+        payload: 8192,
+        sent: 400_123,
+        received: 0,
+        lost: 4_001,
+        lost_bytes: 4_001 * 8192,
+        resent: 4_050,
+        resent_bytes: 4_050 * 8192,
+        receiver_drops: 12,
+        rejected: 0,
+        duplicates: 0,
+        rate_bits: 9_400_000_000,
+        cuts: 3,
+    });
     let iv = |start: f64, end: f64, bytes: u64| {
         let phase = if bytes == 0 {
             Phase::Syncing
@@ -75,6 +92,7 @@ fn events(verify: bool) -> Vec<Event> {
                     retransmits: 1,
                 },
             ],
+            udp: udp.clone(),
         })
     };
     vec![
@@ -149,6 +167,7 @@ fn events(verify: bool) -> Vec<Event> {
             target: "incoming/data.bin".into(),
             retries: 1,
             limit_rate: limit,
+            udp,
         }),
     ]
 }

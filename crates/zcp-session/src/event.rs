@@ -161,6 +161,8 @@ pub struct Interval {
     pub streams: Vec<StreamInterval>,
     /// The phase and totals at the interval's end.
     pub progress: Progress,
+    /// Over `--transport udp`: its counters so far and its rate now.
+    pub udp: Option<crate::UdpReport>,
 }
 
 impl Interval {
@@ -239,6 +241,8 @@ pub struct Summary {
     pub retries: u32,
     /// The rate cap that was in force, if any.
     pub limit_rate: Option<RateLimit>,
+    /// Over `--transport udp`: what its streams counted.
+    pub udp: Option<crate::UdpReport>,
 }
 
 /// What a client session reports.

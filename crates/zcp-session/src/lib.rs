@@ -39,7 +39,9 @@ pub use event::{
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{Server, ServerConfig};
+pub use transport::udp::UdpReport;
 pub use zcp_wire::VerifyMode;
+pub use zcp_wire::udp::{TransportKind, UdpMode};
 
 /// The TCP port zcp uses when none is given.
 pub const DEFAULT_PORT: u16 = 5310;

@@ -456,6 +456,8 @@ struct Session {
     role: Mutex<SessionRole>,
     changed: Condvar,
     counters: Mutex<Vec<Arc<AtomicU64>>>,
+    /// A UDP push: its streams land datagrams (with GSO/GRO or not), counting here.
+    udp: Mutex<Option<(bool, Arc<crate::transport::udp::UdpStats>)>>,
 }
 
 impl Session {
@@ -468,6 +470,7 @@ impl Session {
             role: Mutex::new(SessionRole::Opening),
             changed: Condvar::new(),
             counters: Mutex::new(Vec::new()),
+            udp: Mutex::new(None),
         }
     }
 
@@ -505,7 +508,18 @@ impl Session {
                 SessionRole::Receive(core) => {
                     let core: Arc<dyn Landing> = core.clone();
                     drop(role);
-                    crate::transport::tcp::land(core, stream, self.counter(index));
+                    let counter = self.counter(index);
+                    // Taken out first: the lock must not be held while the stream lands.
+                    let udp = self.udp.locked().clone();
+                    match udp {
+                        Some((offload, stats)) => {
+                            let i = usize::from(index);
+                            crate::transport::udp::recv::land(
+                                core, stream, counter, offload, &stats, i,
+                            );
+                        }
+                        None => crate::transport::tcp::land(core, stream, counter),
+                    }
                     return;
                 }
                 SessionRole::Send(slots) => {

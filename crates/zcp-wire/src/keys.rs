@@ -133,6 +133,7 @@ pub struct SessionKeys {
     join: [u8; 32],
     chunk: [u8; 32],
     digest: [u8; 32],
+    udp: [u8; 32],
 }
 
 impl fmt::Debug for SessionKeys {
@@ -155,6 +156,7 @@ impl SessionKeys {
             join: blake3::derive_key("zcp/1 data join", &secret),
             chunk: blake3::derive_key("zcp/1 chunk mac", &secret),
             digest: blake3::derive_key("zcp/1 file digest", &secret),
+            udp: blake3::derive_key("zcp/1 udp datagram tag", &secret),
         }
     }
 
@@ -202,6 +204,13 @@ impl SessionKeys {
         m.update(client);
         m.update(server);
         m
+    }
+
+    /// The 8-byte tag every UDP datagram of this session carries (`--transport udp`): a
+    /// datagram without it is dropped before its payload is looked at. Not a MAC (the chunk
+    /// MAC proves the bytes); a filter against stray datagrams and other sessions'.
+    pub fn udp_tag(&self) -> [u8; 8] {
+        self.udp[..8].try_into().expect("8 of 32 bytes")
     }
 
     /// A keyed BLAKE3 hasher for one chunk, already bound to the chunk's file, offset and

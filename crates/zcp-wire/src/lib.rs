@@ -20,6 +20,7 @@ pub mod keys;
 mod message;
 mod path;
 mod seal;
+pub mod udp;
 
 pub use chunk::{
     CHUNK_ALIGN, CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkHeader, ChunkKind, ChunkPlan, MAX_CHUNK,

@@ -82,6 +82,8 @@ impl Evil {
             idle_ms: 60_000,
             pacing,
             verify: open.verify.clone(),
+            transport: "tcp".into(),
+            udp_mode: "fair".into(),
         });
         while evil.joined < usize::from(streams) {
             let Some(mut d) = accept_within(l, 2) else {
@@ -324,6 +326,8 @@ pub fn open_message(pull: bool, chunk_size: u64) -> Message {
         chunk_size,
         rate: 0,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     })
 }
 

@@ -26,4 +26,5 @@ mod round3;
 mod round4;
 mod round5;
 mod sparse;
+mod udp;
 mod verify;

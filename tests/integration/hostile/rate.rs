@@ -24,6 +24,8 @@ fn open(pull: bool, rate: u64) -> Message {
         chunk_size: 0,
         rate,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     })
 }
 
@@ -158,6 +160,8 @@ fn answer_with(l: &TcpListener, env: &Env, pacing: Pacing) {
         idle_ms: 60_000,
         pacing,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     });
 }
 

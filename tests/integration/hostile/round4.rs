@@ -357,6 +357,8 @@ fn rw_and_mem_receive_buffers_escape_the_sessions_memory_budget() {
         chunk_size: 0,
         rate: 0,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let data: Vec<TcpStream> = (0..STREAMS)

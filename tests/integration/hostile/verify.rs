@@ -25,6 +25,8 @@ fn open(verify: &str) -> Message {
         chunk_size: 0,
         rate: 0,
         verify: verify.into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     })
 }
 
@@ -202,6 +204,8 @@ fn answer_with(l: &TcpListener, env: &Env, verify: &str) -> String {
         idle_ms: 60_000,
         pacing: zcp_wire::Pacing::None,
         verify: verify.into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     })
     .verify
 }

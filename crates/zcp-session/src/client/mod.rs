@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine};
+use zcp_wire::udp::{TransportKind, UdpMode};
 use zcp_wire::{Message, Psk, VerifyMode, escape};
 
 use crate::confine::{Requested, Scope};
@@ -30,7 +31,6 @@ use crate::recv::state::RxConfig;
 use crate::recv::{RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig};
 use crate::transport::pace::{RateCap, planned_for};
-use crate::transport::tcp::TcpStreams;
 use observer::{ClientObserver, Measured};
 use open::{Opened, open_message, open_session, start_event};
 
@@ -80,7 +80,14 @@ pub struct Transfer {
     pub limit_rate: Option<u64>,
     /// How the session proves its data (`--verify`): keyed BLAKE3 unless asked otherwise.
     pub verify: VerifyMode,
+    /// How the data moves (`--transport`): TCP unless asked otherwise.
+    pub transport: TransportKind,
+    /// The UDP transport's rate control (`--udp-mode`).
+    pub udp_mode: UdpMode,
 }
+
+/// How reports name the pacing of a rate cap over UDP.
+const UDP_PACING: &str = "user space (UDP, per stream)";
 
 /// Set to a signal's number (non-zero) to stop a running transfer.
 pub type StopFlag = Arc<std::sync::atomic::AtomicUsize>;
@@ -280,7 +287,13 @@ fn send_once(
     let peer = cs.peer.to_string();
     let rate = t.limit_rate.unwrap_or(0);
     let cap = RateCap::apply(rate, planned_for(rate, &data), &data);
-    let limit_rate = cap.as_ref().map(RateCap::limit);
+    let mut limit_rate = cap.as_ref().map(RateCap::limit);
+    if t.transport == TransportKind::Udp
+        && let Some(l) = &mut limit_rate
+    {
+        // Each UDP stream's own bucket holds its share; the kernel paces no datagram.
+        l.pacing = UDP_PACING.into();
+    }
     let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut start = start_event(
         &cs,
@@ -309,11 +322,13 @@ fn send_once(
         nonces,
         ..
     } = cs;
+    let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
+    obs.udp = transport.udp().map(|s| (s, t.udp_mode));
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: t.engine,
             block: t.block_size,
-            chunk_size: t.chunk_size,
+            chunk_size: crate::transport::udp::chunk_for(t.transport, t.chunk_size),
             idle,
             verify: t.verify,
         },
@@ -322,7 +337,7 @@ fn send_once(
         keys,
         nonces,
         psk: opts.conn.psk.clone(),
-        transport: Box::new(TcpStreams::new(data, counters.clone())),
+        transport,
         peer,
         cap,
     };
@@ -500,7 +515,10 @@ fn get_once(
     // The server holds the cap, and said how.
     let limit_rate = t.limit_rate.map(|bits| RateLimit {
         bits_per_second: bits,
-        pacing: pacing.name().into(),
+        pacing: match t.transport {
+            TransportKind::Udp => UDP_PACING.into(),
+            TransportKind::Tcp => pacing.name().into(),
+        },
     });
     let root = Arc::new(match early {
         Some(root) => root,
@@ -570,7 +588,9 @@ fn get_once(
         ctl,
         wake: wake.clone(),
     });
-    let transport = Box::new(TcpStreams::new(data, counters.clone()));
+    let rate = t.limit_rate.unwrap_or(0);
+    let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
+    obs.udp = transport.udp().map(|s| (s, t.udp_mode));
     let (totals, mut reader_usage) =
         crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)
             .map_err(|e| with_committed(e, &obs))?;

@@ -71,6 +71,8 @@ pub(super) struct ClientObserver<'a> {
     moved_at: Instant,
     /// Set (to the signal's number) when the person asked the transfer to stop.
     stop: Option<crate::client::StopFlag>,
+    /// Over UDP: the transport's counters and its mode.
+    pub(super) udp: Option<(Arc<crate::transport::udp::UdpStats>, zcp_wire::udp::UdpMode)>,
 }
 
 /// Between two `Progress` events, at least.
@@ -124,6 +126,7 @@ impl<'a> ClientObserver<'a> {
             progress_at: (now, 0),
             moved_at: now,
             stop,
+            udp: None,
         }
     }
 
@@ -208,6 +211,7 @@ impl<'a> ClientObserver<'a> {
             end: now.duration_since(self.t0).as_secs_f64(),
             streams,
             progress,
+            udp: self.udp_report(),
         }));
         self.last_tick = now;
     }
@@ -270,9 +274,14 @@ impl<'a> ClientObserver<'a> {
             failures: self.failures.clone(),
             retries: m.retries,
             limit_rate: m.limit_rate,
+            udp: self.udp_report(),
         };
         self.reporter.event(&Event::Summary(summary.clone()));
         summary
+    }
+
+    fn udp_report(&self) -> Option<crate::UdpReport> {
+        self.udp.as_ref().map(|(s, mode)| s.report(*mode))
     }
 
     fn record_failure(&mut self, f: Failure) {

@@ -58,14 +58,16 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         .set_read_timeout(Some(Duration::from_millis(250)))
         .ok();
     let asked = Instant::now();
-    let (streams, idle_ms, pacing, verify) = loop {
+    let (streams, idle_ms, pacing, modes) = loop {
         match cs.rx.poll().map_err(|e| e.into_session(&peer))? {
             Some(Message::Opened {
                 streams,
                 idle_ms,
                 pacing,
                 verify,
-            }) => break (streams, idle_ms, pacing, verify),
+                transport,
+                udp_mode,
+            }) => break (streams, idle_ms, pacing, [verify, transport, udp_mode]),
             Some(Message::Error { code, message }) => {
                 return Err(SessionError::Refused {
                     code,
@@ -87,7 +89,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
             None => {}
         }
     };
-    if let Some(reason) = granted_wrong(&asked_for, (streams, idle_ms), pacing, &verify) {
+    if let Some(reason) = granted_wrong(&asked_for, (streams, idle_ms), pacing, &modes) {
         let _ = cs.tx.send(&Message::Error {
             code: ErrorCode::Protocol,
             message: reason.clone(),
@@ -134,7 +136,7 @@ fn granted_wrong(
     asked: &Open,
     (streams, idle_ms): (u16, u32),
     pacing: Pacing,
-    verify: &str,
+    [verify, transport, udp_mode]: &[String; 3],
 ) -> Option<String> {
     let server_paces = asked.pull && asked.rate != 0;
     match (streams, idle_ms) {
@@ -146,10 +148,18 @@ fn granted_wrong(
         (_, 0) => Some("the server granted an idle timeout of 0".to_string()),
         // Both sides must agree on what is proved: a server that would verify less than
         // asked (or more) is refused before a byte moves.
-        _ if verify != asked.verify => Some(format!(
+        _ if *verify != asked.verify => Some(format!(
             "the server answered verify mode '{}' to a request for '{}'",
             escape_text(verify),
             asked.verify
+        )),
+        // And on how the bytes move.
+        _ if (transport, udp_mode) != (&asked.transport, &asked.udp_mode) => Some(format!(
+            "the server answered transport '{}' ({}) to a request for '{}' ({})",
+            escape_text(transport),
+            escape_text(udp_mode),
+            asked.transport,
+            asked.udp_mode
         )),
         _ if server_paces == (pacing == Pacing::None) => Some(format!(
             "the server answered pacing '{}' for {}",
@@ -206,5 +216,7 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         chunk_size: t.chunk_size.unwrap_or(0),
         rate: t.limit_rate.unwrap_or(0),
         verify: t.verify.name().into(),
+        transport: t.transport.name().into(),
+        udp_mode: t.udp_mode.name().into(),
     }
 }

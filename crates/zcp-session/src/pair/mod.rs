@@ -15,6 +15,7 @@ pub(crate) mod faulty;
 pub(crate) mod relay;
 mod sparse;
 mod tests;
+mod udp;
 mod verify;
 
 use std::net::TcpStream;
@@ -37,6 +38,7 @@ use crate::recv::state::RxConfig;
 use crate::recv::{ReceiverTotals, RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig, SenderTotals};
 use crate::transport::tcp::TcpStreams;
+use crate::transport::udp::{UdpStats, UdpStreams};
 use faulty::{DiskFault, Faulty};
 use relay::{Cutter, WireFault, link};
 
@@ -66,6 +68,8 @@ pub(crate) struct Opts {
     pub(crate) disk: Option<(usize, DiskFault)>,
     /// How both roles prove the data (`--verify`).
     pub(crate) verify: zcp_wire::VerifyMode,
+    /// `--transport udp` with this configuration (no disk fault then).
+    pub(crate) udp: Option<crate::transport::udp::UdpConfig>,
 }
 
 impl Default for Opts {
@@ -82,6 +86,7 @@ impl Default for Opts {
             wire: None,
             disk: None,
             verify: zcp_wire::VerifyMode::Blake3,
+            udp: None,
         }
     }
 }
@@ -142,6 +147,8 @@ pub(crate) struct Outcome {
     pub(crate) bytes_sent: u64,
     /// Whether the fault asked for fired (its byte or chunk came).
     pub(crate) fired: bool,
+    /// Over UDP: what the sending and the receiving side counted.
+    pub(crate) udp: Option<(crate::UdpReport, crate::UdpReport)>,
 }
 
 impl Outcome {
@@ -241,6 +248,7 @@ impl Pair {
                 .collect::<Vec<_>>()
         };
         let s_counters = counters(o.streams);
+        let udp_stats = (Arc::new(UdpStats::default()), Arc::new(UdpStats::default()));
         let sources: Vec<PathBuf> = sources.iter().map(|s| self.src(s)).collect();
         let (tops, _) = crate::client::send_tops(&sources, dest.as_bytes());
         let setup = SendSetup {
@@ -256,11 +264,19 @@ impl Pair {
             keys: keys.clone(),
             nonces,
             psk: self.psk.clone(),
-            transport: Box::new(Faulty {
-                inner: TcpStreams::new(s_socks, s_counters.clone()),
-                fault: o.disk,
-                fired: cutter.fired.clone(),
-            }),
+            transport: match &o.udp {
+                Some(cfg) => Box::new(UdpStreams::new(
+                    s_socks,
+                    s_counters.clone(),
+                    cfg.clone(),
+                    udp_stats.0.clone(),
+                )),
+                None => Box::new(Faulty {
+                    inner: TcpStreams::new(s_socks, s_counters.clone()),
+                    fault: o.disk,
+                    fired: cutter.fired.clone(),
+                }),
+            },
             peer: "the receiver".into(),
             cap: None,
         };
@@ -280,6 +296,7 @@ impl Pair {
                 verify: o.verify,
             };
             let (streams, disk, fired) = (o.streams, o.disk, cutter.fired.clone());
+            let (udp, r_stats) = (o.udp.clone(), udp_stats.1.clone());
             std::thread::spawn(move || {
                 let (wake, events) = mpsc::channel::<RxEvent>();
                 let core = RxCore::new(RxSetup {
@@ -292,11 +309,17 @@ impl Pair {
                     ctl: Arc::new(control_tx(&c_r, &keys, Side::Server)),
                     wake: wake.clone(),
                 });
-                let transport = Box::new(Faulty {
-                    inner: TcpStreams::new(r_socks, counters(streams)),
-                    fault: disk,
-                    fired,
-                });
+                let transport: Box<dyn crate::transport::Transport> = match udp {
+                    Some(cfg) => {
+                        let c = counters(streams);
+                        Box::new(UdpStreams::new(r_socks, c, cfg, r_stats))
+                    }
+                    None => Box::new(Faulty {
+                        inner: TcpStreams::new(r_socks, counters(streams)),
+                        fault: disk,
+                        fired,
+                    }),
+                };
                 let rx = control_rx(c_r, &keys, Side::Server);
                 let mut notes = Notes::default();
                 let r = crate::recv::run(core, (wake, events), rx, Some(transport), &mut notes)
@@ -318,6 +341,10 @@ impl Pair {
             sent,
             received,
             bytes_sent: s_counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+            udp: o.udp.as_ref().map(|c| {
+                let r = |s: &UdpStats| s.report(c.mode);
+                (r(&udp_stats.0), r(&udp_stats.1))
+            }),
         }
     }
 

@@ -12,6 +12,7 @@ use zcp_engine::fs::Root;
 use zcp_engine::pace::tcp_max_segment;
 use zcp_engine::sync::Locked;
 use zcp_engine::{RecvEngine, SendEngine};
+use zcp_wire::udp::{TransportKind, UdpMode};
 use zcp_wire::{
     ErrorCode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, RelPath, Sealer,
     VerifyMode, escape_text,
@@ -28,7 +29,6 @@ use crate::recv::state::RxConfig;
 use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
 use crate::send::{SendSetup, SenderConfig};
 use crate::transport::pace::{RateCap, planned};
-use crate::transport::tcp::TcpStreams;
 
 /// Paths one `get` may ask for.
 const MAX_GETS: usize = 4096;
@@ -216,6 +216,8 @@ impl Control {
                 idle_ms: g.idle.as_millis() as u32,
                 pacing: g.pacing.0,
                 verify: g.verify.name().into(),
+                transport: g.transport.name().into(),
+                udp_mode: g.udp_mode.name().into(),
             })
             .map_err(|e| e.into_session("the client"))
     }
@@ -237,6 +239,9 @@ struct Grant {
     pacing: (Pacing, Option<String>),
     /// How the session proves its data (`--verify`).
     verify: VerifyMode,
+    /// How the data moves (`--transport`), and the UDP rate control (`--udp-mode`).
+    transport: TransportKind,
+    udp_mode: UdpMode,
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -273,6 +278,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             ),
         )
     })?;
+    let (transport, udp_mode) = transport_of(c, &open)?;
     if u64::from(open.block_size) > MAX_RECV_BLOCK {
         return Err(c.refuse(
             ErrorCode::Limit,
@@ -319,7 +325,44 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             (Pacing::None, None)
         },
         verify,
+        transport,
+        udp_mode,
     })
+}
+
+/// The transport and UDP mode an `Open` names; unknown names are refused by name, and so
+/// is `fixed` without a rate cap (it would blast at an unbounded rate).
+fn transport_of(c: &Control, open: &Open) -> Result<(TransportKind, UdpMode), SessionError> {
+    let known = |names: Vec<&str>| names.join(", ");
+    let transport = TransportKind::parse(&open.transport).ok_or_else(|| {
+        let names = TransportKind::ALL.iter().map(|t| t.name()).collect();
+        c.refuse(
+            ErrorCode::Protocol,
+            format!(
+                "unknown transport '{}' (known: {})",
+                escape_text(&open.transport),
+                known(names)
+            ),
+        )
+    })?;
+    let mode = UdpMode::parse(&open.udp_mode).ok_or_else(|| {
+        let names = UdpMode::ALL.iter().map(|m| m.name()).collect();
+        c.refuse(
+            ErrorCode::Protocol,
+            format!(
+                "unknown UDP mode '{}' (known: {})",
+                escape_text(&open.udp_mode),
+                known(names)
+            ),
+        )
+    })?;
+    if transport == TransportKind::Udp && mode == UdpMode::Fixed && open.rate == 0 {
+        return Err(c.refuse(
+            ErrorCode::Limit,
+            "--udp-mode fixed sends at the rate cap: give --limit-rate".into(),
+        ));
+    }
+    Ok((transport, mode))
 }
 
 /// What a session did: files committed, directories and links, bytes on the data streams.
@@ -449,9 +492,19 @@ fn serve_push(
     // A stream that joined waits between chunks as long as the core is open: closed
     // however this ends.
     let _closing = crate::recv::CloseOnDrop(core.clone());
+    if g.transport == TransportKind::Udp {
+        let cfg = crate::transport::udp::UdpConfig::new(g.udp_mode, 0);
+        let stats = Arc::new(crate::transport::udp::UdpStats::default());
+        *session.udp.locked() = Some((cfg.offload, stats));
+    }
     session.set_role(SessionRole::Receive(core.clone()));
     c.opened(g)?;
-    let (totals, _) = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer)?;
+    let ran = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer);
+    let udp = session.udp.locked().clone();
+    if let Some((_, stats)) = udp {
+        udp_note(ctx, session, &stats, g.udp_mode);
+    }
+    let (totals, _) = ran?;
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
@@ -494,11 +547,14 @@ fn serve_pull(
     let counters = session.counters.locked().clone();
     let cap = RateCap::apply(g.rate, g.pacing.clone(), &data);
     if let Some(cap) = &cap {
+        let pacing = match g.transport {
+            TransportKind::Udp => "user space (UDP, per stream)",
+            TransportKind::Tcp => cap.pacing.name(),
+        };
         let mut message = format!(
-            "rate cap {} bit/s over {} streams, pacing: {}",
+            "rate cap {} bit/s over {} streams, pacing: {pacing}",
             cap.bits,
             data.len(),
-            cap.pacing.name()
         );
         if let Some(note) = &cap.note {
             message.push_str(&format!(" ({note})"));
@@ -513,11 +569,13 @@ fn serve_pull(
             let _ = c.ctl.send(&Message::Notice { message: note });
         }
     }
+    let transport = crate::transport::make(g.transport, g.udp_mode, g.rate, data, counters.clone());
+    let udp = transport.udp();
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: g.send,
             block: g.block,
-            chunk_size: g.chunk_size,
+            chunk_size: crate::transport::udp::chunk_for(g.transport, g.chunk_size),
             idle: g.idle,
             verify: g.verify,
         },
@@ -526,17 +584,45 @@ fn serve_pull(
         keys: session.keys.clone(),
         nonces,
         psk: ctx.cfg.psk.clone(),
-        transport: Box::new(TcpStreams::new(data, counters.clone())),
+        transport,
         peer: peer.to_string(),
         cap,
     };
     let walker = Walker::new(tops, g.recursive);
-    let (totals, _) = crate::send::run(setup, walker, observer)?;
+    let ran = crate::send::run(setup, walker, observer);
+    if let Some(stats) = udp {
+        udp_note(ctx, session, &stats, g.udp_mode);
+    }
+    let (totals, _) = ran?;
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
         bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
     })
+}
+
+/// The server log's line on a UDP session's datagrams (its own side's counts).
+fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStats, mode: UdpMode) {
+    let u = stats.report(mode);
+    let message = format!(
+        "udp {} ({}, {} B payloads): {} datagrams sent, {} received, {} lost, {} re-sent, \
+         {} receiver drops, {} refused, {} duplicates, {} rate cuts",
+        u.mode,
+        u.engines,
+        u.payload,
+        u.sent,
+        u.received,
+        u.lost,
+        u.resent,
+        u.receiver_drops,
+        u.rejected,
+        u.duplicates,
+        u.cuts
+    );
+    ctx.reporter.event(&ServerEvent::Note {
+        session: session.hex.clone(),
+        message,
+    });
 }
 
 /// Where a pulled path starts: its directory resolved beneath the root now (never through a

@@ -13,6 +13,7 @@
 
 pub(crate) mod pace;
 pub(crate) mod tcp;
+pub(crate) mod udp;
 
 use crate::error::Refusal;
 use std::collections::VecDeque;
@@ -122,6 +123,29 @@ pub(crate) trait Transport: Send {
         self: Box<Self>,
         landing: Arc<dyn Landing>,
     ) -> Result<Vec<JoinHandle<()>>, SessionError>;
+    /// The UDP transport's counters, for reports (none for other kinds).
+    fn udp(&self) -> Option<Arc<udp::UdpStats>> {
+        None
+    }
+}
+
+/// The session's transport over its data connections `socks`: TCP streams, or UDP streams
+/// whose side channels they become (with `mode` under a cap of `rate` bits per second).
+pub(crate) fn make(
+    kind: zcp_wire::udp::TransportKind,
+    mode: zcp_wire::udp::UdpMode,
+    rate: u64,
+    socks: Vec<TcpStream>,
+    counters: Vec<Arc<AtomicU64>>,
+) -> Box<dyn Transport> {
+    match kind {
+        zcp_wire::udp::TransportKind::Tcp => Box::new(tcp::TcpStreams::new(socks, counters)),
+        zcp_wire::udp::TransportKind::Udp => {
+            let cfg = udp::UdpConfig::new(mode, rate / 8);
+            let stats = Arc::new(udp::UdpStats::default());
+            Box::new(udp::UdpStreams::new(socks, counters, cfg, stats))
+        }
+    }
 }
 
 /// A shared work queue: jobs in FIFO order, closed once no more will come.

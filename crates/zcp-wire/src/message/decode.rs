@@ -81,6 +81,8 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 chunk_size: r.u64()?,
                 rate: r.u64()?,
                 verify: r.text(MAX_ENGINE_NAME, "verify mode")?,
+                transport: r.text(MAX_ENGINE_NAME, "transport")?,
+                udp_mode: r.text(MAX_ENGINE_NAME, "UDP mode")?,
             })
         }
         code::OPENED => Message::Opened {
@@ -92,6 +94,8 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                     .ok_or_else(|| DecodeError::Malformed(format!("unknown pacing {v}")))?
             },
             verify: r.text(MAX_ENGINE_NAME, "verify mode")?,
+            transport: r.text(MAX_ENGINE_NAME, "transport")?,
+            udp_mode: r.text(MAX_ENGINE_NAME, "UDP mode")?,
         },
         other => return Err(unknown(other)),
     })

@@ -73,15 +73,21 @@ impl Message {
                 text(w, &o.send_engine, MAX_ENGINE_NAME);
                 w.u32(o.block_size).u64(o.chunk_size).u64(o.rate);
                 text(w, &o.verify, MAX_ENGINE_NAME);
+                text(w, &o.transport, MAX_ENGINE_NAME);
+                text(w, &o.udp_mode, MAX_ENGINE_NAME);
             }
             Message::Opened {
                 streams,
                 idle_ms,
                 pacing,
                 verify,
+                transport,
+                udp_mode,
             } => {
                 w.u16(*streams).u32(*idle_ms).u8(pacing.to_u8());
                 text(w, verify, MAX_ENGINE_NAME);
+                text(w, transport, MAX_ENGINE_NAME);
+                text(w, udp_mode, MAX_ENGINE_NAME);
             }
             _ => return false,
         }

@@ -152,6 +152,12 @@ pub struct Open {
     /// How the session proves its data: a [`VerifyMode::name`] (`blake3`, `none`). Text, so
     /// that a server can name a mode it does not know when it refuses it.
     pub verify: String,
+    /// How data moves: `tcp` (the data connections carry the bytes) or `udp` (datagrams,
+    /// the data connections their side channels). Text, so a refusal can name it.
+    pub transport: String,
+    /// With `udp`: its rate control, `fair` (backs off as queueing delay rises) or `fixed`
+    /// (the rate cap, for dedicated links).
+    pub udp_mode: String,
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]
@@ -357,6 +363,10 @@ pub enum Message {
         /// The verify mode in force: the one `Open` asked for, repeated (a client refuses
         /// any other).
         verify: String,
+        /// The transport in force, repeated from `Open` (a client refuses any other).
+        transport: String,
+        /// The UDP rate-control mode in force, repeated from `Open`.
+        udp_mode: String,
     },
     /// Sender -> receiver: a file to receive.
     PutFile(PutFile),

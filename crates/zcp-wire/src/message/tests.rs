@@ -48,12 +48,16 @@ fn setup_and_entry_samples() -> Vec<Message> {
             chunk_size: 0,
             rate: 2_000_000_000,
             verify: "none".into(),
+            transport: "udp".into(),
+            udp_mode: "fixed".into(),
         }),
         Message::Opened {
             streams: 2,
             idle_ms: 60_000,
             pacing: Pacing::Kernel,
             verify: "none".into(),
+            transport: "udp".into(),
+            udp_mode: "fixed".into(),
         },
         Message::PutFile(PutFile {
             file_id: 0,
@@ -258,11 +262,16 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
         chunk_size: 0,
         rate: 0,
         verify: "crc32".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     });
     let body = open.encode_body();
     assert_eq!(Message::decode(code::OPEN, &body).unwrap(), open);
     // An Open that stops before the mode (as a build without it would send) is malformed.
-    assert!(Message::decode(code::OPEN, &body[..body.len() - 2 - 5]).is_err());
+    let tail = (2 + 3) + (2 + 4);
+    assert!(Message::decode(code::OPEN, &body[..body.len() - tail - 2 - 5]).is_err());
+    // So is one that stops before the transport and its mode.
+    assert!(Message::decode(code::OPEN, &body[..body.len() - tail]).is_err());
 }
 
 #[test]
@@ -270,7 +279,7 @@ fn an_opened_with_an_unknown_pacing_is_malformed() {
     for (v, ok) in [(0u8, true), (1, true), (2, true), (3, false), (0xff, false)] {
         let mut w = Writer::default();
         w.u16(1).u32(1000).u8(v);
-        w.bytes(b"blake3");
+        w.bytes(b"blake3").bytes(b"tcp").bytes(b"fair");
         let r = Message::decode(code::OPENED, &w.buf);
         assert_eq!(r.is_ok(), ok, "{v}: {r:?}");
         if !ok {

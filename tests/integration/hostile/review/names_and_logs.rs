@@ -350,6 +350,8 @@ fn log_injection_into_the_server_log() {
         chunk_size: 0,
         rate: 0,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     }));
     let _ = error_from(&mut raw);
     // Get paths.

@@ -58,6 +58,8 @@ fn open_direct(raw: &mut Raw, streams: u16, block: u64) {
         chunk_size: 0,
         rate: 0,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     }));
     let opened = raw.recv().unwrap();
     assert!(
@@ -425,6 +427,8 @@ fn push_direct_rings_pin_server_memory_per_stream() {
         chunk_size: 0,
         rate: 0,
         verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let mut data: Vec<TcpStream> = (0..STREAMS)

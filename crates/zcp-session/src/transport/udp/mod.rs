@@ -1,0 +1,298 @@
+//! The UDP transport (`--transport udp`): each stream's authenticated TCP data connection
+//! stays, as its ordered side channel (chunk announcements, "sent" marks, NAKs, chunk-done
+//! marks, feedback, the end); the chunks' bytes go as datagrams ([`DatagramHeader`] and a
+//! payload sized to the path MTU) between one UDP socket per stream on each side, each
+//! connected to the other, so the kernel drops datagrams from any other address or port.
+//!
+//! The sender ([`send`]) reads a chunk into memory once, announces it, paces its datagrams
+//! out ([`rate::RateControl`]), re-sends what the receiver NAKs before new data, and keeps the
+//! chunk until the receiver says it is done, with at most the receiver's memory budget of
+//! chunks in flight. The receiver ([`recv`]) assembles each announced chunk in an aligned
+//! buffer with a bitmap of its datagrams, NAKs the gaps every feedback interval (each
+//! datagram at most once per round trip), and hands a whole chunk to the role exactly as the
+//! TCP transport does: its keyed MAC, then its write by the engine the placement names.
+//! Roles, MACs, acknowledgements, journal and commit do not change.
+
+pub(crate) mod rate;
+pub(crate) mod recv;
+pub(crate) mod send;
+mod stats;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zcp_engine::Usage;
+use zcp_engine::udp::UdpSock;
+use zcp_wire::udp::{
+    DATAGRAM_HEADER_LEN, MAX_DATAGRAM_PAYLOAD, MIN_DATAGRAM_PAYLOAD, UdpFrame, UdpMode,
+};
+use zcp_wire::{ErrorCode, escape_text};
+
+use super::{Landing, SendSide, Transport, spawn};
+use crate::error::{Refusal, SessionError};
+pub use stats::UdpReport;
+pub(crate) use stats::UdpStats;
+
+/// How often the receiver sends feedback and NAKs.
+pub(crate) const FEEDBACK: Duration = Duration::from_millis(5);
+
+/// The chunk size a UDP sender picks unless `-c` says: small enough that a receiver holds
+/// several per stream within its memory budget.
+pub(crate) const UDP_CHUNK: u64 = 4 << 20;
+
+/// The chunk size a sender uses over `kind`: `-c`'s, or over UDP [`UDP_CHUNK`].
+pub(crate) fn chunk_for(kind: zcp_wire::udp::TransportKind, chunk: Option<u64>) -> Option<u64> {
+    match kind {
+        zcp_wire::udp::TransportKind::Udp => Some(chunk.unwrap_or(UDP_CHUNK)),
+        zcp_wire::udp::TransportKind::Tcp => chunk,
+    }
+}
+
+/// How a session's UDP streams run.
+#[derive(Debug, Clone)]
+pub(crate) struct UdpConfig {
+    pub(crate) mode: UdpMode,
+    /// The session's rate cap, bytes per second (0: none).
+    pub(crate) cap: u64,
+    /// Use GSO and GRO where the kernel has them.
+    pub(crate) offload: bool,
+    /// Take this as the path MTU instead of the kernel's (tests, measurements).
+    pub(crate) mtu: Option<u32>,
+    /// Tests: the sender drops this many datagrams in 1000 (seeded, deterministic) as a
+    /// lossy path would.
+    pub(crate) loss: Option<(u32, u64)>,
+}
+
+impl UdpConfig {
+    /// The configuration for `mode` under a cap of `cap` bytes per second, with the
+    /// environment's knobs for measurements: `ZCP_UDP_OFFLOAD=off` turns GSO and GRO off,
+    /// `ZCP_UDP_MTU=N` sizes datagrams for an MTU of N.
+    pub(crate) fn new(mode: UdpMode, cap: u64) -> UdpConfig {
+        UdpConfig {
+            mode,
+            cap,
+            offload: std::env::var("ZCP_UDP_OFFLOAD").map_or(true, |v| v != "off"),
+            mtu: std::env::var("ZCP_UDP_MTU")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            loss: None,
+        }
+    }
+}
+
+/// A session's UDP streams: their side channels (the data connections) and counters.
+pub(crate) struct UdpStreams {
+    socks: Vec<TcpStream>,
+    counters: Vec<Arc<AtomicU64>>,
+    cfg: UdpConfig,
+    stats: Arc<UdpStats>,
+}
+
+impl UdpStreams {
+    /// Streams over the data connections `socks`, counting into `counters` and `stats`.
+    pub(crate) fn new(
+        socks: Vec<TcpStream>,
+        counters: Vec<Arc<AtomicU64>>,
+        cfg: UdpConfig,
+        stats: Arc<UdpStats>,
+    ) -> UdpStreams {
+        assert_eq!(socks.len(), counters.len(), "a counter per stream");
+        UdpStreams {
+            socks,
+            counters,
+            cfg,
+            stats,
+        }
+    }
+}
+
+impl Transport for UdpStreams {
+    fn counters(&self) -> Vec<Arc<AtomicU64>> {
+        self.counters.clone()
+    }
+
+    fn tcp_sockets(&self) -> Vec<TcpStream> {
+        Vec::new()
+    }
+
+    fn closer(&self) -> Box<dyn Fn() + Send + Sync> {
+        let socks: Vec<TcpStream> = self
+            .socks
+            .iter()
+            .filter_map(|s| s.try_clone().ok())
+            .collect();
+        Box::new(move || {
+            for s in &socks {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        })
+    }
+
+    fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError> {
+        let side = Arc::new(side);
+        let mut threads = Vec::new();
+        let n = self.socks.len() as u64;
+        for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
+            let (side, cfg, stats) = (side.clone(), self.cfg.clone(), self.stats.clone());
+            threads.push(spawn(format!("zcp-udp-send-{i}"), move || {
+                send::stream((i as u16, n), sock, &side, &counter, &cfg, &stats)
+            })?);
+        }
+        Ok(threads)
+    }
+
+    fn receive(
+        self: Box<Self>,
+        landing: Arc<dyn Landing>,
+    ) -> Result<Vec<JoinHandle<()>>, SessionError> {
+        let mut threads = Vec::new();
+        for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
+            let (landing, stats) = (landing.clone(), self.stats.clone());
+            let offload = self.cfg.offload;
+            threads.push(spawn(format!("zcp-udp-recv-{i}"), move || {
+                recv::land(landing, sock, counter, offload, &stats, i)
+            })?);
+        }
+        Ok(threads)
+    }
+
+    fn udp(&self) -> Option<Arc<UdpStats>> {
+        Some(self.stats.clone())
+    }
+}
+
+/// Payload bytes per datagram for a path of `mtu` bytes: what is left after the IP, UDP and
+/// datagram headers, in whole pages once that is a page or more (so payloads land on page
+/// boundaries of the chunk: 8192 at MTU 9000), 1440 at 1500 over IPv4.
+pub(crate) fn payload_for(mtu: u32, v6: bool) -> u16 {
+    let ip = if v6 { 40 } else { 20 };
+    let room = (mtu as usize).saturating_sub(ip + 8 + DATAGRAM_HEADER_LEN);
+    let room = if room >= 4096 {
+        room / 4096 * 4096
+    } else {
+        room
+    };
+    room.clamp(
+        usize::from(MIN_DATAGRAM_PAYLOAD),
+        usize::from(MAX_DATAGRAM_PAYLOAD),
+    ) as u16
+}
+
+/// A side channel's incoming frames: bytes read from the data connection, cut into frames.
+#[derive(Debug, Default)]
+pub(crate) struct SideReader {
+    buf: Vec<u8>,
+}
+
+impl SideReader {
+    /// One `read(2)` from `sock` into the buffer; `Ok(false)` at the end of the stream.
+    pub(crate) fn fill(&mut self, sock: &mut TcpStream) -> std::io::Result<bool> {
+        let mut tmp = [0u8; 16 * 1024];
+        let n = sock.read(&mut tmp)?;
+        self.buf.extend_from_slice(&tmp[..n]);
+        Ok(n > 0)
+    }
+
+    /// The next whole frame in the buffer, if any; a malformed one is a protocol error.
+    pub(crate) fn next(&mut self) -> Result<Option<UdpFrame>, Refusal> {
+        match UdpFrame::decode(&self.buf) {
+            Ok(Some((f, used))) => {
+                self.buf.drain(..used);
+                Ok(Some(f))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(Refusal::protocol(format!("UDP side channel: {e}"))),
+        }
+    }
+}
+
+/// Writes one frame on a side channel.
+pub(crate) fn write_frame(sock: &mut TcpStream, f: &UdpFrame) -> Result<(), Refusal> {
+    sock.write_all(&f.encode())
+        .map_err(|e| Refusal::new(ErrorCode::Io, format!("UDP side channel: {e}")))
+}
+
+/// Reads frames until the peer's `Hello` (within `idle`); anything else first is a
+/// protocol error.
+pub(crate) fn read_hello(
+    sock: &mut TcpStream,
+    reader: &mut SideReader,
+    idle: Duration,
+) -> Result<(u16, u16, u64), Refusal> {
+    let until = Instant::now() + idle;
+    let _ = sock.set_read_timeout(Some(idle));
+    loop {
+        match reader.next()? {
+            Some(UdpFrame::Hello {
+                port,
+                payload,
+                budget,
+            }) => return Ok((port, payload, budget)),
+            Some(other) => {
+                return Err(Refusal::protocol(format!(
+                    "UDP side channel: expected Hello, got {}",
+                    escape_text(other.name())
+                )));
+            }
+            None => {}
+        }
+        if Instant::now() > until {
+            return Err(Refusal::new(ErrorCode::Io, "no UDP Hello from the peer"));
+        }
+        match reader.fill(sock) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Refusal::new(
+                    ErrorCode::Io,
+                    "the data connection closed before the UDP Hello",
+                ));
+            }
+            Err(e) => return Err(Refusal::new(ErrorCode::Io, format!("UDP Hello: {e}"))),
+        }
+    }
+}
+
+/// Binds this stream's UDP socket on the local address of its data connection.
+pub(crate) fn bind_beside(sock: &TcpStream, offload: bool) -> Result<UdpSock, Refusal> {
+    let ip: IpAddr = sock
+        .local_addr()
+        .map_err(|e| Refusal::new(ErrorCode::Io, format!("data connection address: {e}")))?
+        .ip();
+    UdpSock::bind(ip, offload)
+        .map_err(|e| Refusal::new(ErrorCode::Io, format!("binding a UDP socket on {ip}: {e}")))
+}
+
+/// Connects `udp` to the peer's UDP `port` on the far address of the data connection.
+pub(crate) fn connect_peer(udp: &UdpSock, sock: &TcpStream, port: u16) -> Result<(), Refusal> {
+    let peer = sock
+        .peer_addr()
+        .map_err(|e| Refusal::new(ErrorCode::Io, format!("data connection peer: {e}")))?;
+    if port == 0 {
+        return Err(Refusal::protocol("the peer's UDP Hello names port 0"));
+    }
+    udp.connect(SocketAddr::new(peer.ip(), port))
+        .map_err(|e| Refusal::new(ErrorCode::Io, format!("connecting the UDP socket: {e}")))
+}
+
+/// Microseconds since `epoch` (a stream's own clock for one-way delay).
+pub(crate) fn micros(epoch: Instant) -> u64 {
+    epoch.elapsed().as_micros() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_fit_the_mtu_and_pages() {
+        assert_eq!(payload_for(1500, false), 1440);
+        assert_eq!(payload_for(1500, true), 1420);
+        assert_eq!(payload_for(9000, false), 8192);
+        assert_eq!(payload_for(65536, false), 61_440);
+        assert_eq!(payload_for(100, false), 512);
+    }
+}

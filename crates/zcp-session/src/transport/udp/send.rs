@@ -1,0 +1,563 @@
+//! A UDP stream's sending side: one thread that reads chunks into memory, announces them,
+//! paces their datagrams out (NAKed ones before new ones) and lets each go once the receiver
+//! says it is done; and a reader thread for the side channel's NAKs, done marks and feedback.
+
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use zcp_engine::pace::TokenBucket;
+use zcp_engine::sync::Locked;
+use zcp_engine::sys::{tcp_info, thread_usage};
+use zcp_engine::udp::{UdpSock, read_at};
+use zcp_engine::{EngineError, Usage};
+use zcp_wire::udp::{DatagramHeader, FLAG_RETRANSMIT, MAX_OPEN_CHUNKS, UdpFrame};
+use zcp_wire::{ChunkHeader, ErrorCode};
+
+use super::rate::{RateControl, START};
+use super::{
+    SideReader, UdpConfig, UdpStats, bind_beside, connect_peer, micros, payload_for, read_hello,
+    write_frame,
+};
+use crate::error::Refusal;
+use crate::transport::{Departure, OutChunk, SendSide};
+
+/// Datagrams per paced batch.
+const BATCH: usize = 64;
+/// How long a sender waits for the receiver's Hello.
+const HELLO_WAIT: Duration = Duration::from_secs(60);
+/// NAK frames held for the sending thread at most (more are dropped: they come again).
+const MAX_HEARD_NAKS: usize = 4096;
+
+/// A NAK as heard: the chunk (file, offset) and its ranges.
+type Nak = (u32, u64, Vec<(u32, u32)>);
+
+/// What the side channel's reader heard, for the sending thread.
+#[derive(Debug, Default)]
+struct Heard {
+    naks: Vec<Nak>,
+    done: Vec<(u32, u64)>,
+    ready: Vec<(u32, u64)>,
+    feedback: Option<(u64, u64, u32)>,
+    closed: Option<Refusal>,
+}
+
+#[derive(Debug, Default)]
+struct Inbox {
+    heard: Mutex<Heard>,
+    cv: Condvar,
+}
+
+/// A chunk in flight: its bytes, which datagrams went, which the receiver wants again.
+struct Flight {
+    file: u32,
+    offset: u64,
+    buf: Vec<u8>,
+    grams: u32,
+    /// The receiver placed it: its datagrams may go.
+    ready: bool,
+    /// The first datagram not yet sent once.
+    next: u32,
+    /// Datagrams NAKed and not yet re-sent (a bitmap), and how many.
+    want: Vec<u64>,
+    wanted: u32,
+}
+
+impl Flight {
+    fn gram(&self, g: u32, payload: usize) -> &[u8] {
+        let s = g as usize * payload;
+        &self.buf[s..(s + payload).min(self.buf.len())]
+    }
+}
+
+/// One stream: reports its end (or failure) with its CPU time.
+pub(super) fn stream(
+    (stream, streams): (u16, u64),
+    sock: TcpStream,
+    side: &SendSide,
+    progress: &AtomicU64,
+    cfg: &UdpConfig,
+    stats: &UdpStats,
+) -> Usage {
+    let start = thread_usage();
+    let result = run((stream, streams), sock, side, progress, cfg, stats);
+    let usage = thread_usage().since(&start);
+    (side.report)(match result {
+        Ok(()) => Departure::StreamDone {
+            usage,
+            end: Instant::now(),
+        },
+        Err(r) => Departure::StreamFailed {
+            stream,
+            why: r.message,
+        },
+    });
+    usage
+}
+
+/// The sending state of one stream.
+struct Sender<'a> {
+    stream: usize,
+    sock: TcpStream,
+    udp: UdpSock,
+    payload: usize,
+    tag: [u8; 8],
+    epoch: Instant,
+    side: &'a SendSide,
+    stats: &'a UdpStats,
+    progress: &'a AtomicU64,
+    inbox: Arc<Inbox>,
+    flights: Vec<Flight>,
+    /// Buffers of chunks done, kept for the next ones (at most 4).
+    spare: Vec<Vec<u8>>,
+    budget: u64,
+    rate: RateControl,
+    bucket: TokenBucket,
+    rtt: Duration,
+    rtt_at: Instant,
+    lossy: bool,
+    /// Test loss: drop this many in 1000, from this xorshift state.
+    loss: Option<(u32, u64)>,
+}
+
+fn run(
+    (stream, streams): (u16, u64),
+    mut sock: TcpStream,
+    side: &SendSide,
+    progress: &AtomicU64,
+    cfg: &UdpConfig,
+    stats: &UdpStats,
+) -> Result<(), Refusal> {
+    let mut reader = SideReader::default();
+    let (port, _, budget) = read_hello(&mut sock, &mut reader, HELLO_WAIT)?;
+    let udp = bind_beside(&sock, cfg.offload)?;
+    connect_peer(&udp, &sock, port)?;
+    let _ = udp.set_timeout(Duration::from_secs(30));
+    let v6 = sock.local_addr().is_ok_and(|a| a.is_ipv6());
+    let mtu = cfg.mtu.or_else(|| udp.path_mtu()).unwrap_or(1500);
+    let payload = payload_for(mtu, v6);
+    let hello = UdpFrame::Hello {
+        port: udp
+            .port()
+            .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?,
+        payload,
+        budget: 0,
+    };
+    write_frame(&mut sock, &hello)?;
+    let _ = sock.set_read_timeout(None);
+    stats.payload.store(u64::from(payload), Ordering::Relaxed);
+    *stats.engines.locked() = udp.engines();
+    let inbox = Arc::new(Inbox::default());
+    let listener = {
+        let (inbox, sock) = (inbox.clone(), sock.try_clone());
+        let sock = sock.map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
+        crate::transport::spawn(format!("zcp-udp-fb-{stream}"), move || {
+            listen(sock, reader, &inbox)
+        })
+        .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?
+    };
+    let streams = streams.max(1);
+    let ceiling = match cfg.cap {
+        0 => START / streams,
+        cap => cap / streams,
+    };
+    let rate = RateControl::new(cfg.mode, ceiling);
+    let now = Instant::now();
+    let mut s = Sender {
+        stream: usize::from(stream),
+        bucket: TokenBucket::new(rate.rate(), burst(rate.rate()), now),
+        rate,
+        udp,
+        payload: usize::from(payload),
+        tag: side.keys.udp_tag(),
+        epoch: now,
+        side,
+        stats,
+        progress,
+        inbox,
+        flights: Vec::new(),
+        spare: Vec::new(),
+        budget: budget.max(1),
+        rtt: Duration::from_millis(1),
+        rtt_at: now,
+        lossy: false,
+        loss: cfg.loss.map(|(p, seed)| (p, seed | 1)),
+        sock,
+    };
+    let r = s.drive();
+    if r.is_err() {
+        let _ = s.sock.shutdown(Shutdown::Both);
+    }
+    // The reader ends when the receiver closes its side (after our End) or we shut it.
+    let _ = s.sock.shutdown(Shutdown::Write);
+    if r.is_err() {
+        let _ = listener.join();
+    }
+    r
+}
+
+/// Bytes the pacing bucket holds at most: about 2 ms of the rate, at least 256 KiB.
+fn burst(rate: u64) -> u64 {
+    (rate / 500).max(256 << 10)
+}
+
+/// Reads the side channel until it ends; hands what it hears to the sending thread.
+fn listen(mut sock: TcpStream, mut reader: SideReader, inbox: &Inbox) {
+    let close = |r: Refusal| {
+        inbox.heard.locked().closed = Some(r);
+        inbox.cv.notify_all();
+    };
+    loop {
+        loop {
+            let f = match reader.next() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(r) => return close(r),
+            };
+            tracing::trace!(frame = f.name(), "udp sender heard");
+            let mut h = inbox.heard.locked();
+            match f {
+                UdpFrame::Nak {
+                    file_id,
+                    offset,
+                    ranges,
+                } if h.naks.len() < MAX_HEARD_NAKS => h.naks.push((file_id, offset, ranges)),
+                UdpFrame::Nak { .. } => {}
+                UdpFrame::Done { file_id, offset } if h.done.len() < MAX_HEARD_NAKS => {
+                    h.done.push((file_id, offset));
+                }
+                UdpFrame::Ready { file_id, offset } if h.ready.len() < MAX_HEARD_NAKS => {
+                    h.ready.push((file_id, offset));
+                }
+                UdpFrame::Feedback {
+                    delivered,
+                    drops,
+                    queue_us,
+                } => h.feedback = Some((delivered, drops, queue_us)),
+                other => {
+                    drop(h);
+                    return close(Refusal::protocol(format!(
+                        "UDP side channel: the receiver sent {}",
+                        other.name()
+                    )));
+                }
+            }
+            drop(h);
+            inbox.cv.notify_all();
+        }
+        match reader.fill(&mut sock) {
+            Ok(true) => {}
+            Ok(false) => {
+                return close(Refusal::new(
+                    ErrorCode::Io,
+                    "the receiver closed the UDP side channel",
+                ));
+            }
+            Err(e) => {
+                return close(Refusal::new(
+                    ErrorCode::Io,
+                    format!("UDP side channel: {e}"),
+                ));
+            }
+        }
+    }
+}
+
+impl Sender<'_> {
+    fn drive(&mut self) -> Result<(), Refusal> {
+        loop {
+            self.hear()?;
+            if self.resend()? {
+                continue;
+            }
+            // Announce the next chunk as soon as the window has room, so the receiver is
+            // ready for it when this one's datagrams are out.
+            let in_flight: u64 = self.flights.iter().map(|f| f.buf.len() as u64).sum();
+            if self.flights.is_empty() {
+                match self.side.chunks.pop() {
+                    Some(job) => self.start(job)?,
+                    None => break,
+                }
+                continue;
+            }
+            if in_flight < self.budget
+                && self.flights.len() < MAX_OPEN_CHUNKS
+                && let Some(job) = self.side.chunks.try_pop()
+            {
+                self.start(job)?;
+                continue;
+            }
+            if self.send_new()? {
+                continue;
+            }
+            // Wait for the receiver: a chunk ready or done, a NAK, or feedback.
+            let h = self.inbox.heard.locked();
+            if h.naks.is_empty() && h.done.is_empty() && h.ready.is_empty() && h.closed.is_none() {
+                let _ = self.inbox.cv.wait_timeout(h, super::FEEDBACK);
+            }
+        }
+        write_frame(&mut self.sock, &UdpFrame::End)
+    }
+
+    /// Takes what the reader heard: done chunks let go, NAKs marked for re-sending (checked
+    /// against the chunks in flight), feedback into the rate.
+    fn hear(&mut self) -> Result<(), Refusal> {
+        let heard = std::mem::take(&mut *self.inbox.heard.locked());
+        if let Some(r) = heard.closed {
+            return Err(r);
+        }
+        let now = Instant::now();
+        if now.duration_since(self.rtt_at) > Duration::from_millis(100) {
+            self.rtt_at = now;
+            if let Some(i) = tcp_info(self.sock.as_fd()) {
+                self.rtt = Duration::from_micros(u64::from(i.rtt_us.max(100)));
+            }
+        }
+        for (file, offset) in heard.done {
+            let done = self
+                .flights
+                .iter()
+                .position(|f| (f.file, f.offset) == (file, offset));
+            if let Some(i) = done {
+                let f = self.flights.remove(i);
+                if self.spare.len() < 4 {
+                    self.spare.push(f.buf);
+                }
+            }
+        }
+        for (file, offset) in heard.ready {
+            if let Some(f) = self
+                .flights
+                .iter_mut()
+                .find(|f| (f.file, f.offset) == (file, offset))
+            {
+                f.ready = true;
+            }
+        }
+        let mut fresh = 0u64;
+        for (file, offset, ranges) in heard.naks {
+            // A NAK for a chunk already done (or never sent) is stale: nothing to re-send.
+            let Some(f) = self
+                .flights
+                .iter_mut()
+                .find(|f| (f.file, f.offset) == (file, offset))
+            else {
+                continue;
+            };
+            for (s, n) in ranges {
+                if s >= f.grams {
+                    return Err(Refusal::protocol(format!(
+                        "a NAK for datagram {s} of a chunk of {} datagrams",
+                        f.grams
+                    )));
+                }
+                // Only datagrams sent once can be lost.
+                for g in s..s.saturating_add(n).min(f.next) {
+                    let (w, b) = ((g / 64) as usize, 1u64 << (g % 64));
+                    if f.want[w] & b == 0 {
+                        f.want[w] |= b;
+                        f.wanted += 1;
+                        fresh += 1;
+                    }
+                }
+            }
+        }
+        if fresh > 0 {
+            self.stats.lost.fetch_add(fresh, Ordering::Relaxed);
+            self.stats
+                .lost_bytes
+                .fetch_add(fresh * self.payload as u64, Ordering::Relaxed);
+            self.rate.on_loss(now, self.rtt);
+            self.lossy = true;
+        }
+        if let Some((delivered, drops, queue_us)) = heard.feedback {
+            self.rate
+                .on_feedback(delivered, drops, queue_us, self.lossy);
+            self.lossy = false;
+            let prev = self.stats.drops.load(Ordering::Relaxed);
+            if drops > prev {
+                // Each stream's receiver counts its own socket; the largest is a floor.
+                self.stats.drops.fetch_max(drops, Ordering::Relaxed);
+            }
+        }
+        self.bucket.set_rate(self.rate.rate());
+        self.stats.set_rate(self.stream, self.rate.rate());
+        self.stats
+            .cuts
+            .fetch_max(self.rate.cuts(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Datagrams per batch: about 1 ms of the rate (so a slow rate is not sent in bursts),
+    /// 1 to [`BATCH`].
+    fn batch(&self) -> usize {
+        let per_ms = self.rate.rate() / 1000;
+        ((per_ms / self.payload as u64) as usize).clamp(1, BATCH)
+    }
+
+    /// Re-sends a batch of NAKed datagrams; whether there were any.
+    fn resend(&mut self) -> Result<bool, Refusal> {
+        let batch = self.batch();
+        let mut picks: Vec<(usize, u32)> = Vec::new();
+        for (i, f) in self.flights.iter_mut().enumerate() {
+            if f.wanted == 0 {
+                continue;
+            }
+            for w in 0..f.want.len() {
+                while f.want[w] != 0 && picks.len() < batch {
+                    let b = f.want[w].trailing_zeros();
+                    f.want[w] &= !(1u64 << b);
+                    f.wanted -= 1;
+                    picks.push((i, w as u32 * 64 + b));
+                }
+                if picks.len() == batch {
+                    break;
+                }
+            }
+            if picks.len() == batch {
+                break;
+            }
+        }
+        if picks.is_empty() {
+            return Ok(false);
+        }
+        self.transmit(&picks, true)?;
+        Ok(true)
+    }
+
+    /// Sends the next batch of a chunk's datagrams not yet sent once (and its Sent mark
+    /// after the last); whether there was one.
+    fn send_new(&mut self) -> Result<bool, Refusal> {
+        let batch = self.batch();
+        let Some(i) = self
+            .flights
+            .iter()
+            .position(|f| f.ready && f.next < f.grams)
+        else {
+            return Ok(false);
+        };
+        let f = &mut self.flights[i];
+        let end = f.grams.min(f.next + batch as u32);
+        let picks: Vec<(usize, u32)> = (f.next..end).map(|g| (i, g)).collect();
+        f.next = end;
+        let (done, file, offset) = (end == f.grams, f.file, f.offset);
+        self.transmit(&picks, false)?;
+        if done {
+            write_frame(
+                &mut self.sock,
+                &UdpFrame::Sent {
+                    file_id: file,
+                    offset,
+                },
+            )?;
+        }
+        Ok(true)
+    }
+
+    /// Paces and sends datagrams `picks` (flight, datagram).
+    fn transmit(&mut self, picks: &[(usize, u32)], again: bool) -> Result<(), Refusal> {
+        // Pace first, then stamp: the one-way delay must not count our own wait.
+        let bytes: u64 = picks
+            .iter()
+            .map(|&(i, g)| self.flights[i].gram(g, self.payload).len() as u64)
+            .sum();
+        let wait = self.bucket.take(bytes, Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        let now_us = micros(self.epoch);
+        let heads: Vec<[u8; 32]> = picks
+            .iter()
+            .map(|&(i, g)| {
+                let f = &self.flights[i];
+                let len = f.gram(g, self.payload).len();
+                DatagramHeader {
+                    tag: self.tag,
+                    file_id: f.file,
+                    flags: if again { FLAG_RETRANSMIT } else { 0 },
+                    len: len as u16,
+                    offset: f.offset + u64::from(g) * self.payload as u64,
+                    sent_us: now_us,
+                }
+                .encode()
+            })
+            .collect();
+        let mut grams: Vec<(&[u8], &[u8])> = Vec::with_capacity(picks.len());
+        for (&(i, g), h) in picks.iter().zip(&heads) {
+            let p = self.flights[i].gram(g, self.payload);
+            if let Some((permille, state)) = &mut self.loss {
+                // xorshift64: a seeded, repeatable lossy path.
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                if (*state % 1000) < u64::from(*permille) {
+                    continue;
+                }
+            }
+            grams.push((&h[..], p));
+        }
+        let st = self.stats;
+        self.udp
+            .send_batch(&grams)
+            .map_err(|e: EngineError| Refusal::new(ErrorCode::Io, e.to_string()))?;
+        st.sent.fetch_add(picks.len() as u64, Ordering::Relaxed);
+        if again {
+            st.resent.fetch_add(picks.len() as u64, Ordering::Relaxed);
+            st.resent_bytes.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            self.progress.fetch_add(bytes, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Reads a chunk into memory (hashing a staged one) and announces it. A source that
+    /// ended early gives the file up; the chunk is never announced.
+    fn start(&mut self, job: OutChunk) -> Result<(), Refusal> {
+        if job.cancelled.load(Ordering::Relaxed) || job.len == 0 {
+            return Ok(());
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.resize(job.len as usize, 0);
+        if let Err(e) = read_at(job.file.as_fd(), &mut buf, job.offset) {
+            (self.side.report)(Departure::SourceFailed {
+                file: job.file_id,
+                why: e.to_string(),
+            });
+            return Ok(());
+        }
+        if job.staged {
+            let mut h = self
+                .side
+                .keys
+                .chunk_hasher(job.file_id, job.offset, job.len);
+            h.update(&buf);
+            (self.side.report)(Departure::Hashed {
+                file: job.file_id,
+                index: job.index,
+                mac: *h.finalize().as_bytes(),
+            });
+        }
+        let header = ChunkHeader::data(job.file_id, job.offset, job.len);
+        tracing::debug!(
+            file = job.file_id,
+            offset = job.offset,
+            len = job.len,
+            "udp announce"
+        );
+        write_frame(&mut self.sock, &UdpFrame::Announce(header))?;
+        let grams = job.len.div_ceil(self.payload as u64) as u32;
+        self.flights.push(Flight {
+            file: job.file_id,
+            offset: job.offset,
+            buf,
+            grams,
+            ready: false,
+            next: 0,
+            want: vec![0; (grams as usize).div_ceil(64)],
+            wanted: 0,
+        });
+        Ok(())
+    }
+}
