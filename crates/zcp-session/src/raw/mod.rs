@@ -121,6 +121,7 @@ impl Watch<'_> {
                             retransmits: retrans.saturating_sub(last_retrans),
                         }],
                         progress: self.progress_at(bytes, now - t0, false),
+                        udp: None,
                     }));
                     (last, last_bytes, last_retrans) = (now, bytes, retrans);
                 }
