@@ -226,6 +226,7 @@ mod tests {
                     retransmits: 0,
                 }],
                 progress: progress(1 << 30, false),
+                udp: None,
             }),
             Event::Progress(progress(1 << 30, true)),
             Event::RawEnd(RawEnd {
