@@ -70,6 +70,11 @@ pub(crate) fn run(
             "--recv-engine",
             "the listener chooses how it receives",
         ),
+        (
+            transfer.transport != zcp_session::TransportKind::Tcp,
+            "--transport",
+            "a bare stream is one TCP connection",
+        ),
     ];
     if let Some((_, flag, why)) = refused.iter().find(|r| r.0) {
         usage!(
