@@ -506,7 +506,11 @@ fn send_raw_refuses_what_a_bare_stream_cannot_carry() {
     for (args, code, why) in [
         (vec!["-r", "x"], 2, "does not take -r"),
         (vec!["-P", "2", "x"], 2, "does not take -P"),
-        (vec!["--transport", "udp", "x"], 2, "does not take --transport"),
+        (
+            vec!["--transport", "udp", "x"],
+            2,
+            "does not take --transport",
+        ),
         (vec!["a", "b"], 2, "one file"),
     ] {
         let mut c = zcp();
