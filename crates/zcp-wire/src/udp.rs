@@ -210,7 +210,8 @@ pub enum UdpFrame {
         delivered: u64,
         /// Datagrams the receiver's socket dropped (`SO_RXQ_OVFL`), in total.
         drops: u64,
-        /// Mean one-way delay above its minimum since the last feedback, microseconds.
+        /// The least one-way delay since the last feedback above the least of the session,
+        /// microseconds.
         queue_us: u32,
     },
 }

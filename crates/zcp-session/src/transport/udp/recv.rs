@@ -113,7 +113,8 @@ struct Receiver<'a> {
     epoch: Instant,
     /// One-way delay (receiver's clock minus sender's, µs): minimum, and the interval's sum.
     owd_min: i64,
-    owd: (i64, u64),
+    /// The least one-way delay since the last feedback.
+    owd: i64,
     delivered: u64,
     drops: u32,
     last_feedback: Instant,
@@ -180,7 +181,7 @@ impl<'a> Receiver<'a> {
                 stream,
                 epoch: now,
                 owd_min: i64::MAX,
-                owd: (0, 0),
+                owd: i64::MAX,
                 delivered: 0,
                 drops: 0,
                 last_feedback: now,
@@ -413,8 +414,7 @@ impl<'a> Receiver<'a> {
         }
         let owd = now_us.wrapping_sub(h.sent_us as i64);
         self.owd_min = self.owd_min.min(owd);
-        self.owd.0 = self.owd.0.saturating_add(owd);
-        self.owd.1 += 1;
+        self.owd = self.owd.min(owd);
         self.last_data = Instant::now();
     }
 
@@ -514,9 +514,13 @@ impl<'a> Receiver<'a> {
             .fetch_add(lost_bytes, Ordering::Relaxed);
         let elapsed = now.duration_since(self.last_feedback).as_micros().max(1) as u64;
         let delivered = self.delivered.saturating_mul(1_000_000) / elapsed;
+        // The least delay of the interval: a standing queue delays every datagram, while a
+        // late wake-up of this thread delays only some.
         let queue_us = match self.owd {
-            (_, 0) => 0,
-            (sum, n) => (sum / n as i64 - self.owd_min).clamp(0, i64::from(u32::MAX)) as u32,
+            i64::MAX => 0,
+            least => least
+                .saturating_sub(self.owd_min)
+                .clamp(0, i64::from(u32::MAX)) as u32,
         };
         frames.push(UdpFrame::Feedback {
             delivered,
@@ -525,7 +529,7 @@ impl<'a> Receiver<'a> {
         });
         self.stats.set_rate(self.stream, delivered);
         self.delivered = 0;
-        self.owd = (0, 0);
+        self.owd = i64::MAX;
         self.last_feedback = now;
         let mut out = Vec::new();
         for f in frames {

@@ -16,7 +16,7 @@ use zcp_engine::{EngineError, Usage};
 use zcp_wire::udp::{DatagramHeader, FLAG_RETRANSMIT, MAX_OPEN_CHUNKS, UdpFrame};
 use zcp_wire::{ChunkHeader, ErrorCode};
 
-use super::rate::{RateControl, START};
+use super::rate::{Feedback, RateControl, uncapped};
 use super::{
     SideReader, UdpConfig, UdpStats, bind_beside, connect_peer, micros, payload_for, read_hello,
     write_frame,
@@ -117,7 +117,6 @@ struct Sender<'a> {
     bucket: TokenBucket,
     rtt: Duration,
     rtt_at: Instant,
-    lossy: bool,
     /// Test loss: drop this many in 1000, from this xorshift state.
     loss: Option<(u32, u64)>,
 }
@@ -160,7 +159,7 @@ fn run(
     };
     let streams = streams.max(1);
     let ceiling = match cfg.cap {
-        0 => START / streams,
+        0 => uncapped(cfg.mode) / streams,
         cap => cap / streams,
     };
     let rate = RateControl::new(cfg.mode, ceiling);
@@ -180,9 +179,10 @@ fn run(
         flights: Vec::new(),
         spare: Vec::new(),
         budget: budget.max(1),
-        rtt: Duration::from_millis(1),
+        rtt: tcp_info(sock.as_fd()).map_or(Duration::from_millis(1), |i| {
+            Duration::from_micros(u64::from(i.rtt_us.max(100)))
+        }),
         rtt_at: now,
-        lossy: false,
         loss: cfg.loss.map(|(p, seed)| (p, seed | 1)),
         sock,
     };
@@ -370,12 +370,14 @@ impl Sender<'_> {
                 .lost_bytes
                 .fetch_add(fresh * self.payload as u64, Ordering::Relaxed);
             self.rate.on_loss(now, self.rtt);
-            self.lossy = true;
         }
         if let Some((delivered, drops, queue_us)) = heard.feedback {
-            self.rate
-                .on_feedback(delivered, drops, queue_us, self.lossy);
-            self.lossy = false;
+            let fb = Feedback {
+                delivered,
+                drops,
+                queue_us,
+            };
+            self.rate.on_feedback(now, self.rtt, fb);
             let prev = self.stats.drops.load(Ordering::Relaxed);
             if drops > prev {
                 // Each stream's receiver counts its own socket; the largest is a floor.
