@@ -282,6 +282,8 @@ if f[0] == "ok" and float(f[1]) < secs / 4 and size < 4 << 30:
     done
 done
 
+# The rows first, so a failure below loses no measurement.
+[ -z "$OUT" ] || { mkdir -p "$OUT" && cp "$CSV" "$FAIRCSV" "$OUT/"; }
 TABLE=$WORK/table.txt
 python3 - "$CSV" "$FAIRCSV" "$RATE" "$UDPMODE" >"$TABLE" <<'PY'
 import csv, sys
@@ -320,13 +322,16 @@ keys = sorted({(r["mtu"], r["rtt_ms"]) for r in rows}, key=lambda k: (int(k[0]),
 for mtu, rtt in keys:
     u, t = cell(mtu, rtt, 1.0, "udp"), cell(mtu, rtt, 1.0, "tcp")
     if float(rtt) >= 10:
-        if u and t:
+        if u and t and not num(t["gbps"]):
+            print(f"  mtu {mtu} rtt {rtt}: 1% loss, TCP moved nothing, UDP {num(u['gbps']):.3g} Gbit/s "
+                  f"(goal >= 3x): {verdict(bool(num(u['gbps'])))}")
+        elif u and t:
             x = num(u["gbps"]) / num(t["gbps"])
             print(f"  mtu {mtu} rtt {rtt}: 1% loss, UDP/TCP throughput {x:.2f}x (goal >= 3x): {verdict(x >= 3)}")
         else:
             print(f"  mtu {mtu} rtt {rtt}: 1% loss, UDP >= 3x TCP: n/a (no udp or tcp cell)")
     u, t = cell(mtu, rtt, 0.0, "udp"), cell(mtu, rtt, 0.0, "tcp")
-    if u and t:
+    if u and t and num(t["gbps"]):
         x = num(u["gbps"]) / num(t["gbps"])
         print(f"  mtu {mtu} rtt {rtt}: 0% loss, UDP/TCP throughput {x:.2f}x (goal >= 0.8x): {verdict(x >= 0.8)}")
         cu = (num(u["cpu_send_s_per_gib"]) or 0) + (num(u["cpu_recv_s_per_gib"]) or 0)
@@ -349,7 +354,6 @@ if not any(r["transport"] == "udp" and r["status"] != "failed" for r in rows):
 PY
 cat "$TABLE"
 if [ -n "$OUT" ]; then
-    mkdir -p "$OUT"
-    cp "$CSV" "$FAIRCSV" "$TABLE" "$OUT/"
+    cp "$TABLE" "$OUT/"
     "$ZCP" bench-chart udp "$OUT/udp.csv" "$OUT/udp.svg" && echo "chart: $OUT/udp.svg"
 fi

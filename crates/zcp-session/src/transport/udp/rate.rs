@@ -17,8 +17,8 @@
 //!   another flow's standing queue (a TCP flow that fills the buffer), and yielding to it
 //!   would only starve this one;
 //! - a loss while the queue is over half the target, or while the receiver takes less than
-//!   7/8 of the rate (a shallow buffer overflowing): cut 1/8 (UDT's step), never below what
-//!   the receiver delivers; a loss with an empty queue and full delivery is random (a bad
+//!   3/4 of the rate (a shallow buffer overflowing; random loss of a few percent stays
+//!   above): cut 1/8 (UDT's step), never below what the receiver delivers; a loss with an empty queue and full delivery is random (a bad
 //!   link) and is only re-sent;
 //! - otherwise grow by 1/32 per round trip, to at most twice what the receiver delivers.
 //!
@@ -142,7 +142,7 @@ impl RateControl {
         // delays first; a shallow one that drops without delay shows as a delivery rate
         // below the sending rate.
         let queued = self.queue_us > self.target() / 2;
-        let short = self.delivered < self.rate - self.rate / 8;
+        let short = self.delivered < self.rate - self.rate / 4;
         if !queued && !short {
             return;
         }
@@ -365,7 +365,8 @@ mod tests {
         let before = r.rate();
         for i in 1..50u32 {
             r.on_loss(t0 + i * 5 * MS, RTT);
-            r.on_feedback(t0 + i * 5 * MS, RTT, fb(r.rate(), 100));
+            // 5% random loss: the receiver takes 95% of what is sent.
+            r.on_feedback(t0 + i * 5 * MS, RTT, fb(r.rate() / 20 * 19, 100));
         }
         assert_eq!(r.cuts(), 0);
         assert!(
@@ -374,8 +375,8 @@ mod tests {
             r.rate()
         );
         // Delivery well below the rate (a shallow buffer dropping): a cut.
-        r.on_feedback(t0 + 300 * MS, RTT, fb(r.rate() / 2, 100));
-        r.on_feedback(t0 + 305 * MS, RTT, fb(r.rate() / 2, 100));
+        r.on_feedback(t0 + 300 * MS, RTT, fb(r.rate() / 4, 100));
+        r.on_feedback(t0 + 305 * MS, RTT, fb(r.rate() / 4, 100));
         r.on_loss(t0 + 306 * MS, RTT);
         assert_eq!(r.cuts(), 1);
     }
