@@ -15,6 +15,12 @@ use super::{parse_recv_engine, parse_size};
 /// The sizes of documents 001 (1K-64M) and 003/004 (7M-1G), in one ascending list.
 const DEFAULT_SIZES: &str = "1K,16K,256K,4M,7M,21M,63M,64M,98M,200M,350M,700M,1G";
 
+/// Stream counts of `streams` when `--streams` is not given (document 002's 1..8).
+const DEFAULT_STREAMS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+/// Stream counts (`-P`) of `transport` when `--streams` is not given: one, and the four
+/// `benches/udp.sh` runs.
+const DEFAULT_TRANSPORT_STREAMS: [u32; 2] = [1, 4];
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Cache {
     /// Read the source whole into the page cache before each run.
@@ -25,26 +31,33 @@ enum Cache {
 
 /// `zcp bench --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\
-  zcp bench                                        # all four scenarios: minutes; table on stdout
+  zcp bench                                        # the four default scenarios: minutes
   zcp bench sizes --sizes 4K,64M,1G --seeds        # one scenario, the documents' ratios beside
   zcp bench sink --dir /data --cache cold --plot sink.svg --json=sink.json
-  zcp bench streams --streams 1,2,4,8 -n 5         # 5 measured runs per cell";
+  zcp bench streams --streams 1,2,4,8 -n 5         # 5 measured runs per cell
+  zcp bench transport --size 256M --udp-rate 2G    # zcp sessions over TCP and UDP (opt-in)";
 
 #[derive(Debug, Args)]
 #[command(after_help = super::after_help(EXAMPLES, false))]
 pub(crate) struct BenchArgs {
-    /// Scenarios to run: sizes, offset, sink, streams (default: all four).
+    /// Scenarios to run: sizes, offset, sink, streams (default: these four), and transport
+    /// (zcp's whole session over TCP and UDP; runs only when named).
     #[arg(value_name = "SCENARIO", value_parser = parse_scenario)]
     scenarios: Vec<Scenario>,
     /// File sizes of `sizes`, comma-separated.
     #[arg(long, value_name = "LIST", default_value = DEFAULT_SIZES, value_parser = parse_sizes)]
     sizes: SizeList,
-    /// File size of `offset`, `sink` and `streams`.
+    /// File size of `offset`, `sink`, `streams` and `transport`.
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
     size: u64,
-    /// Stream counts of `streams`, comma-separated.
-    #[arg(long, value_name = "LIST", default_value = "1,2,3,4,5,6,7,8", value_parser = parse_counts)]
-    streams: CountList,
+    /// Stream counts of `streams` (default 1,2,3,4,5,6,7,8) and of `transport` (-P; default
+    /// 1,4), comma-separated.
+    #[arg(long, value_name = "LIST", value_parser = parse_counts)]
+    streams: Option<CountList>,
+    /// The rate cap of `transport`'s UDP fixed-mode cells (fixed mode sends at it), bits per
+    /// second: 500M, 2G.
+    #[arg(long, value_name = "RATE", default_value = "5G", value_parser = super::rate::parse_rate)]
+    udp_rate: u64,
     /// Measured runs per cell (min/median/max are over these).
     #[arg(short = 'n', long, value_name = "N", default_value_t = 3)]
     repeat: u32,
@@ -94,7 +107,11 @@ struct CountList(Vec<u32>);
 
 fn parse_scenario(s: &str) -> Result<Scenario, String> {
     Scenario::parse(s).ok_or_else(|| {
-        let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        let names: Vec<_> = Scenario::ALL
+            .iter()
+            .chain(&Scenario::OPT_IN)
+            .map(|s| s.name())
+            .collect();
         format!("unknown scenario '{s}'; choose from: {}", names.join(", "))
     })
 }
@@ -138,7 +155,15 @@ pub(crate) fn run(a: BenchArgs) -> anyhow::Result<i32> {
         scenarios,
         sizes: a.sizes.0.clone(),
         size: a.size,
-        streams: a.streams.0.clone(),
+        streams: a
+            .streams
+            .as_ref()
+            .map_or(DEFAULT_STREAMS.to_vec(), |l| l.0.clone()),
+        transport_streams: a
+            .streams
+            .as_ref()
+            .map_or(DEFAULT_TRANSPORT_STREAMS.to_vec(), |l| l.0.clone()),
+        udp_rate: a.udp_rate,
         repeat: a.repeat,
         warmup: a.warmup,
         cache: match a.cache {

@@ -194,3 +194,73 @@ fn bench_chart_draws_the_udp_csv_and_names_a_bad_one() {
     );
     assert!(!env.path("none.svg").exists());
 }
+
+#[test]
+fn transport_runs_whole_sessions_over_tcp_and_udp() {
+    let env = Env::new();
+    let dir = env.mkdir("benchdir");
+    let size = 300 * 1024 + 7; // not a whole number of pages or datagrams
+    let mut c = zcp();
+    c.args(["bench", "transport", "--size", &size.to_string()])
+        .args(["--streams", "1,2", "-n", "2", "--warmup", "0"])
+        .args(["--udp-rate", "1G", "-q", "--json", "--dir"])
+        .arg(&dir);
+    let o = run(c, 120);
+    assert!(o.status.success(), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cells = v["cells"].as_array().unwrap();
+    // tcp, udp-fair, udp-fixed at -P 1 and -P 2.
+    assert_eq!(cells.len(), 6, "{}", text(&o.stdout));
+    let mut cpu = 0.0;
+    for c in cells {
+        let spec = &c["spec"];
+        assert_eq!(spec["scenario"], "transport");
+        assert_eq!(spec["size"], size);
+        let runs = c["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{spec}");
+        let moved: u64 = runs.iter().map(|r| r["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(moved, size * 2, "bytes moved = file size x runs: {spec}");
+        for r in runs {
+            assert_eq!(r["sender"]["bytes"], size, "the sender's session: {spec}");
+            assert_eq!(r["receiver"]["bytes"], size, "the server committed: {spec}");
+            assert!(r["seconds"].as_f64().unwrap() > 0.0);
+            for side in ["sender", "receiver"] {
+                cpu += r[side]["user"].as_f64().unwrap() + r[side]["sys"].as_f64().unwrap();
+            }
+            let udp = &r["sender"]["udp"];
+            if spec["transport"] == "tcp" {
+                assert!(udp.is_null(), "{spec}");
+                continue;
+            }
+            // Every payload byte crossed at least once, and only NAKed datagrams again.
+            let (sent, resent, payload) = (
+                udp["sent"].as_u64().unwrap(),
+                udp["resent"].as_u64().unwrap(),
+                udp["payload"].as_u64().unwrap(),
+            );
+            assert!(payload > 0, "{udp}");
+            assert!(sent - resent >= size.div_ceil(payload), "{udp}");
+            assert!(resent <= udp["lost"].as_u64().unwrap(), "{udp}");
+        }
+        assert!(c["stats"]["gbit_per_second"]["median"].as_f64().unwrap() > 0.0);
+        assert!(c["stats"]["receiver_cpu_per_gib"]["median"].is_number());
+        assert!(c["vs_rw"].is_null(), "{spec}");
+        let speed = c["vs_tcp"]["speed"].as_f64().unwrap();
+        match spec["transport"].as_str().unwrap() {
+            "tcp" => assert_eq!(speed, 1.0),
+            "udp-fair" => assert!(spec["limit_bits"].is_null() && speed > 0.0),
+            "udp-fixed" => assert!(spec["limit_bits"] == 1_000_000_000 && speed > 0.0),
+            other => panic!("unknown transport {other}"),
+        }
+    }
+    assert!(cpu > 0.0, "the sides' CPU was counted");
+    // The committed files, the key and the scratch directory are gone.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+
+    let mut c = zcp();
+    c.args(["bench", "transport", "--streams", "17", "--dir"])
+        .arg(&dir);
+    let o = run(c, 30);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("1 to 16 streams"), "{}", both(&o));
+}

@@ -52,8 +52,8 @@ fn fixture_hosts_from_the_command_line() {
         "bandwidth-delay product 250 MB (250000000 bytes)",
         "interface ens1f0",
         "TUNE",
-        "sysctl -w net.core.rmem_max=250000000",
-        "net.ipv4.tcp_rmem = 4096 131072 250000000",
+        "sysctl -w net.core.rmem_max=500000000",
+        "net.ipv4.tcp_rmem = 4096 131072 500000000",
         "net.inet.tcp.sendbuf_max = 250000000",
         "net.inet.tcp.recvspace = 125000000",
     ] {
@@ -85,7 +85,7 @@ fn write_sysctl_writes_the_snippet_once() {
     let written = std::fs::read_to_string(&file).unwrap();
     assert_eq!(written, v["sysctl_conf"].as_str().unwrap());
     assert!(
-        written.contains("net.core.rmem_max = 125000000\n"),
+        written.contains("net.core.rmem_max = 250000000\n"),
         "{written}"
     );
     // Never overwritten: the user may have edited it.

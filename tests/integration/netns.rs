@@ -338,8 +338,8 @@ fn doctor_measures_the_rtt_of_the_delay_line() {
         rmem["recommended"]
             .as_str()
             .unwrap()
-            .ends_with(&format!(" {bdp}")),
-        "the ceiling wanted is the BDP: {rmem}"
+            .ends_with(&format!(" {}", 2 * bdp)),
+        "the ceiling wanted is twice the BDP: {rmem}"
     );
 }
 

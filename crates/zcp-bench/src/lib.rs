@@ -11,7 +11,8 @@
 //! caller; it never prints. [`report`] turns the runs into statistics ([`stats`]), ratios
 //! against the read/write baseline, warnings, and the table, CSV and JSON outputs; [`plot`]
 //! draws the documents' charts as SVG; [`seeds`] holds the figures the documents published.
-//! [`udp_chart`] draws the chart of `benches/udp.sh` from its CSV.
+//! [`udp_chart`] draws the chart of `benches/udp.sh` from its CSV. [`transport`] is the
+//! scenario that runs zcp's whole session over TCP and over UDP instead of bare engines.
 
 #![deny(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod run;
 pub mod seeds;
 pub mod side;
 pub mod stats;
+pub mod transport;
 pub mod udp_chart;
 
 use std::path::PathBuf;
@@ -46,6 +48,9 @@ pub enum Scenario {
     Sink,
     /// 1..N parallel streams (document 002, Fig. 6).
     Streams,
+    /// zcp's whole session (handshake, chunk MACs, durable commit) over TCP and over UDP
+    /// (issue 14); opt-in by name.
+    Transport,
 }
 
 impl Scenario {
@@ -57,6 +62,10 @@ impl Scenario {
         Scenario::Streams,
     ];
 
+    /// Scenarios that run only when named (`zcp bench transport`): they would lengthen the
+    /// default run by more than a minute.
+    pub const OPT_IN: [Scenario; 1] = [Scenario::Transport];
+
     /// The scenario's command-line name.
     pub fn name(self) -> &'static str {
         match self {
@@ -64,12 +73,16 @@ impl Scenario {
             Scenario::Offset => "offset",
             Scenario::Sink => "sink",
             Scenario::Streams => "streams",
+            Scenario::Transport => "transport",
         }
     }
 
-    /// Parses a command-line name.
+    /// Parses a command-line name (of [`Scenario::ALL`] or [`Scenario::OPT_IN`]).
     pub fn parse(s: &str) -> Option<Scenario> {
-        Self::ALL.into_iter().find(|x| x.name() == s)
+        Self::ALL
+            .into_iter()
+            .chain(Self::OPT_IN)
+            .find(|x| x.name() == s)
     }
 
     /// One line on what the scenario measures.
@@ -83,6 +96,9 @@ impl Scenario {
                 "into receiver memory, into the page cache, into durable storage, per receiver engine"
             }
             Scenario::Streams => "parallel TCP streams, each sending its share of one file",
+            Scenario::Transport => {
+                "zcp's whole session (handshake, chunk MACs, durable commit) over TCP and over UDP"
+            }
         }
     }
 }
@@ -123,6 +139,10 @@ pub struct Config {
     pub size: u64,
     /// Stream counts of `streams`.
     pub streams: Vec<u32>,
+    /// Stream counts (`-P`) of `transport`.
+    pub transport_streams: Vec<u32>,
+    /// The rate cap of `transport`'s UDP fixed-mode cells, bits per second.
+    pub udp_rate: u64,
     /// Measured runs per cell.
     pub repeat: u32,
     /// Runs per cell before the measured ones, thrown away.
@@ -167,6 +187,9 @@ pub enum BenchError {
     /// An engine call failed (inside a side process).
     #[error(transparent)]
     Engine(#[from] zcp_engine::EngineError),
+    /// A session failed (inside a side process of `transport`).
+    #[error(transparent)]
+    Session(#[from] zcp_session::SessionError),
 }
 
 impl BenchError {
@@ -205,9 +228,10 @@ mod tests {
 
     #[test]
     fn scenario_names_round_trip() {
-        for s in Scenario::ALL {
+        for s in Scenario::ALL.into_iter().chain(Scenario::OPT_IN) {
             assert_eq!(Scenario::parse(s.name()), Some(s));
         }
+        assert!(!Scenario::ALL.contains(&Scenario::Transport));
         assert_eq!(Scenario::parse("size"), None);
     }
 }

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use zcp_engine::{RecvEngine, SendEngine};
 
+use crate::transport::Transport;
 use crate::{Config, Scenario, size_label};
 
 /// Sender engines of `sizes`: every one zcp-engine has, read/write first (the baseline).
@@ -78,18 +79,33 @@ pub struct CellSpec {
     pub block: u64,
     /// Parallel TCP streams.
     pub streams: u32,
+    /// `transport` cells: how the session moves the data (none for the engine scenarios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
+    /// `transport` cells: the session's rate cap (`--limit-rate`), bits per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bits: Option<u64>,
 }
 
 impl CellSpec {
     /// `sizes 64M sendfile`: how progress and errors name the cell.
     pub fn label(&self) -> String {
-        format!("{} {} {}", self.scenario.name(), self.param, self.engine)
+        let last = self.transport.map_or(self.engine.as_str(), |t| t.name());
+        format!("{} {} {last}", self.scenario.name(), self.param)
     }
 
-    /// Whether `other` is this cell's read/write baseline (or this cell itself, when it is
-    /// the baseline).
+    /// Whether `other` is this cell's baseline (or this cell itself, when it is the
+    /// baseline): its read/write twin, or for a `transport` cell its TCP twin.
     pub fn baseline_is(&self, other: &CellSpec) -> bool {
-        other.engine == SendEngine::ReadWrite.name()
+        if self.transport.is_some() {
+            return other.transport == Some(Transport::Tcp)
+                && other.scenario == self.scenario
+                && other.recv == self.recv
+                && other.size == self.size
+                && other.streams == self.streams;
+        }
+        other.transport.is_none()
+            && other.engine == SendEngine::ReadWrite.name()
             && other.scenario == self.scenario
             && other.param == self.param
             && other.recv == self.recv
@@ -114,6 +130,8 @@ pub fn cells(config: &Config) -> Vec<CellSpec> {
         region: 0,
         block: config.block,
         streams: 1,
+        transport: None,
+        limit_bits: None,
     };
     let mut out = Vec::new();
     for &scenario in &config.scenarios {
@@ -165,6 +183,7 @@ pub fn cells(config: &Config) -> Vec<CellSpec> {
                     }
                 }
             }
+            Scenario::Transport => out.extend(crate::transport::cells(config)),
         }
     }
     out
@@ -218,6 +237,8 @@ pub(crate) mod tests {
             sizes: vec![1024, 64 << 20],
             size: 1 << 20,
             streams: vec![1, 4],
+            transport_streams: vec![1, 4],
+            udp_rate: 5_000_000_000,
             repeat: 3,
             warmup: 1,
             cache: crate::CacheState::Warm,

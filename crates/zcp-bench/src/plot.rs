@@ -1,7 +1,8 @@
 //! The documents' charts, drawn as one SVG with a panel per scenario that ran: time against
 //! file size per sender engine on log-log axes (document 001, Fig. 2; 003/004), Gbit/s per
 //! offset mode and per sink as grouped bars (document 000, Table 2 and Figs. 12-15), Gbit/s
-//! against the stream count (document 002, Fig. 6). Error bars span min to max.
+//! against the stream count (document 002, Fig. 6), Gbit/s per transport and stream count
+//! (`transport`, as grouped bars). Error bars span min to max.
 
 use plotters::prelude::*;
 
@@ -37,7 +38,7 @@ pub fn svg(report: &Report) -> Result<String, String> {
             match s {
                 Scenario::Sizes => sizes(area, &cells),
                 Scenario::Streams => streams(area, &cells),
-                Scenario::Offset | Scenario::Sink => bars(area, *s, &cells),
+                Scenario::Offset | Scenario::Sink | Scenario::Transport => bars(area, *s, &cells),
             }
             .map_err(|e| format!("drawing {}: {e}", s.name()))?;
         }
@@ -49,11 +50,19 @@ pub fn svg(report: &Report) -> Result<String, String> {
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
+/// What a line or a bar colour stands for: the sender engine, or a `transport` cell's
+/// transport.
+fn series(c: &CellResult) -> &str {
+    c.spec
+        .transport
+        .map_or(c.spec.engine.as_str(), |t| t.name())
+}
+
 fn engines(cells: &[&CellResult]) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
     for c in cells {
-        if !v.contains(&c.spec.engine) {
-            v.push(c.spec.engine.clone());
+        if !v.iter().any(|e| e == series(c)) {
+            v.push(series(c).to_string());
         }
     }
     v
@@ -127,7 +136,7 @@ where
     for (i, e) in engines(cells).iter().enumerate() {
         let pts: Vec<(f64, (f64, f64, f64))> = cells
             .iter()
-            .filter(|c| &c.spec.engine == e)
+            .filter(|c| series(c) == e)
             .map(|c| (x(c), stat(c, metric)))
             .collect();
         let col = color(i);
@@ -215,6 +224,7 @@ fn bars(area: &Area<'_>, s: Scenario, cells: &[&CellResult]) -> Drawn {
         .fold(0.0, f64::max);
     let caption = match s {
         Scenario::Offset => "offset: Gbit/s, fixed vs advancing offset, per sender engine",
+        Scenario::Transport => "transport: Gbit/s of a whole zcp session per -P, per transport",
         _ => "sink: Gbit/s into memory, page cache and durable storage, per sender engine",
     };
     let n = params.len();
@@ -248,7 +258,7 @@ fn bars(area: &Area<'_>, s: Scenario, cells: &[&CellResult]) -> Drawn {
             .filter_map(|(pi, p)| {
                 let c = cells
                     .iter()
-                    .find(|c| &c.spec.engine == e && &c.spec.param == p)?;
+                    .find(|c| series(c) == e && &c.spec.param == p)?;
                 let x = pi as f64 - 0.4 + width * (ei as f64 + 0.5);
                 Some((x, stat(c, "gbit_per_second")))
             })

@@ -30,7 +30,7 @@ pub struct Run {
 type Metric = (&'static str, fn(&Run) -> f64);
 
 /// Every figure summarised per cell, in the order CSV columns list them.
-pub const METRICS: [Metric; 19] = [
+pub const METRICS: [Metric; 24] = [
     ("gbit_per_second", |r| {
         r.bytes as f64 * 8.0 / r.seconds / 1e9
     }),
@@ -64,11 +64,24 @@ pub const METRICS: [Metric; 19] = [
     ("sender_cpu_per_gib", |r| {
         (r.sender.user + r.sender.sys) / (r.bytes.max(1) as f64 / (1u64 << 30) as f64)
     }),
+    ("receiver_cpu_per_gib", |r| {
+        (r.receiver.user + r.receiver.sys) / (r.bytes.max(1) as f64 / (1u64 << 30) as f64)
+    }),
+    // The UDP counters of `transport` cells (no figure for the other cells).
+    ("udp_sent", |r| udp(r, |u| u.sent)),
+    ("udp_lost", |r| udp(r, |u| u.lost)),
+    ("udp_resent", |r| udp(r, |u| u.resent)),
+    ("udp_receiver_drops", |r| udp(r, |u| u.receiver_drops)),
 ];
+
+/// A sender's UDP counter, or NaN (no figure) when the run was not over UDP.
+fn udp(r: &Run, f: fn(&crate::transport::UdpCounts) -> u64) -> f64 {
+    r.sender.udp.as_ref().map_or(f64::NAN, |u| f(u) as f64)
+}
 
 /// How a cell compares with its read/write baseline (medians; above 1 means better than
 /// read/write).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ratios {
     /// Read/write's time over this cell's: how many times faster.
     pub speed: Option<f64>,
@@ -76,6 +89,9 @@ pub struct Ratios {
     pub sender_cpu: Option<f64>,
     /// The same for system CPU alone (document 001's "3.65x").
     pub sender_sys: Option<f64>,
+    /// `transport` cells: the baseline's receiver CPU seconds over this cell's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver_cpu: Option<f64>,
 }
 
 /// One cell's runs and what they add up to.
@@ -91,8 +107,12 @@ pub struct CellResult {
     pub notes: Vec<String>,
     /// Min, median and max of every figure in [`METRICS`].
     pub stats: BTreeMap<String, Summary>,
-    /// Against the read/write baseline; `None` until [`Report::new`] pairs the cells.
+    /// Against the read/write baseline; `None` until [`Report::new`] pairs the cells, and
+    /// for `transport` cells.
     pub vs_rw: Option<Ratios>,
+    /// `transport` cells: against the TCP cell with the same stream count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_tcp: Option<Ratios>,
     /// The measured runs.
     pub runs: Vec<Run>,
 }
@@ -127,6 +147,7 @@ impl CellResult {
             notes,
             stats,
             vs_rw: None,
+            vs_tcp: None,
             runs,
         }
     }
@@ -228,16 +249,27 @@ impl Report {
                     let (a, b) = (c.median(m)?, base.median(m)?);
                     if flip { ratio(b, a) } else { ratio(a, b) }
                 };
+                let tcp = c.spec.transport.is_some();
                 Some(Ratios {
                     speed: r("seconds", true),
                     sender_cpu: r("sender_cpu", true),
                     sender_sys: r("sender_sys", true),
+                    receiver_cpu: if tcp { r("receiver_cpu", true) } else { None },
                 })
             })
             .collect();
         for (c, r) in cells.iter_mut().zip(ratios) {
-            c.vs_rw = r;
+            if c.spec.transport.is_some() {
+                c.vs_tcp = r;
+            } else {
+                c.vs_rw = r;
+            }
         }
+        let network = if cells.iter().any(|c| c.spec.transport.is_some()) {
+            "TCP (and UDP for transport) over loopback (127.0.0.1): no NIC"
+        } else {
+            "TCP over loopback (127.0.0.1): no NIC"
+        };
         let warnings = warnings(config, &host, &cells);
         Report {
             format: 1,
@@ -246,7 +278,7 @@ impl Report {
                 warmup: config.warmup,
                 cache: config.cache,
                 cache_statement: config.cache.statement().to_string(),
-                network: "TCP over loopback (127.0.0.1): no NIC".into(),
+                network: network.into(),
             },
             host,
             warnings,
@@ -292,7 +324,17 @@ impl Report {
                 header.push(format!("{m}_{s}"));
             }
         }
-        header.extend(["speed_vs_rw", "sender_cpu_vs_rw", "sender_sys_vs_rw"].map(String::from));
+        header.extend(
+            [
+                "speed_vs_rw",
+                "sender_cpu_vs_rw",
+                "sender_sys_vs_rw",
+                "speed_vs_tcp",
+                "sender_cpu_vs_tcp",
+                "receiver_cpu_vs_tcp",
+            ]
+            .map(String::from),
+        );
         w.write_record(&header).expect("writing to memory");
         for c in &self.cells {
             let s = &c.spec;
@@ -318,12 +360,15 @@ impl Report {
                     None => row.extend(["", "", ""].map(String::from)),
                 }
             }
-            let r = c.vs_rw.unwrap_or(Ratios {
-                speed: None,
-                sender_cpu: None,
-                sender_sys: None,
-            });
-            for v in [r.speed, r.sender_cpu, r.sender_sys] {
+            let (r, t) = (c.vs_rw.unwrap_or_default(), c.vs_tcp.unwrap_or_default());
+            for v in [
+                r.speed,
+                r.sender_cpu,
+                r.sender_sys,
+                t.speed,
+                t.sender_cpu,
+                t.receiver_cpu,
+            ] {
                 row.push(v.map(|v| format!("{v:.4}")).unwrap_or_default());
             }
             w.write_record(&row).expect("writing to memory");
@@ -380,6 +425,11 @@ impl Report {
                     size_label(first.size),
                     first.recv
                 ),
+                Scenario::Transport => {
+                    out.push_str(&crate::transport::heading(&cells));
+                    out.push_str(&crate::transport::table(&cells));
+                    continue;
+                }
             };
             out.push_str(&table(s, &cells));
         }
@@ -433,7 +483,7 @@ fn table(scenario: Scenario, cells: &[&CellResult]) -> String {
         Scenario::Sizes => "size",
         Scenario::Offset => "offset",
         Scenario::Sink => "sink",
-        Scenario::Streams => "streams",
+        Scenario::Streams | Scenario::Transport => "streams",
     };
     let header = [
         param,
@@ -570,6 +620,9 @@ fn warnings(config: &Config, host: &Host, cells: &[CellResult]) -> Vec<String> {
             host.cpus
         ));
     }
+    if cells.iter().any(|c| c.spec.transport.is_some()) {
+        w.push(crate::transport::WARNING.into());
+    }
     if cells.iter().any(|c| c.spec.size < (1 << 20)) {
         w.push(
             "Cells under 1 MiB last microseconds: connection set-up and thread wake-ups weigh more than the copy mechanism in them.".into(),
@@ -610,6 +663,7 @@ pub(crate) mod tests {
             major_faults: 0,
             minor_faults: (100.0 * k) as u64,
             max_rss_bytes: 4 << 20,
+            udp: None,
         }
     }
 

@@ -73,6 +73,14 @@ pub fn run(config: &Config, events: &mut dyn FnMut(Event)) -> Result<Report, Ben
     let recv_dir = scratch.path().join("recv");
     std::fs::create_dir(&recv_dir)
         .map_err(|e| BenchError::io(format!("creating {}", recv_dir.display()), e))?;
+    // `transport` runs zcp sessions: a fresh key for this benchmark, readable by its user only.
+    let key = if cells.iter().any(|c| c.transport.is_some()) {
+        let path = scratch.path().join("key");
+        zcp_session::keyfile::write_new_key(&path, false)?;
+        Some(path)
+    } else {
+        None
+    };
 
     let per_cell = config.warmup + config.repeat;
     events(Event::Planned {
@@ -96,7 +104,7 @@ pub fn run(config: &Config, events: &mut dyn FnMut(Event)) -> Result<Report, Ben
                 warmup,
             });
             prepare_cache(src, config.cache)?;
-            let r = one_run(config, &cell, src, &recv_dir)?;
+            let r = one_run(config, &cell, src, &recv_dir, key.as_deref())?;
             if !warmup {
                 runs.push(r);
             }
@@ -134,6 +142,19 @@ fn check(config: &Config) -> Result<(), BenchError> {
     }
     if config.streams.iter().any(|&n| n == 0 || n > 64) {
         return bad("--streams: each count must be between 1 and 64");
+    }
+    if config.scenarios.contains(&Scenario::Transport) {
+        if config.transport_streams.is_empty() {
+            return bad("--streams names no stream count");
+        }
+        if config.transport_streams.iter().any(|&n| n == 0 || n > 16) {
+            return bad(
+                "--streams: transport runs zcp sessions, which take 1 to 16 streams; give counts up to 16",
+            );
+        }
+        if config.udp_rate == 0 {
+            return bad("--udp-rate must be above 0");
+        }
     }
     if !config.dir.is_dir() {
         return Err(BenchError::Config(format!(
@@ -238,6 +259,7 @@ fn one_run(
     cell: &CellSpec,
     src: &Path,
     recv_dir: &Path,
+    key: Option<&Path>,
 ) -> Result<Run, BenchError> {
     let fail = |message: String| BenchError::Run {
         cell: cell.label(),
@@ -250,6 +272,7 @@ fn one_run(
             cell: cell.clone(),
             path: recv_dir.to_path_buf(),
             port: 0,
+            key: key.map(Path::to_path_buf),
         },
         "receiver",
     )?;
@@ -274,6 +297,7 @@ fn one_run(
             cell: cell.clone(),
             path: src.to_path_buf(),
             port,
+            key: key.map(Path::to_path_buf),
         },
         "sender",
     )?;
@@ -321,6 +345,9 @@ fn one_run(
                 r.bytes, cell.size
             )));
         }
+    }
+    if cell.transport.is_some() {
+        crate::transport::side::take_committed(recv_dir, cell)?;
     }
     Ok(Run {
         seconds: sender.seconds,

@@ -8,7 +8,8 @@
 //! waits for its writes, `fdatasync`s for a durable sink, and only then acknowledges each
 //! stream with one byte. The sender's clock stops at the last acknowledgement, so its elapsed
 //! time covers the whole transfer including the receiver's storage. Each side ends by
-//! printing one [`SideReport`] line.
+//! printing one [`SideReport`] line. `transport` cells run a zcp session instead
+//! ([`crate::transport::side`]).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -50,6 +51,9 @@ pub struct SideSpec {
     pub path: PathBuf,
     /// Sender: the receiver's port.
     pub port: u16,
+    /// `transport` cells: the run's key file (both sides read the key from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
 }
 
 /// What one side measured, printed as one JSON line at its end.
@@ -77,10 +81,19 @@ pub struct SideReport {
     pub minor_faults: u64,
     /// Peak resident set size of the process, bytes.
     pub max_rss_bytes: u64,
+    /// `transport` cells over UDP, the sender: its datagram counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<crate::transport::UdpCounts>,
 }
 
 impl SideReport {
-    fn new(engine: &str, note: Option<String>, bytes: u64, start: Instant, u0: &Usage) -> Self {
+    pub(crate) fn new(
+        engine: &str,
+        note: Option<String>,
+        bytes: u64,
+        start: Instant,
+        u0: &Usage,
+    ) -> Self {
         let u = process_usage().since(u0);
         SideReport {
             engine: engine.to_string(),
@@ -94,6 +107,7 @@ impl SideReport {
             major_faults: u.major_faults,
             minor_faults: u.minor_faults,
             max_rss_bytes: u.max_rss_bytes,
+            udp: None,
         }
     }
 }
@@ -101,9 +115,11 @@ impl SideReport {
 /// Runs one side as `spec` says, writing the port line (receiver) and the report line to
 /// `out`.
 pub fn run_side(spec: &SideSpec, out: &mut dyn Write) -> Result<(), BenchError> {
-    let report = match spec.role {
-        Role::Send => send(spec)?,
-        Role::Recv => receive(spec, out)?,
+    let report = match (spec.role, spec.cell.transport.is_some()) {
+        (Role::Send, false) => send(spec)?,
+        (Role::Recv, false) => receive(spec, out)?,
+        (Role::Send, true) => crate::transport::side::send(spec)?,
+        (Role::Recv, true) => crate::transport::side::serve(spec, out)?,
     };
     let line = serde_json::to_string(&report).expect("a report serializes");
     writeln!(out, "{line}")

@@ -9,9 +9,19 @@ use crate::{Check, OtherOs, SYSCTL_INT_MAX, Status, Target};
 
 const NET: &str = "network";
 
-/// The buffer size to ask for: the BDP, within what Linux accepts.
-fn buffer_want(t: &Target) -> u64 {
-    t.bdp_bytes.clamp(4096, SYSCTL_INT_MAX)
+/// Socket buffers to ask for, in BDPs. A socket's buffer holds its unsent and its
+/// unacknowledged data plus the kernel's per-packet overhead, so a ceiling of one BDP leaves a
+/// stream short of the link: through the testbed's delay line (RTT 50 ms, tbf 2 Gbit/s, bbr,
+/// one stream) iperf3 and zcp reached 1.34 and 1.28 Gbit/s with one BDP (12.6 MB) and 1.82 and
+/// 1.70 with 64 MiB (benches/results/2026-11-24-vm-udp/README.md, "Document 002's BDP effect").
+/// Two BDPs is the advice between those measured points.
+pub(crate) const BUFFER_BDPS: u64 = 2;
+
+/// The buffer size to ask for: [`BUFFER_BDPS`] times the BDP, within what Linux accepts.
+pub(crate) fn buffer_want(t: &Target) -> u64 {
+    t.bdp_bytes
+        .saturating_mul(BUFFER_BDPS)
+        .clamp(4096, SYSCTL_INT_MAX)
 }
 
 fn sysctl(host: &HostView, key: &str) -> Result<String, String> {
@@ -62,14 +72,15 @@ fn module(host: &HostView, name: &str, path: &str) -> Result<&'static str, Strin
 pub(crate) fn stack(host: &HostView, t: &Target) -> Vec<Check> {
     let want = buffer_want(t);
     let bdp_note = format!(
-        "BDP {} x {} = {} bytes",
+        "{BUFFER_BDPS} x BDP ({} x {} = {} bytes) = {} bytes: a buffer also holds unacknowledged data and the kernel's overhead",
         units::rate(t.rate_bps),
         units::duration(std::time::Duration::from_micros(t.rtt_us)),
-        t.bdp_bytes
+        t.bdp_bytes,
+        t.bdp_bytes.saturating_mul(BUFFER_BDPS)
     );
-    let capped = if t.bdp_bytes > SYSCTL_INT_MAX {
+    let capped = if t.bdp_bytes.saturating_mul(BUFFER_BDPS) > SYSCTL_INT_MAX {
         format!(
-            "; the BDP exceeds Linux's limit {SYSCTL_INT_MAX}: use parallel streams (-P) for the rest"
+            "; {BUFFER_BDPS} x BDP exceeds Linux's limit {SYSCTL_INT_MAX}: use parallel streams (-P) for the rest"
         )
     } else {
         String::new()
@@ -83,7 +94,7 @@ pub(crate) fn stack(host: &HostView, t: &Target) -> Vec<Check> {
             Ok(v) => Check::new(NET, key, v.to_string(), Status::Tune)
                 .want(format!(">= {want}"))
                 .note(format!(
-                    "the largest buffer a socket may ask for; below the {bdp_note}{capped}"
+                    "the largest buffer a socket may ask for; below {bdp_note}{capped}"
                 ))
                 .fix(format!("sysctl -w {key}={want}")),
             Err(e) => Check::unknown(NET, key, e).want(format!(">= {want}")),
@@ -289,11 +300,16 @@ pub(crate) fn sysctl_conf(host: &HostView, t: &Target) -> String {
         }
     };
     let mut s = format!(
-        "# zcp doctor: {} x {} = BDP {} bytes ({})\n",
+        "# zcp doctor: {} x {} = BDP {} bytes ({}); socket buffers {BUFFER_BDPS} x BDP{}\n",
         units::rate(t.rate_bps),
         units::duration(std::time::Duration::from_micros(t.rtt_us)),
         t.bdp_bytes,
-        units::bytes(t.bdp_bytes)
+        units::bytes(t.bdp_bytes),
+        if t.bdp_bytes.saturating_mul(BUFFER_BDPS) > SYSCTL_INT_MAX {
+            format!(", at most Linux's {SYSCTL_INT_MAX}")
+        } else {
+            format!(" = {want}")
+        }
     );
     s += "# Install as /etc/sysctl.d/90-zcp.conf, then run: sysctl --system\n";
     s += &format!("net.core.rmem_max = {}\n", keep("net.core.rmem_max"));

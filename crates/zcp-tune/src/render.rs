@@ -40,9 +40,10 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "        = bandwidth-delay product {} ({} bytes): the bytes in flight one stream needs\n",
+            "        = bandwidth-delay product {} ({} bytes): the bytes in flight one stream needs;\n          socket buffers are asked for at {} x that (a buffer also holds unacknowledged data)\n",
             units::bytes(t.bdp_bytes),
-            t.bdp_bytes
+            t.bdp_bytes,
+            crate::net::BUFFER_BDPS
         );
 
         let head = ["check", "current", "recommended", "status"];

@@ -78,8 +78,8 @@ fn untuned_host_gets_every_fix() {
     }
     let fixes = r.fixes();
     for want in [
-        "sysctl -w net.core.rmem_max=1250000000",
-        "sysctl -w net.ipv4.tcp_rmem=\"4096 131072 1250000000\"",
+        "sysctl -w net.core.rmem_max=2147483647",
+        "sysctl -w net.ipv4.tcp_rmem=\"4096 131072 2147483647\"",
         "modprobe tcp_bbr",
         "sysctl -w net.ipv4.tcp_congestion_control=bbr",
         "ip link set dev ens1f0 mtu 9000",
@@ -154,7 +154,7 @@ fn host_with_missing_files_is_unknown_not_a_crash() {
     // The snippet is still complete: it does not depend on what could be read.
     assert!(
         r.sysctl_conf
-            .contains("net.ipv4.tcp_rmem = 4096 131072 125000000")
+            .contains("net.ipv4.tcp_rmem = 4096 131072 250000000")
     );
     insta::assert_snapshot!(stable(r.to_text(), "missing"));
     // Even an empty directory is a host with nothing readable.
@@ -200,7 +200,26 @@ fn given_rate_and_rtt_size_the_buffers_within_linux_limits() {
     assert_eq!(c.recommended, ">= 2147483647");
     assert!(c.note.as_deref().unwrap().contains("parallel streams"));
     assert!(r.sysctl_conf.contains("net.core.wmem_max = 2147483647\n"));
-    // The other systems' lines follow document 002's Fig. 4 for the BDP.
+    // Twice the BDP (benches/results/2026-11-24-vm-udp: one BDP left a stream at ~1.3 of
+    // 2 Gbit/s): 10 Gbit/s x 10 ms = 12.5 MB, buffers 25 MB.
+    let small = Options {
+        rate_bps: Some(10_000_000_000),
+        rtt: Some(Duration::from_millis(10)),
+        ..opts()
+    };
+    let r = run("vm", &small);
+    assert_eq!(r.target.bdp_bytes, 12_500_000);
+    for key in ["net.core.rmem_max", "net.core.wmem_max"] {
+        let c = check(&r, "network", key);
+        assert_eq!(c.recommended, ">= 25000000", "{key}");
+        assert!(!c.note.as_deref().unwrap().contains("parallel streams"));
+    }
+    assert_eq!(
+        check(&r, "network", "net.ipv4.tcp_wmem").recommended,
+        "4096 16384 25000000"
+    );
+    assert!(r.sysctl_conf.contains("net.core.rmem_max = 25000000\n"));
+    // The other systems' lines follow document 002's Fig. 4 for the BDP itself.
     let o2 = Options {
         rate_bps: Some(100_000_000_000),
         rtt: Some(Duration::from_millis(100)),
