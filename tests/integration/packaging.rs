@@ -1,0 +1,222 @@
+//! What an installed zcp is made of besides the binary: `zcp generate man` and `zcp generate
+//! completions`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::util::*;
+
+/// The subcommands `zcp --help` lists (hidden ones are not listed).
+fn listed_subcommands() -> Vec<String> {
+    let mut c = zcp();
+    c.arg("--help");
+    let help = text(&run(c, 10).stdout);
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .filter(|c| c != "help")
+        .collect()
+}
+
+fn has(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `zcp generate man DIR` writes zcp.1 and a page per listed subcommand (and per subcommand
+/// of theirs), nothing for hidden commands, each page one that groff formats without a
+/// warning and that `man -l` renders with the command's options.
+#[test]
+fn generate_man_writes_a_page_per_subcommand_that_man_renders() {
+    let env = Env::new();
+    let dir = env.mkdir("man1");
+    let mut c = zcp();
+    c.args(["generate", "man"]).arg(&dir);
+    let o = run(c, 20);
+    assert!(o.status.success(), "{}", both(&o));
+    let listed = listed_subcommands();
+    assert!(listed.len() >= 10, "{listed:?}");
+    let mut expected: Vec<String> = listed.iter().map(|c| format!("zcp-{c}.1")).collect();
+    expected.push("zcp.1".into());
+    expected.push("zcp-generate-man.1".into());
+    expected.push("zcp-generate-completions.1".into());
+    expected.sort();
+    assert_eq!(files_in(&dir), expected, "{}", both(&o));
+    assert!(text(&o.stderr).contains(&format!("wrote {} man pages", expected.len())));
+    for name in &expected {
+        let page = std::fs::read_to_string(dir.join(name)).unwrap();
+        let mode = std::fs::metadata(dir.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644, "{name}");
+        assert!(
+            page.contains(".SH NAME") && page.contains(".SH SYNOPSIS"),
+            "{name}"
+        );
+        assert!(!page.contains("bench\\-side") && !page.contains("bench\\-chart"));
+    }
+    if has("groff") {
+        for name in &expected {
+            let mut c = Command::new("groff");
+            c.args(["-man", "-ww", "-z"]).arg(dir.join(name));
+            let o = run(c, 20);
+            assert!(
+                o.status.success() && o.stderr.is_empty(),
+                "{name}: {}",
+                both(&o)
+            );
+        }
+    } else {
+        println!("groff not installed: man pages checked for their sections only");
+    }
+    if has("man") {
+        let mut c = Command::new("man");
+        c.arg("-l")
+            .arg(dir.join("zcp-serve.1"))
+            .env("MANWIDTH", "100");
+        let o = run(c, 20);
+        let page = text(&o.stdout);
+        assert!(o.status.success(), "{}", both(&o));
+        for needle in ["zcp-serve", "--max-streams", "EXAMPLES", "EXIT STATUS"] {
+            assert!(page.contains(needle), "{needle} not in:\n{page}");
+        }
+    } else {
+        println!("man not installed: skipped rendering zcp-serve.1 with man -l");
+    }
+}
+
+/// DIR must be an existing directory zcp can write to; otherwise exit 2 with what to fix,
+/// and nothing is left behind.
+#[test]
+fn generate_man_refuses_what_is_not_a_writable_directory() {
+    let env = Env::new();
+    let missing = env.path("missing");
+    let file = env.path("file");
+    std::fs::write(&file, b"x").unwrap();
+    for (dir, says) in [(&missing, "does not exist"), (&file, "is not a directory")] {
+        let mut c = zcp();
+        c.args(["generate", "man"]).arg(dir);
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+        let err = text(&o.stderr);
+        assert!(err.contains(&format!("{} {says}", dir.display())), "{err}");
+        assert!(err.contains("give an existing directory"), "{err}");
+    }
+    assert!(!missing.exists());
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+
+    // A directory this user cannot write: as root, zcp runs as nobody (root writes anywhere).
+    let ro = env.mkdir("ro");
+    let mut c = if is_root() {
+        std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_zcp"));
+        c
+    } else {
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        zcp()
+    };
+    c.args(["generate", "man"]).arg(&ro);
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("cannot write {}", ro.display())),
+        "{err}"
+    );
+    assert!(err.contains("give a directory you can write to"), "{err}");
+    assert!(files_in(&ro).is_empty(), "{:?}", files_in(&ro));
+}
+
+fn completions(shell: &str) -> String {
+    let mut c = zcp();
+    c.args(["generate", "completions", shell]);
+    let o = run(c, 10);
+    assert!(o.status.success(), "{shell}: {}", both(&o));
+    text(&o.stdout)
+}
+
+/// Every shell clap_complete knows gets a script naming every listed subcommand and no hidden
+/// one; bash accepts its script (`bash -n`) and completing `zcp se` with it offers exactly
+/// send and serve; `zcp serve --ma` offers serve's --max-* flags. An unknown shell is refused
+/// with the known ones named.
+#[test]
+fn generate_completions_for_every_shell_and_refuse_unknown_ones() {
+    let listed = listed_subcommands();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = completions(shell);
+        for sub in &listed {
+            assert!(script.contains(sub.as_str()), "{shell}: no {sub}");
+        }
+        for hidden in ["bench-side", "bench-chart"] {
+            assert!(!script.contains(hidden), "{shell}: offers hidden {hidden}");
+        }
+    }
+    let env = Env::new();
+    let bash = env.path("zcp.bash");
+    std::fs::write(&bash, completions("bash")).unwrap();
+    let mut c = Command::new("bash");
+    c.arg("-n").arg(&bash);
+    let o = run(c, 10);
+    assert!(o.status.success(), "bash -n: {}", both(&o));
+    let complete = |words: &str| {
+        let script = format!(
+            "source '{}'; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+             COMP_LINE='{words}'; COMP_POINT=${{#COMP_LINE}}; \
+             _zcp zcp \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            bash.display()
+        );
+        let mut c = Command::new("bash");
+        c.args(["--norc", "-c", &script]);
+        let o = run(c, 10);
+        assert!(o.status.success(), "{words}: {}", both(&o));
+        let mut got: Vec<String> = text(&o.stdout).lines().map(str::to_owned).collect();
+        got.sort();
+        got
+    };
+    assert_eq!(complete("zcp se"), ["send", "serve"]);
+    assert_eq!(
+        complete("zcp serve --ma"),
+        ["--max-sessions", "--max-streams"]
+    );
+    for (shell, check) in [("zsh", ["-n"]), ("fish", ["--no-execute"])] {
+        if has(shell) {
+            let f = env.path(shell);
+            std::fs::write(&f, completions(shell)).unwrap();
+            let mut c = Command::new(shell);
+            c.args(check).arg(&f);
+            let o = run(c, 10);
+            assert!(o.status.success(), "{shell}: {}", both(&o));
+        } else {
+            println!("{shell} not installed: its completion script not syntax-checked");
+        }
+    }
+
+    let mut c = zcp();
+    c.args(["generate", "completions", "tcsh"]);
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("'tcsh'"), "{err}");
+    assert!(err.contains("bash, elvish, fish, powershell, zsh"), "{err}");
+    assert!(o.stdout.is_empty());
+}
