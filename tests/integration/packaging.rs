@@ -1,9 +1,13 @@
 //! What an installed zcp is made of besides the binary: `zcp generate man` and `zcp generate
-//! completions`.
+//! completions`, and the `Type=notify` handshake with systemd (`READY=1`, `STOPPING=1` over
+//! `$NOTIFY_SOCKET`).
 
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::util::*;
 
@@ -219,4 +223,108 @@ fn generate_completions_for_every_shell_and_refuse_unknown_ones() {
     assert!(err.contains("'tcsh'"), "{err}");
     assert!(err.contains("bash, elvish, fish, powershell, zsh"), "{err}");
     assert!(o.stdout.is_empty());
+}
+
+/// A datagram socket standing in for systemd's notification socket.
+struct NotifySocket {
+    sock: UnixDatagram,
+    path: PathBuf,
+}
+
+impl NotifySocket {
+    fn new(env: &Env) -> NotifySocket {
+        let path = env.path("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        NotifySocket { sock, path }
+    }
+
+    /// The next message, or None after 10 s.
+    fn next(&self) -> Option<String> {
+        let mut buf = [0u8; 4096];
+        let n = self.sock.recv(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+}
+
+/// A child process killed when dropped (a failing test leaves no server behind).
+struct Spawned(Option<std::process::Child>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Under `Type=notify`: `READY=1` comes once the port accepts connections, `STOPPING=1` when
+/// SIGTERM starts the drain, and zcp then exits 0. A server that cannot start sends nothing.
+#[test]
+fn serve_notifies_systemd_when_ready_and_when_stopping() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let notify = NotifySocket::new(&env);
+    let port = free_port();
+    let mut c = zcp();
+    c.args([
+        "serve",
+        "--bind",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "--root",
+    ])
+    .arg(&root)
+    .arg("--key-file")
+    .arg(&env.key)
+    .env("NOTIFY_SOCKET", &notify.path);
+    let mut srv = Spawned(Some(
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let ready = notify.next().expect("READY=1 within 10 s");
+    assert_eq!(ready, "READY=1\n");
+    // Ready means accepting: a connection right now succeeds.
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .expect("connect right after READY=1");
+    let pid = srv.0.as_ref().unwrap().id() as libc::pid_t;
+    // SAFETY: kill(2) on the server this test spawned and has not reaped; no memory involved.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let stopping = notify.next().expect("STOPPING=1 within 10 s");
+    assert_eq!(stopping, "STOPPING=1\n");
+    let o = wait_output(srv.0.take().unwrap(), 15);
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+
+    // A root that does not exist: exit 2 and not a word to systemd.
+    let mut c = zcp();
+    c.args(["serve", "--bind", "127.0.0.1", "-p", "0", "--root"])
+        .arg(env.path("missing"))
+        .arg("--key-file")
+        .arg(&env.key)
+        .env("NOTIFY_SOCKET", &notify.path);
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    notify.sock.set_nonblocking(true).unwrap();
+    assert_eq!(
+        notify.next(),
+        None,
+        "a server that did not start said something"
+    );
 }
