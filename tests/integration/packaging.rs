@@ -1,6 +1,8 @@
 //! What an installed zcp is made of besides the binary: `zcp generate man` and `zcp generate
-//! completions`, and the `Type=notify` handshake with systemd (`READY=1`, `STOPPING=1` over
-//! `$NOTIFY_SOCKET`).
+//! completions`, the systemd unit (checked with `systemd-analyze verify`) and its `Type=notify`
+//! handshake (`READY=1`, `STOPPING=1` over `$NOTIFY_SOCKET`). The Debian package itself is
+//! built, installed and purged by `.ci/run` (packaging/check-deb.sh), not here: it needs root
+//! and changes the machine.
 
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
@@ -223,6 +225,84 @@ fn generate_completions_for_every_shell_and_refuse_unknown_ones() {
     assert!(err.contains("'tcsh'"), "{err}");
     assert!(err.contains("bash, elvish, fish, powershell, zsh"), "{err}");
     assert!(o.stdout.is_empty());
+}
+
+fn packaging(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging")
+        .join(name)
+}
+
+/// `systemd-analyze verify` on a copy of `unit` whose ExecStart runs the binary under test
+/// (verify wants the command to exist) and with zcp's man pages on MANPATH (it checks the
+/// unit's `Documentation=man:` pages).
+fn verify_unit(env: &Env, unit: &str) -> std::process::Output {
+    let man1 = env.path("man/man1");
+    if !man1.exists() {
+        std::fs::create_dir_all(&man1).unwrap();
+        let mut c = zcp();
+        c.args(["generate", "man"]).arg(&man1);
+        assert!(run(c, 20).status.success());
+    }
+    let copy = env.path("zcp.service");
+    std::fs::write(
+        &copy,
+        unit.replace("/usr/bin/zcp ", &format!("{} ", env!("CARGO_BIN_EXE_zcp"))),
+    )
+    .unwrap();
+    let mut c = Command::new("systemd-analyze");
+    c.arg("verify").arg(&copy).env("MANPATH", env.path("man"));
+    run(c, 30)
+}
+
+/// packaging/zcp.service passes `systemd-analyze verify` (and a broken copy of it does not:
+/// the check can fail), and keeps the settings the service relies on.
+#[test]
+fn unit_file_verifies() {
+    let unit = std::fs::read_to_string(packaging("zcp.service")).unwrap();
+    for line in [
+        "Type=notify",
+        "ExecStart=/usr/bin/zcp serve --config /etc/zcp/zcp.toml",
+        "User=zcp",
+        "KillSignal=SIGTERM",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/var/lib/zcp/incoming /var/log/zcp",
+        "NoNewPrivileges=yes",
+        "PrivateTmp=yes",
+        "CapabilityBoundingSet=",
+        "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+        "SystemCallFilter=@system-service",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} not in the unit");
+    }
+    // The drain (10 s) fits in the stop timeout.
+    let stop: u64 = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+        .and_then(|v| v.trim_end_matches('s').parse().ok())
+        .expect("TimeoutStopSec=Ns");
+    assert!(stop > 10, "TimeoutStopSec={stop}");
+    let config = std::fs::read_to_string(packaging("zcp.toml")).unwrap();
+    for line in [
+        "[export.incoming]",
+        "path = \"/var/lib/zcp/incoming\"",
+        "key_file = \"/etc/zcp/keys/default.key\"",
+    ] {
+        assert!(config.lines().any(|l| l == line), "{line} not in zcp.toml");
+    }
+    assert!(config.contains("zcp keygen -o /etc/zcp/keys/default.key"));
+
+    if !has("systemd-analyze") {
+        println!("systemd-analyze not installed: skipped verifying packaging/zcp.service");
+        return;
+    }
+    let env = Env::new();
+    let o = verify_unit(&env, &unit);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(o.stderr.is_empty(), "{}", both(&o));
+    let broken = unit.replace("Type=notify", "Type=notifyy");
+    let o = verify_unit(&env, &broken);
+    assert!(text(&o.stderr).contains("notifyy"), "{}", both(&o));
 }
 
 /// A datagram socket standing in for systemd's notification socket.
