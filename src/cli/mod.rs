@@ -6,6 +6,7 @@ mod bench;
 mod clean;
 mod demo;
 mod doctor;
+mod generate;
 mod get;
 mod keygen;
 mod output;
@@ -129,6 +130,8 @@ enum Command {
     /// List and remove the partial files (.zcp-*.part, .zcp-*.journal) interrupted transfers
     /// left beneath a directory.
     Clean(clean::CleanArgs),
+    /// Write man pages, or print shell completions, generated from these very definitions.
+    Generate(generate::GenerateArgs),
     /// One side of one benchmark run (started by `zcp bench`).
     #[command(hide = true)]
     BenchSide(bench::BenchSideArgs),
@@ -149,6 +152,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Clean(a) => clean::run(a),
+        Command::Generate(a) => generate::run(a),
         Command::BenchSide(a) => bench::run_side(a),
         Command::BenchChart(a) => bench::run_chart(a),
     };
@@ -601,7 +605,7 @@ mod tests {
     }
 
     /// `(command, examples)` for every help text that has examples.
-    const ALL_EXAMPLES: [(&str, &str); 10] = [
+    const ALL_EXAMPLES: [(&str, &str); 11] = [
         ("", EXAMPLES),
         ("demo", demo::EXAMPLES),
         ("keygen", keygen::EXAMPLES),
@@ -612,6 +616,7 @@ mod tests {
         ("doctor", doctor::EXAMPLES),
         ("clean", clean::EXAMPLES),
         ("recv", recv::EXAMPLES),
+        ("generate", generate::EXAMPLES),
     ];
 
     /// The words of one example line, as a shell would split them (single quotes only),

@@ -113,6 +113,9 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
     // SIGINT or SIGTERM: accept nothing more, end the running sessions (their clients are
     // told, and what is durable stays for a resume), exit 0. A second signal exits at once.
     let caught = super::signals::stop_on_signals();
+    // Under systemd (Type=notify): ready once listening, so units ordered after zcp start
+    // when it accepts connections. Without $NOTIFY_SOCKET this does nothing.
+    super::signals::notify_systemd(sd_notify::NotifyState::Ready);
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -122,6 +125,7 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
                 while caught.load(std::sync::atomic::Ordering::Relaxed) == 0 {
                     std::thread::sleep(Duration::from_millis(50));
                 }
+                super::signals::notify_systemd(sd_notify::NotifyState::Stopping);
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
             })?;
     }

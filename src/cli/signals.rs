@@ -39,3 +39,12 @@ pub(crate) fn caught() -> Option<i32> {
     let n = CAUGHT.get()?.load(Ordering::Relaxed);
     (n != 0).then_some(n as i32)
 }
+
+/// Tells systemd about a state change (`READY=1`, `STOPPING=1`) when it started zcp as a
+/// `Type=notify` service; a no-op when `$NOTIFY_SOCKET` is unset. A failure is reported and
+/// otherwise ignored: serving matters more than the service manager's view of it.
+pub(crate) fn notify_systemd(state: sd_notify::NotifyState<'_>) {
+    if let Err(e) = sd_notify::notify(&[state]) {
+        eprintln!("zcp: cannot notify systemd: {e}");
+    }
+}

@@ -459,6 +459,7 @@ fn plain(args: &[&str]) -> std::process::Output {
 fn every_help_has_examples_and_the_right_usage_line() {
     for command in [
         "", "send", "get", "recv", "serve", "demo", "keygen", "bench", "doctor", "clean",
+        "generate",
     ] {
         let args: Vec<&str> = [command, "--help"]
             .into_iter()

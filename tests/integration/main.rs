@@ -14,6 +14,7 @@ mod hostile;
 mod killed;
 mod netns;
 mod operator;
+mod packaging;
 mod paths;
 mod protocol;
 mod rate;
