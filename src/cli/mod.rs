@@ -14,6 +14,7 @@ mod raw;
 mod recv;
 mod send;
 mod serve;
+mod serve_config;
 mod signals;
 mod target;
 mod version;
