@@ -218,7 +218,7 @@ fn each_identity_may_do_only_what_it_was_granted() {
     let o = send(&site.observatory, "archive/");
     assert_eq!(o.status.code(), Some(3), "{}", both(&o));
     assert!(
-        text(&o.stderr).contains("observatory may not write to archive"),
+        text(&o.stderr).contains("zcp: observatory may not write to archive\n"),
         "{}",
         both(&o)
     );
@@ -228,8 +228,9 @@ fn each_identity_may_do_only_what_it_was_granted() {
         30,
     );
     assert_ne!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(3), "{}", both(&o));
     assert!(
-        text(&o.stderr).contains("observatory may not read from incoming"),
+        text(&o.stderr).contains("zcp: observatory may not read from incoming\n"),
         "{}",
         both(&o)
     );
@@ -392,7 +393,7 @@ fn the_root_shorthand_is_one_export_and_reloads_its_key() {
     let env = Env::new();
     let root = env.mkdir("root");
     let srv = ServerProc::start(&root, &env.key, &[]);
-    assert!(srv.log().contains(&format!("root {}", root.display())));
+    assert!(srv.wait_log(&format!("root {}", root.display()), 5));
     let src = env.path("a.bin");
     make_file(&src, 100_000, 1 << 20, 3);
     let o = run(send_cmd(srv.port, &env.key, &src, "sub/", &["-q"]), 30);

@@ -133,6 +133,11 @@ pub(super) fn open_session(
                 transport,
                 udp_mode,
             }) => break (streams, idle_ms, pacing, [verify, transport, udp_mode]),
+            // Only a permission refusal answers Open with `auth` (the key was proved).
+            Some(Message::Error {
+                code: ErrorCode::Auth,
+                message,
+            }) => return Err(SessionError::Denied(escape_text(&message))),
             Some(Message::Error { code, message }) => {
                 return Err(SessionError::Refused {
                     code,
