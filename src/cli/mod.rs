@@ -15,6 +15,7 @@ mod raw;
 mod recv;
 mod send;
 mod serve;
+mod serve_config;
 mod signals;
 mod target;
 mod version;

@@ -3,25 +3,43 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use zcp_session::{Server, ServerConfig};
+use zcp_session::{AccessConfig, Server, ServerConfig};
+
+use super::serve_config;
 
 /// `zcp serve --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\
   zcp serve --root /data/incoming                  # all addresses, port 5310, ~/.config/zcp/key
   zcp serve --root /data/incoming --bind 10.0.0.2 -p 6000 --key-file /etc/zcp/key
   zcp serve --root /data/incoming --max-streams 8  # grant each session at most 8 streams
-  zcp serve --root /tmp/in -p 0 --once             # any free port; one session, its exit code";
+  zcp serve --root /tmp/in -p 0 --once             # any free port; one session, its exit code
+  zcp serve --config /etc/zcp/zcp.toml             # exports and named keys; SIGHUP reloads
+  zcp serve --check-config --config /etc/zcp/zcp.toml";
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_help = super::after_help(EXAMPLES, true))]
 pub(crate) struct ServeArgs {
-    /// Directory to receive into; nothing is ever written outside it.
-    #[arg(long, value_name = "DIR")]
-    root: PathBuf,
+    /// Directory to receive into; nothing is ever written outside it. (Or --config.)
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "config",
+        conflicts_with = "config"
+    )]
+    root: Option<PathBuf>,
+    /// TOML file naming listen addresses, limits, exports and identities (keys, each with
+    /// its access to each export); flags given here override its values. SIGHUP reloads its
+    /// exports and identities.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Check the configuration (the --config file, or --root and the key), print what it
+    /// serves to whom, and exit: 0 when it is sound, 2 with what to fix otherwise.
+    #[arg(long)]
+    check_config: bool,
     #[arg(
         long,
         value_name = "ADDR",
@@ -39,98 +57,204 @@ pub(crate) struct ServeArgs {
         help = "Listen on IPv6 only ([::] with IPV6_V6ONLY)"
     )]
     ipv6: bool,
-    /// Port to listen on (0: any free port, printed on start).
-    #[arg(short = 'p', long, default_value_t = zcp_session::DEFAULT_PORT)]
-    port: u16,
+    /// Port to listen on (0: any free port, printed on start) [default: 5310].
+    #[arg(short = 'p', long)]
+    port: Option<u16>,
     /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
     key_file: Option<PathBuf>,
     /// Run one session (later clients are refused as busy), then exit; the exit code says
     /// whether it succeeded.
     #[arg(long)]
     once: bool,
-    /// Most data streams per session.
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    max_streams: u16,
-    /// Most sessions at once.
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    max_sessions: usize,
-    /// End a session after this many seconds without traffic.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    idle_timeout: u64,
-    /// Seconds a new connection has to authenticate.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    handshake_timeout: u64,
+    /// Most data streams per session [default: 16].
+    #[arg(long, value_name = "N")]
+    max_streams: Option<u16>,
+    /// Most sessions at once [default: 16].
+    #[arg(long, value_name = "N")]
+    max_sessions: Option<usize>,
+    /// End a session after this many seconds without traffic [default: 60].
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout: Option<u64>,
+    /// Seconds a new connection has to authenticate [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    handshake_timeout: Option<u64>,
+}
+
+/// The configuration in force: the file's (if any) with the command line over it.
+struct Settings {
+    access: AccessConfig,
+    key_files: Vec<PathBuf>,
+    listen: Option<Vec<SocketAddr>>,
+}
+
+/// Reads the exports and identities again: the config file, or `--root` and its key.
+fn load_access(a: &ServeArgs) -> anyhow::Result<Settings> {
+    match (&a.config, &a.root) {
+        (Some(path), _) => {
+            let c = serve_config::load(path).map_err(|m| anyhow::Error::new(super::Usage(m)))?;
+            Ok(Settings {
+                access: c.access,
+                key_files: c.key_files,
+                listen: c.listen,
+            })
+        }
+        (None, Some(root)) => {
+            if !root.is_dir() {
+                super::usage!(
+                    "--root {} is not a directory; give the directory to receive into",
+                    root.display()
+                );
+            }
+            let (psk, key_file) = zcp_session::keyfile::load_key(a.key_file.as_deref())?;
+            Ok(Settings {
+                access: AccessConfig::single(root.clone(), psk),
+                key_files: vec![key_file],
+                listen: None,
+            })
+        }
+        (None, None) => super::usage!("give --root DIR or --config FILE"),
+    }
 }
 
 pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
-    if !a.root.is_dir() {
-        super::usage!(
-            "--root {} is not a directory; give the directory to receive into",
-            a.root.display()
-        );
-    }
+    let file = match &a.config {
+        Some(p) => Some(serve_config::load(p).map_err(|m| anyhow::Error::new(super::Usage(m)))?),
+        None => None,
+    };
+    // The command line over the file over the defaults.
+    let pick =
+        |flag: Option<u64>, file: Option<u64>, default: u64| flag.or(file).unwrap_or(default);
+    let f = file.as_ref();
+    let max_streams = pick(
+        a.max_streams.map(u64::from),
+        f.and_then(|c| c.max_streams).map(u64::from),
+        16,
+    );
+    let max_sessions = pick(
+        a.max_sessions.map(|n| n as u64),
+        f.and_then(|c| c.max_sessions).map(|n| n as u64),
+        16,
+    );
+    let idle_timeout = pick(a.idle_timeout, f.and_then(|c| c.idle_timeout), 60);
+    let handshake_timeout = pick(a.handshake_timeout, f.and_then(|c| c.handshake_timeout), 10);
     for (flag, v) in [
-        ("--max-streams", u64::from(a.max_streams)),
-        ("--max-sessions", a.max_sessions as u64),
-        ("--idle-timeout", a.idle_timeout),
-        ("--handshake-timeout", a.handshake_timeout),
+        ("--max-streams", max_streams),
+        ("--max-sessions", max_sessions),
+        ("--idle-timeout", idle_timeout),
+        ("--handshake-timeout", handshake_timeout),
     ] {
         if v == 0 {
             super::usage!("{flag} must be at least 1");
         }
     }
-    let psk = super::key_arg(&a.key_file)?;
-    let mut cfg = ServerConfig::new(a.root.clone(), psk);
-    cfg.max_streams = a.max_streams;
-    cfg.max_sessions = a.max_sessions;
-    cfg.idle_timeout = Duration::from_secs(a.idle_timeout);
-    cfg.handshake_timeout = Duration::from_secs(a.handshake_timeout);
+    let settings = load_access(&a)?;
+    let listen = listen_addrs(&a, settings.listen.clone());
+    if a.check_config {
+        print!(
+            "{}",
+            serve_config::summary(&settings.access, &settings.key_files)
+        );
+        let shown: Vec<String> = match &listen {
+            Some(l) => l.iter().map(ToString::to_string).collect(),
+            None => vec![format!(
+                "[::]:{}",
+                a.port.unwrap_or(zcp_session::DEFAULT_PORT)
+            )],
+        };
+        println!("listen: {}", shown.join(", "));
+        println!(
+            "limits: {max_streams} streams per session, {max_sessions} sessions, idle timeout {idle_timeout} s, handshake timeout {handshake_timeout} s"
+        );
+        println!("configuration OK");
+        return Ok(zcp_session::exit::OK);
+    }
+    let mut cfg = ServerConfig::with_access(settings.access);
+    cfg.max_streams = max_streams as u16;
+    cfg.max_sessions = max_sessions as usize;
+    cfg.idle_timeout = Duration::from_secs(idle_timeout);
+    cfg.handshake_timeout = Duration::from_secs(handshake_timeout);
     let log = Arc::new(zcp_report::ServerLog::new(
         std::io::stdout(),
         std::io::stderr(),
     ));
     cfg.v6only = a.ipv6;
-    let server = match (a.bind, a.ipv4) {
-        (Some(ip), _) => Server::bind(SocketAddr::new(ip, a.port), cfg, log)?,
-        (None, true) => Server::bind((Ipv4Addr::UNSPECIFIED, a.port).into(), cfg, log)?,
-        (None, false) => {
-            match Server::bind(
-                (Ipv6Addr::UNSPECIFIED, a.port).into(),
-                cfg.clone(),
-                log.clone(),
-            ) {
-                Ok(s) => s,
-                // No IPv6 on this host: IPv4 alone, unless -6 asked for IPv6.
-                Err(e) if !a.ipv6 && no_ipv6(&e) => {
-                    eprintln!("zcp: this host has no IPv6; listening on IPv4 only");
-                    Server::bind((Ipv4Addr::UNSPECIFIED, a.port).into(), cfg, log)?
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    let server = match listen {
+        Some(addrs) => Server::bind_all(&addrs, cfg, log)?,
+        None => bind_default(&a, cfg, log)?,
     };
     // SIGINT or SIGTERM: accept nothing more, end the running sessions (their clients are
     // told, and what is durable stays for a resume), exit 0. A second signal exits at once.
+    // SIGHUP: the exports and identities (and their keys) are read again.
     let caught = super::signals::stop_on_signals();
+    let hangup = super::signals::on_hangup();
     // Under systemd (Type=notify): ready once listening, so units ordered after zcp start
     // when it accepts connections. Without $NOTIFY_SOCKET this does nothing.
     super::signals::notify_systemd(sd_notify::NotifyState::Ready);
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
+        let reloader = server.reloader();
+        let a = a.clone();
         std::thread::Builder::new()
             .name("zcp-signals".into())
             .spawn(move || {
-                while caught.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                while caught.load(Ordering::Relaxed) == 0 {
+                    if hangup.swap(false, Ordering::Relaxed) {
+                        match load_access(&a) {
+                            Ok(s) => {
+                                // The error, if any, is reported by the reloader.
+                                let _ = reloader.reload(&s.access);
+                            }
+                            Err(e) => reloader.failed(&format!("{e:#}")),
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 super::signals::notify_systemd(sd_notify::NotifyState::Stopping);
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
             })?;
     }
     // With --once, the session's own exit code: 0 only when every entry arrived.
     Ok(server.run(&stop, a.once).unwrap_or(zcp_session::exit::OK))
+}
+
+/// The addresses to listen on when the command line or the file names them: `--bind`, `-4`,
+/// `-6` or `-p` replace the file's `listen`.
+fn listen_addrs(a: &ServeArgs, file: Option<Vec<SocketAddr>>) -> Option<Vec<SocketAddr>> {
+    let port = a.port.unwrap_or(zcp_session::DEFAULT_PORT);
+    match (a.bind, a.ipv4, a.ipv6, a.port) {
+        (Some(ip), ..) => Some(vec![SocketAddr::new(ip, port)]),
+        (None, true, ..) => Some(vec![(Ipv4Addr::UNSPECIFIED, port).into()]),
+        (None, false, true, _) | (None, false, false, Some(_)) => None,
+        (None, false, false, None) => file,
+    }
+}
+
+/// `[::]` (dual-stack) on the port, or 0.0.0.0 where the host has no IPv6.
+fn bind_default(
+    a: &ServeArgs,
+    cfg: ServerConfig,
+    log: Arc<zcp_report::ServerLog<std::io::Stdout, std::io::Stderr>>,
+) -> anyhow::Result<Server> {
+    let port = a.port.unwrap_or(zcp_session::DEFAULT_PORT);
+    match Server::bind(
+        (Ipv6Addr::UNSPECIFIED, port).into(),
+        cfg.clone(),
+        log.clone(),
+    ) {
+        Ok(s) => Ok(s),
+        // No IPv6 on this host: IPv4 alone, unless -6 asked for IPv6.
+        Err(e) if !a.ipv6 && no_ipv6(&e) => {
+            eprintln!("zcp: this host has no IPv6; listening on IPv4 only");
+            Ok(Server::bind(
+                (Ipv4Addr::UNSPECIFIED, port).into(),
+                cfg,
+                log,
+            )?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether binding failed because the host has no IPv6.

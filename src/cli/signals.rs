@@ -1,5 +1,5 @@
 //! SIGINT and SIGTERM: the first one stops the transfer (or the server) cleanly; a second one
-//! of either ends the process at once, with 128 + its number.
+//! of either ends the process at once, with 128 + its number. SIGHUP (`zcp serve`) reloads.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -47,4 +47,18 @@ pub(crate) fn notify_systemd(state: sd_notify::NotifyState<'_>) {
     if let Err(e) = sd_notify::notify(&[state]) {
         eprintln!("zcp: cannot notify systemd: {e}");
     }
+}
+
+/// Installs a SIGHUP handler (once) and returns the flag it sets: `zcp serve` reloads its
+/// configuration when it finds the flag set (and clears it).
+pub(crate) fn on_hangup() -> Arc<AtomicBool> {
+    static HUP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    HUP.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGHUP, flag.clone()) {
+            eprintln!("zcp: cannot handle SIGHUP: {e}");
+        }
+        flag
+    })
+    .clone()
 }

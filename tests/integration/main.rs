@@ -20,6 +20,7 @@ mod protocol;
 mod rate;
 mod raw;
 mod resume;
+mod serve_config;
 mod sessions;
 mod sparse;
 mod tree;

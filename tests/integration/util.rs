@@ -142,11 +142,20 @@ impl ServerProc {
         if !extra.contains(&"-p") {
             cmd.args(["-p", "0"]);
         }
+        cmd.arg("--root").arg(root).arg("--key-file").arg(key);
+        Self::launch(cmd, root, extra)
+    }
+
+    /// `zcp serve --config FILE` on 127.0.0.1 (the file's `listen` unless `extra` names an
+    /// address); `root` is only what [`ServerProc::root`] returns.
+    pub fn with_config(config: &Path, root: &Path, extra: &[&str]) -> ServerProc {
+        let mut c = zcp();
+        c.arg("serve").arg("--config").arg(config);
+        Self::launch(c, root, extra)
+    }
+
+    fn launch(mut cmd: Command, root: &Path, extra: &[&str]) -> ServerProc {
         let mut child = cmd
-            .arg("--root")
-            .arg(root)
-            .arg("--key-file")
-            .arg(key)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -455,6 +464,7 @@ impl Raw {
             verify: "blake3".into(),
             transport: "tcp".into(),
             udp_mode: "fair".into(),
+            export: String::new(),
         }));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,

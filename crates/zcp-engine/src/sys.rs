@@ -4,7 +4,7 @@
 //! in plain Rust types, so nothing above this crate sees a `libc` struct.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 /// CPU time and related counters of a thread or a process, from `getrusage(2)`.
@@ -179,6 +179,17 @@ pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
         tv_nsec: i64::from(timeout.subsec_nanos()),
     };
     matches!(poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+}
+
+/// Waits until any of `fds` is readable, or `timeout`; whether one is.
+pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut polled: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    matches!(poll(&mut polled, Some(&ts)), Ok(n) if n > 0)
 }
 
 /// Raises the soft limit on open files to the hard limit and returns the limit now in force.

@@ -106,11 +106,19 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                 session,
                 direction,
                 streams,
+                identity,
+                export,
             } => format!(
-                "zcp: session {} from {peer}: {direction}, {streams} stream{}",
+                "zcp: session {} from {peer}: {direction}, {streams} stream{}, identity {identity}, export {export}",
                 short(session),
                 if *streams == 1 { "" } else { "s" }
             ),
+            ServerEvent::Reloaded { ok: true, message } => {
+                format!("zcp: configuration reloaded: {message}")
+            }
+            ServerEvent::Reloaded { ok: false, message } => {
+                format!("zcp: reload failed, the previous configuration stays in force: {message}")
+            }
             ServerEvent::FileDone {
                 session,
                 target,

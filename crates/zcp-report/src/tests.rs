@@ -389,6 +389,8 @@ fn server_lines() {
             session: "00112233445566778899aabbccddeeff".into(),
             direction: "push",
             streams: 4,
+            identity: "observatory".into(),
+            export: "incoming".into(),
         },
         ServerEvent::FileDone {
             session: "00112233445566778899aabbccddeeff".into(),
@@ -422,6 +424,8 @@ fn server_lines() {
             session: "ffeeddccbbaa99887766554433221100".into(),
             direction: "pull",
             streams: 1,
+            identity: "default".into(),
+            export: "root".into(),
         },
         ServerEvent::FileDone {
             session: "ffeeddccbbaa99887766554433221100".into(),

@@ -110,6 +110,9 @@ pub(crate) struct Scope {
     dirs: Mutex<HashMap<[u8; 16], DirFacts>>,
     /// In a pull, which requested names the server sent an entry for (by index).
     answered: Mutex<Vec<bool>>,
+    /// A push by a write-only identity: nothing already there is offered (no journal
+    /// resumed, no existing target hashed), so the sender learns nothing of what exists.
+    blind: bool,
 }
 
 fn key(path: &RelPath) -> [u8; 16] {
@@ -128,7 +131,22 @@ impl Scope {
             requested: None,
             dirs: Mutex::new(HashMap::new()),
             answered: Mutex::new(Vec::new()),
+            blind: false,
         }
+    }
+
+    /// A push by an identity that may not read: as [`Scope::push`], and nothing already
+    /// there is offered to the sender.
+    pub(crate) fn push_blind() -> Scope {
+        Scope {
+            blind: true,
+            ..Scope::push()
+        }
+    }
+
+    /// Whether nothing already there may be offered to the sender.
+    pub(crate) fn is_blind(&self) -> bool {
+        self.blind
     }
 
     /// A pull: only what was requested.
@@ -137,6 +155,7 @@ impl Scope {
             answered: Mutex::new(vec![false; requested.names.len()]),
             requested: Some(requested),
             dirs: Mutex::new(HashMap::new()),
+            blind: false,
         }
     }
 

@@ -117,6 +117,8 @@ pub(crate) struct ClientSession {
     pub(crate) keys: SessionKeys,
     pub(crate) session_id: SessionId,
     pub(crate) max_streams: u16,
+    /// The server has named exports: the first component of a remote path names one.
+    pub(crate) exports: bool,
     pub(crate) nonces: (zcp_wire::Nonce, zcp_wire::Nonce),
     pub(crate) peer: SocketAddr,
     pub(crate) local: SocketAddr,
@@ -183,6 +185,7 @@ pub(crate) fn authenticate(
         client_nonce,
         server_nonce,
         max_streams,
+        exports,
     } = await_welcome
         .on_frame(h, &p)
         .map_err(|e| SessionError::from_handshake(&shown, e))?;
@@ -200,6 +203,7 @@ pub(crate) fn authenticate(
         keys,
         session_id,
         max_streams,
+        exports,
         nonces: (client_nonce, server_nonce),
         peer,
         local,

@@ -42,6 +42,10 @@ pub enum SessionError {
     /// Authentication failed on either side.
     #[error("authentication failed: {0}")]
     Auth(String),
+    /// The server knows our key but does not let its identity do this (`serve --config`:
+    /// `observatory may not write to archive`). Its words, escaped.
+    #[error("{0}")]
+    Denied(String),
     /// The peer refused the session or failed it; nothing unverified was renamed into place.
     #[error("the peer refused: {message} [{}]", code.name())]
     Refused {
@@ -223,7 +227,7 @@ impl SessionError {
     /// The exit code for this failure (see [`exit`]).
     pub fn exit_code(&self) -> i32 {
         match self {
-            SessionError::Key(_) | SessionError::Auth(_) => exit::AUTH,
+            SessionError::Key(_) | SessionError::Auth(_) | SessionError::Denied(_) => exit::AUTH,
             SessionError::Usage(_) => exit::USAGE,
             SessionError::Refused { code, .. } | SessionError::Refusing { code, .. } => {
                 exit::for_code(*code)

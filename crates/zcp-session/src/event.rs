@@ -355,7 +355,7 @@ pub enum ServerEvent {
     Listening {
         /// The bound address.
         addr: SocketAddr,
-        /// The root directory.
+        /// The root directory (`serve --root`), or the exports and how many identities.
         root: String,
     },
     /// The server stops: it accepts nothing more and ends its running sessions.
@@ -393,6 +393,19 @@ pub enum ServerEvent {
         direction: &'static str,
         /// Data streams granted.
         streams: u16,
+        /// The identity whose key the client holds (a config file's name; `default` for
+        /// `serve --root`).
+        identity: String,
+        /// The export the session reads or writes (`root` for `serve --root`).
+        export: String,
+    },
+    /// The exports and identities were loaded again (SIGHUP): in force for the sessions
+    /// that start from now on. When `ok` is false the old ones stay, and `message` says why.
+    Reloaded {
+        /// Whether the new configuration is in force.
+        ok: bool,
+        /// What is served now, or why the reload failed.
+        message: String,
     },
     /// A file was verified and committed (or, pulled, sent and committed by the client).
     FileDone {

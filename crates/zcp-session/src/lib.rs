@@ -38,7 +38,10 @@ pub use event::{
     Reporter, Retry, ServerEvent, ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
-pub use server::{Server, ServerConfig};
+pub use server::{
+    AccessConfig, ExportSpec, IdentitySpec, Permission, Reloader, SINGLE_EXPORT, SINGLE_IDENTITY,
+    Server, ServerConfig, check_name,
+};
 pub use transport::udp::UdpReport;
 pub use zcp_wire::VerifyMode;
 pub use zcp_wire::udp::{TransportKind, UdpMode};

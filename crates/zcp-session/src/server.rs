@@ -9,7 +9,12 @@
 //! ends. A stalled or hostile connection only ever holds its own thread, so it cannot block
 //! other sessions. Nothing here prints: events go to a [`ServerReporter`].
 
+mod access;
 mod session;
+
+pub use access::{
+    AccessConfig, ExportSpec, IdentitySpec, Permission, SINGLE_EXPORT, SINGLE_IDENTITY, check_name,
+};
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -23,7 +28,7 @@ use zcp_engine::IoClass;
 use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::fs::Root;
-use zcp_engine::sys::{random, wait_readable};
+use zcp_engine::sys::random;
 use zcp_wire::{
     Accepted, Deadline, ErrorCode, Message, Opener, Psk, Sealer, SessionId, SessionKeys,
     escape_text,
@@ -34,6 +39,7 @@ use crate::error::{FrameIoError, Refusal, SessionError};
 use crate::event::{ServerEvent, ServerReporter};
 use crate::recv::RxCore;
 use crate::transport::Landing;
+use access::Live;
 
 /// Most directory entries the start-up count of partial files looks at
 /// ([`ServerEvent::Leftovers`]).
@@ -42,10 +48,9 @@ pub(crate) const LEFTOVER_SCAN_CAP: u64 = 100_000;
 /// How the server runs.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Everything is written beneath (and, for pulls, read from beneath) this directory.
-    pub root: PathBuf,
-    /// The pre-shared key.
-    pub psk: Psk,
+    /// The exports (everything is written beneath, and read from beneath, one of them) and
+    /// the identities that may use them.
+    pub access: AccessConfig,
     /// Most data streams per session.
     pub max_streams: u16,
     /// Most sessions at once.
@@ -63,11 +68,16 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// A configuration with zcp's default limits.
+    /// A configuration with zcp's default limits: one root, one key that may read and
+    /// write beneath it (`serve --root --key-file`).
     pub fn new(root: PathBuf, psk: Psk) -> ServerConfig {
+        ServerConfig::with_access(AccessConfig::single(root, psk))
+    }
+
+    /// A configuration with zcp's default limits and these exports and identities.
+    pub fn with_access(access: AccessConfig) -> ServerConfig {
         ServerConfig {
-            root,
-            psk,
+            access,
             max_streams: 16,
             max_sessions: 16,
             max_pending: 64,
@@ -81,7 +91,9 @@ impl ServerConfig {
 
 struct Ctx {
     cfg: ServerConfig,
-    root: Arc<Root>,
+    /// The exports and identities in force: each session takes the snapshot current at its
+    /// handshake and keeps it; a reload replaces it for later sessions.
+    live: Mutex<Arc<Live>>,
     sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
     pending: AtomicUsize,
     reporter: Arc<dyn ServerReporter>,
@@ -94,43 +106,59 @@ struct Ctx {
 
 /// A bound server.
 pub struct Server {
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     ctx: Arc<Ctx>,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("listener", &self.listener)
+            .field("listeners", &self.listeners)
             .finish_non_exhaustive()
     }
 }
 
 impl Server {
-    /// Opens the root and binds `addr`.
+    /// Opens the exports and binds `addr`.
     pub fn bind(
         addr: SocketAddr,
         cfg: ServerConfig,
         reporter: Arc<dyn ServerReporter>,
     ) -> Result<Server, crate::SessionError> {
-        let root = Arc::new(Root::open(&cfg.root)?);
-        let listener = zcp_engine::sys::listen_tcp(addr, cfg.v6only).map_err(|source| {
-            crate::SessionError::Io {
-                what: format!("cannot listen on {addr}"),
-                source,
-            }
-        })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| crate::SessionError::Io {
-                what: "listener".into(),
-                source,
+        Server::bind_all(&[addr], cfg, reporter)
+    }
+
+    /// Opens the exports and binds every address in `addrs` (a config file's `listen`).
+    pub fn bind_all(
+        addrs: &[SocketAddr],
+        cfg: ServerConfig,
+        reporter: Arc<dyn ServerReporter>,
+    ) -> Result<Server, crate::SessionError> {
+        let live = Arc::new(Live::open(&cfg.access)?);
+        let mut listeners = Vec::with_capacity(addrs.len());
+        for &addr in addrs {
+            let listener = zcp_engine::sys::listen_tcp(addr, cfg.v6only).map_err(|source| {
+                crate::SessionError::Io {
+                    what: format!("cannot listen on {addr}"),
+                    source,
+                }
             })?;
+            listener
+                .set_nonblocking(true)
+                .map_err(|source| crate::SessionError::Io {
+                    what: "listener".into(),
+                    source,
+                })?;
+            listeners.push(listener);
+        }
+        if listeners.is_empty() {
+            return Err(crate::SessionError::Usage("no address to listen on".into()));
+        }
         Ok(Server {
-            listener,
+            listeners,
             ctx: Arc::new(Ctx {
                 cfg,
-                root,
+                live: Mutex::new(live),
                 sessions: Mutex::new(HashMap::new()),
                 pending: AtomicUsize::new(0),
                 reporter,
@@ -141,11 +169,24 @@ impl Server {
         })
     }
 
-    /// The address actually bound (port 0 becomes the kernel's choice).
+    /// A handle that replaces the exports and identities of a running server.
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            ctx: self.ctx.clone(),
+        }
+    }
+
+    /// The (first) address actually bound (port 0 becomes the kernel's choice).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("bound listener has an address")
+        self.local_addrs()[0]
+    }
+
+    /// Every address bound, in the order given.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .map(|l| l.local_addr().expect("bound listener has an address"))
+            .collect()
     }
 
     /// Serves until `stop` is set. With `once`, the first authenticated session is the only
@@ -159,10 +200,13 @@ impl Server {
     /// returns once they have, or after [`ServerConfig::drain_timeout`].
     pub fn run(&self, stop: &AtomicBool, once: bool) -> Option<i32> {
         self.ctx.single.store(once, Ordering::Relaxed);
-        self.ctx.reporter.event(&ServerEvent::Listening {
-            addr: self.local_addr(),
-            root: self.ctx.root.path().display().to_string(),
-        });
+        let served = self.ctx.live.locked().describe();
+        for addr in self.local_addrs() {
+            self.ctx.reporter.event(&ServerEvent::Listening {
+                addr,
+                root: served.clone(),
+            });
+        }
         self.count_leftovers();
         let (ended_tx, ended_rx) = mpsc::channel::<i32>();
         loop {
@@ -181,23 +225,38 @@ impl Server {
             if once && let Ok(ok) = ended_rx.try_recv() {
                 return Some(ok);
             }
-            match self.listener.accept() {
-                Ok((stream, peer)) => {
-                    let ctx = self.ctx.clone();
-                    let ended = ended_tx.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("zcp-conn-{peer}"))
-                        .spawn(move || handle(ctx, stream, peer, ended));
-                    if spawned.is_err() {
-                        // Out of threads: the connection closes when the closure is dropped.
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
+            let mut accepted = false;
+            for listener in &self.listeners {
+                accepted |= self.accept_one(listener, &ended_tx);
+            }
+            if !accepted {
+                let fds: Vec<_> = self.listeners.iter().map(AsFd::as_fd).collect();
+                zcp_engine::sys::wait_any_readable(&fds, Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Takes one connection from `listener`, if one waits, onto a thread of its own; whether
+    /// one did.
+    fn accept_one(&self, listener: &TcpListener, ended_tx: &mpsc::Sender<i32>) -> bool {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let ctx = self.ctx.clone();
+                let ended = ended_tx.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("zcp-conn-{peer}"))
+                    .spawn(move || handle(ctx, stream, peer, ended));
+                if spawned.is_err() {
+                    // Out of threads: the connection closes when the closure is dropped.
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    wait_readable(self.listener.as_fd(), Duration::from_millis(100));
-                }
-                // EMFILE, ECONNABORTED and friends: transient; keep serving.
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            // EMFILE, ECONNABORTED and friends: transient; keep serving.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                false
             }
         }
     }
@@ -222,30 +281,87 @@ impl Server {
     /// transfer holds (looking at [`LEFTOVER_SCAN_CAP`] entries at most), and reports them
     /// when there are any.
     fn count_leftovers(&self) {
-        use zcp_engine::fs::{Removal, remove_leftover, scan_leftovers};
-        let (root, reporter) = (self.ctx.root.clone(), self.ctx.reporter.clone());
+        let roots: Vec<Arc<Root>> = (self.ctx.live.locked().exports())
+            .map(|(_, r)| r.clone())
+            .collect();
+        let reporter = self.ctx.reporter.clone();
         let _ = std::thread::Builder::new()
             .name("zcp-leftovers".into())
             .spawn(move || {
-                let (mut files, mut bytes) = (0, 0);
-                let end = scan_leftovers(root.fd(), Some(LEFTOVER_SCAN_CAP), |dir, l| {
-                    // A dry run only tries the lock: one a session holds is not counted.
-                    if let Ok(Removal::WouldRemove) = remove_leftover(dir, &l, true) {
-                        for (_, f) in l.files() {
-                            files += 1;
-                            bytes += f.allocated;
-                        }
-                    }
-                });
-                if files > 0 || end.capped {
-                    reporter.event(&ServerEvent::Leftovers {
-                        root: root.path().display().to_string(),
-                        files,
-                        bytes,
-                        capped: end.capped.then_some(LEFTOVER_SCAN_CAP),
-                    });
+                for root in roots {
+                    count_leftovers_in(&root, &*reporter);
                 }
             });
+    }
+}
+
+/// A handle that replaces a running server's exports and identities ([`Server::reloader`]).
+#[derive(Clone)]
+pub struct Reloader {
+    ctx: Arc<Ctx>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader").finish_non_exhaustive()
+    }
+}
+
+impl Reloader {
+    /// Opens `access`'s exports and puts them and its identities in force for the sessions
+    /// that start from now on; running sessions keep what they started with. On an error
+    /// nothing changes. Reports [`ServerEvent::Reloaded`] either way.
+    pub fn reload(&self, access: &AccessConfig) -> Result<(), SessionError> {
+        match Live::open(access) {
+            Ok(live) => {
+                let described = live.describe();
+                *self.ctx.live.locked() = Arc::new(live);
+                self.ctx.reporter.event(&ServerEvent::Reloaded {
+                    ok: true,
+                    message: described,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                self.ctx.reporter.event(&ServerEvent::Reloaded {
+                    ok: false,
+                    message: escape_text(&e.to_string()),
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// Reports that a reload failed before it reached the server (the config file did not
+    /// parse): the old configuration stays in force.
+    pub fn failed(&self, why: &str) {
+        self.ctx.reporter.event(&ServerEvent::Reloaded {
+            ok: false,
+            message: escape_text(why),
+        });
+    }
+}
+
+/// Counts the part files and journals beneath one export that no transfer holds.
+fn count_leftovers_in(root: &Arc<Root>, reporter: &dyn ServerReporter) {
+    use zcp_engine::fs::{Removal, remove_leftover, scan_leftovers};
+    let (mut files, mut bytes) = (0, 0);
+    let end = scan_leftovers(root.fd(), Some(LEFTOVER_SCAN_CAP), |dir, l| {
+        // A dry run only tries the lock: one a session holds is not counted.
+        if let Ok(Removal::WouldRemove) = remove_leftover(dir, &l, true) {
+            for (_, f) in l.files() {
+                files += 1;
+                bytes += f.allocated;
+            }
+        }
+    });
+    if files > 0 || end.capped {
+        reporter.event(&ServerEvent::Leftovers {
+            root: root.path().display().to_string(),
+            files,
+            bytes,
+            capped: end.capped.then_some(LEFTOVER_SCAN_CAP),
+        });
     }
 }
 
@@ -287,7 +403,7 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
     }
     match handshake(&ctx, &mut stream) {
         Err(Refusal { code, message }) => reject(&ctx, &mut stream, peer, code, message),
-        Ok(Joined::Control(session, sealer, opener, nonces)) => {
+        Ok(Joined::Control(session, sealer, opener, nonces, (live, who))) => {
             slot.release();
             let joined = session::Joined {
                 stream,
@@ -295,6 +411,8 @@ fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::S
                 sealer,
                 opener,
                 nonces,
+                live,
+                who,
             };
             let ok = session::run_session(&ctx, &session, joined);
             let _ = ended.send(ok);
@@ -314,6 +432,7 @@ enum Joined {
         Sealer,
         Opener,
         (zcp_wire::Nonce, zcp_wire::Nonce),
+        (Arc<Live>, usize),
     ),
     /// A data stream that joined its session, with its index.
     Data(Arc<Session>, u16),
@@ -363,8 +482,16 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
         }
         other => frame_err(other),
     })?;
-    let (state, reply) = zcp_wire::accept(&ctx.cfg.psk, hello, random_or::<32>("nonce")?)
-        .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
+    // This connection's snapshot of the exports and identities, kept by its session.
+    let live = ctx.live.locked().clone();
+    let (state, reply, who) = zcp_wire::accept_any(&live.keys(), hello, random_or::<32>("nonce")?)
+        .map_err(|e| match e {
+            zcp_wire::HandshakeError::ClientProof => Refusal::new(
+                ErrorCode::Auth,
+                "the client's key is not one this server knows (wrong --key-file?)",
+            ),
+            e => Refusal::new(e.code(), e.to_string()),
+        })?;
     write(stream, &reply.encode_frame())?;
     arm(stream)?;
     let msg = read_plain(stream).map_err(frame_err)?;
@@ -379,8 +506,9 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
     match state {
         Accepted::Control(await_proof) => {
             let session_id: SessionId = random_or::<16>("session id")?;
+            let who = who.ok_or_else(|| Refusal::protocol("a control Hello names no identity"))?;
             let (est, welcome) = await_proof
-                .on_proof(msg, session_id, ctx.cfg.max_streams)
+                .on_proof_with(msg, session_id, ctx.cfg.max_streams, live.named())
                 .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
             let session = {
                 let mut sessions = ctx.sessions.locked();
@@ -411,6 +539,7 @@ fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
                 est.sealer,
                 est.opener,
                 (est.client_nonce, est.server_nonce),
+                (live, who),
             ))
         }
         Accepted::Data(await_join) => {

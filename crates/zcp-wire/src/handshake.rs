@@ -134,6 +134,8 @@ pub struct Established {
     pub session_id: SessionId,
     /// Most data streams the server allows.
     pub max_streams: u16,
+    /// The server has named exports ([`crate::Open::export`]).
+    pub exports: bool,
     /// Seals what this end sends.
     pub sealer: Sealer,
     /// Opens what this end receives.
@@ -159,6 +161,7 @@ impl ClientHandshake {
             version: PROTOCOL_VERSION,
             role: Role::Control,
             nonce: self.nonce,
+            identity: Some(keys::identity_tag(&self.psk, &self.nonce)),
         }
     }
 
@@ -217,7 +220,9 @@ impl ClientAwaitWelcome {
             Message::Welcome {
                 session_id,
                 max_streams,
+                exports,
             } => Ok(Established {
+                exports,
                 sealer: Sealer::new(&self.keys, Side::Client),
                 keys: self.keys,
                 client_nonce: self.nonces.0,
@@ -241,16 +246,29 @@ pub enum Accepted {
 }
 
 /// Server: takes the first message of a connection and a fresh nonce; returns the next state
-/// and the reply to send.
+/// and the reply to send. The one-key form of [`accept_any`].
 pub fn accept(
     psk: &crate::Psk,
     hello: Message,
     nonce: Nonce,
 ) -> Result<(Accepted, Message), HandshakeError> {
+    accept_any(&[psk], hello, nonce).map(|(a, m, _)| (a, m))
+}
+
+/// Server with several keys: takes the first message of a connection and a fresh nonce;
+/// returns the next state, the reply to send, and for a control connection the index in
+/// `keys` of the key its `Hello` names ([`keys::identity_tag`]). A tag that matches no key is
+/// [`HandshakeError::ClientProof`], answered before the server proves anything.
+pub fn accept_any(
+    keys: &[&crate::Psk],
+    hello: Message,
+    nonce: Nonce,
+) -> Result<(Accepted, Message, Option<usize>), HandshakeError> {
     let Message::Hello {
         version,
         role,
         nonce: client,
+        identity,
     } = hello
     else {
         return Err(unexpected("Hello", hello));
@@ -261,25 +279,37 @@ pub fn accept(
             ours: PROTOCOL_VERSION,
         });
     }
-    Ok(match role {
-        Role::Control => (
-            Accepted::Control(ServerAwaitProof {
-                psk: psk.clone(),
-                client,
-                server: nonce,
-            }),
-            Message::Challenge {
-                version: PROTOCOL_VERSION,
-                nonce,
-                proof: keys::server_proof(psk, &client, &nonce),
-            },
-        ),
-        Role::Data => (
+    Ok(match (role, identity) {
+        (Role::Control, Some(tag)) => {
+            let i = keys::find_identity(keys, &client, &tag).ok_or(HandshakeError::ClientProof)?;
+            let psk = keys[i];
+            (
+                Accepted::Control(ServerAwaitProof {
+                    psk: psk.clone(),
+                    client,
+                    server: nonce,
+                }),
+                Message::Challenge {
+                    version: PROTOCOL_VERSION,
+                    nonce,
+                    proof: keys::server_proof(psk, &client, &nonce),
+                },
+                Some(i),
+            )
+        }
+        (Role::Control, None) => {
+            return Err(HandshakeError::Unexpected {
+                expected: "Hello with an identity tag",
+                got: "Hello without one",
+            });
+        }
+        (Role::Data, _) => (
             Accepted::Data(DataAwaitJoin {
                 client,
                 server: nonce,
             }),
             Message::DataChallenge { nonce },
+            None,
         ),
     })
 }
@@ -301,6 +331,17 @@ impl ServerAwaitProof {
         session_id: SessionId,
         max_streams: u16,
     ) -> Result<(Established, Vec<u8>), HandshakeError> {
+        self.on_proof_with(msg, session_id, max_streams, false)
+    }
+
+    /// [`ServerAwaitProof::on_proof`] for a server that says whether it has named exports.
+    pub fn on_proof_with(
+        self,
+        msg: Message,
+        session_id: SessionId,
+        max_streams: u16,
+        exports: bool,
+    ) -> Result<(Established, Vec<u8>), HandshakeError> {
         let Message::Proof { proof } = msg else {
             return Err(unexpected("Proof", msg));
         };
@@ -312,6 +353,7 @@ impl ServerAwaitProof {
         let welcome = sealer.seal(&Message::Welcome {
             session_id,
             max_streams,
+            exports,
         });
         let opener = Opener::new(&keys, Side::Server);
         Ok((
@@ -321,6 +363,7 @@ impl ServerAwaitProof {
                 server_nonce: self.server,
                 session_id,
                 max_streams,
+                exports,
                 sealer,
                 opener,
             },
@@ -406,6 +449,7 @@ impl DataClient {
             version: PROTOCOL_VERSION,
             role: Role::Data,
             nonce: self.nonce,
+            identity: None,
         }
     }
 
@@ -485,18 +529,60 @@ mod tests {
     }
 
     #[test]
-    fn wrong_key_is_caught_by_the_client_first() {
+    fn a_server_without_the_key_is_caught_by_the_client() {
+        // A server that answers whatever the tag says, proving with a key of its own.
+        let client = ClientHandshake::new(psk(5), [1; 32]);
+        let challenge = Message::Challenge {
+            version: PROTOCOL_VERSION,
+            nonce: [2; 32],
+            proof: keys::server_proof(&psk(6), &[1; 32], &[2; 32]),
+        };
         assert_eq!(
-            control(psk(5), psk(6)).unwrap_err(),
+            client.on_challenge(challenge).unwrap_err(),
             HandshakeError::ServerProof
         );
     }
 
     #[test]
+    fn a_tag_that_names_no_key_is_refused_before_the_server_proves_anything() {
+        let err = control(psk(5), psk(6)).unwrap_err();
+        assert_eq!(err, HandshakeError::ClientProof);
+        let hello = ClientHandshake::new(psk(6), [1; 32]).hello();
+        assert!(accept_any(&[&psk(1), &psk(2)], hello, [2; 32]).is_err());
+    }
+
+    #[test]
+    fn the_server_finds_the_key_the_client_holds_among_several() {
+        let keys = [psk(1), psk(2), psk(3)];
+        let refs: Vec<&Psk> = keys.iter().collect();
+        for (i, k) in keys.iter().enumerate() {
+            let client = ClientHandshake::new(k.clone(), [i as u8; 32]);
+            let (acc, challenge, found) = accept_any(&refs, client.hello(), [7; 32]).unwrap();
+            assert_eq!(found, Some(i));
+            let Accepted::Control(await_proof) = acc else {
+                panic!("control")
+            };
+            let (proof, await_welcome) = client.on_challenge(challenge).unwrap();
+            let (_, welcome) = await_proof.on_proof_with(proof, [9; 16], 4, true).unwrap();
+            let (h, p) = split(&welcome);
+            assert!(await_welcome.on_frame(h, p).unwrap().exports);
+        }
+        // A control Hello without a tag (as a hand-made one might be) is refused.
+        let bare = Message::Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Control,
+            nonce: [1; 32],
+            identity: None,
+        };
+        assert!(accept_any(&refs, bare, [7; 32]).is_err());
+    }
+
+    #[test]
     fn server_refuses_a_client_without_the_key() {
+        // A client that names the server's key but cannot prove it (a replayed Hello).
         let (acc, _challenge) = accept(
             &psk(5),
-            ClientHandshake::new(psk(6), [1; 32]).hello(),
+            ClientHandshake::new(psk(5), [1; 32]).hello(),
             [2; 32],
         )
         .unwrap();
@@ -517,6 +603,7 @@ mod tests {
             version: 99,
             role: Role::Control,
             nonce: [0; 32],
+            identity: None,
         };
         assert!(matches!(
             accept(&psk(1), bad, [2; 32]),

@@ -92,6 +92,31 @@ const SERVER_LABEL: &[u8] = b"zcp/1 server proof";
 const CLIENT_LABEL: &[u8] = b"zcp/1 client proof";
 const SESSION_LABEL: &[u8] = b"zcp/1 session secret";
 const JOIN_LABEL: &[u8] = b"zcp/1 data join";
+const IDENTITY_LABEL: &[u8] = b"zcp/2 identity";
+
+/// `HMAC-SHA256(psk, "zcp/2 identity" || client nonce)`: what a control `Hello` carries so
+/// a server with several keys can tell which one the client holds. It proves nothing (a
+/// captured one only ever names its own nonce) and is worthless without the key.
+pub fn identity_tag(psk: &Psk, client: &Nonce) -> [u8; 32] {
+    psk.mac(IDENTITY_LABEL, &[client])
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// The index of the key in `keys` whose [`identity_tag`] for `client` is `tag`. Every key is
+/// tried, each in constant time, whichever matches: the time taken says nothing about which
+/// one did.
+pub fn find_identity(keys: &[&Psk], client: &Nonce, tag: &[u8; 32]) -> Option<usize> {
+    let mut found = None;
+    for (i, k) in keys.iter().enumerate() {
+        let ok = k.mac(IDENTITY_LABEL, &[client]).verify_slice(tag).is_ok();
+        if ok && found.is_none() {
+            found = Some(i);
+        }
+    }
+    found
+}
 
 /// `HMAC-SHA256(psk, "zcp/1 server proof" || client nonce || server nonce)`.
 pub fn server_proof(psk: &Psk, client: &Nonce, server: &Nonce) -> [u8; 32] {

@@ -29,7 +29,7 @@ pub use chunk::{
 pub use extents::{EXTENT_ALIGN, EXTENT_ENTRY_LEN, Extents, MAX_EXTENTS};
 pub use handshake::{
     Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Deadline,
-    Established, HandshakeError, JoinRequest, ServerAwaitProof, accept,
+    Established, HandshakeError, JoinRequest, ServerAwaitProof, accept, accept_any,
 };
 pub use keys::{FileDigest, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
@@ -41,7 +41,7 @@ pub use path::{PathError, RelPath, escape, escape_text};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Length of a nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of a session id.

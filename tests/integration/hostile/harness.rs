@@ -328,6 +328,7 @@ pub fn open_message(pull: bool, chunk_size: u64) -> Message {
         verify: "blake3".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     })
 }
 

@@ -7,13 +7,14 @@
 //! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `partials`: what is left
 //! on disk however a file is given up; `bounds`: what neither can make a peer hold or keep
 //! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
-//! or flooded totals; `rate`: the rate cap from either side; `verify`: the verify mode from
+//! or flooded totals; `exports`: a key holder reaching beyond its export; `rate`: the rate cap from either side; `verify`: the verify mode from
 //! either side, and unverified bytes within every bound; `raw`: a sender on `zcp recv`'s
 //! bare stream, which needs no key; `review`, `round3`, `round4` and
 //! `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
+mod exports;
 mod harness;
 mod partials;
 mod plan;

@@ -26,6 +26,7 @@ fn open(pull: bool, rate: u64) -> Message {
         verify: "blake3".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     })
 }
 

@@ -359,6 +359,7 @@ fn rw_and_mem_receive_buffers_escape_the_sessions_memory_budget() {
         verify: "blake3".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let data: Vec<TcpStream> = (0..STREAMS)

@@ -29,6 +29,7 @@ fn open(pull: bool, transport: &str, mode: &str, verify: &str) -> Message {
         verify: verify.into(),
         transport: transport.into(),
         udp_mode: mode.into(),
+        export: String::new(),
     })
 }
 

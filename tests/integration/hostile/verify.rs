@@ -27,6 +27,7 @@ fn open(verify: &str) -> Message {
         verify: verify.into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     })
 }
 

@@ -262,7 +262,7 @@ fn send_once(
             });
         }
     }
-    let (tops, lone_file) = send_tops(&opts.sources, &opts.dest);
+    let (_, lone_file) = send_tops(&opts.sources, &opts.dest);
     let size = if lone_file {
         std::fs::metadata(&opts.sources[0]).ok().map(|m| m.len())
     } else {
@@ -282,8 +282,15 @@ fn send_once(
         idle,
         data,
         capped,
+        paths,
         ..
-    } = open_session(&opts.conn, open_message(t, false, opts.conn.idle_timeout))?;
+    } = open_session(
+        &opts.conn,
+        open_message(t, false, opts.conn.idle_timeout),
+        std::slice::from_ref(&opts.dest),
+    )?;
+    // Beneath the export, when the server has them.
+    let (tops, _) = send_tops(&opts.sources, &paths[0]);
     let peer = cs.peer.to_string();
     let rate = t.limit_rate.unwrap_or(0);
     let cap = RateCap::apply(rate, planned_for(rate, &data), &data);
@@ -511,7 +518,12 @@ fn get_once(
         data,
         capped,
         pacing,
-    } = open_session(&opts.conn, open_message(t, true, opts.conn.idle_timeout))?;
+        paths,
+    } = open_session(
+        &opts.conn,
+        open_message(t, true, opts.conn.idle_timeout),
+        &opts.paths,
+    )?;
     // The server holds the cap, and said how.
     let limit_rate = t.limit_rate.map(|bits| RateLimit {
         bits_per_second: bits,
@@ -561,7 +573,7 @@ fn get_once(
     let ctl = Arc::new(ControlWriter::new(tx));
     let cork = ctl.cork();
     let stored = stored_as(&root_path, &names);
-    for (path, name) in opts.paths.iter().zip(names) {
+    for (path, name) in paths.iter().zip(names) {
         ctl.send(&Message::Get {
             path: path.clone(),
             dest: name,

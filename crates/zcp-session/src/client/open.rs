@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use zcp_engine::RecvEngine;
 use zcp_engine::sys::random;
-use zcp_wire::{ErrorCode, Message, Open, Pacing, escape_text};
+use zcp_wire::{ErrorCode, Message, Open, Pacing, escape, escape_text};
 
 use super::{Connection, Transfer};
 use crate::conn::{ClientSession, authenticate, connect, open_data};
@@ -23,13 +23,61 @@ pub(super) struct Opened {
     pub(super) capped: Option<String>,
     /// How the server holds a pull's rate cap.
     pub(super) pacing: Pacing,
+    /// The remote paths as the server addresses them: beneath the export `Open` named
+    /// (its name taken off) when the server has exports, as given otherwise.
+    pub(super) paths: Vec<Vec<u8>>,
+}
+
+/// With named exports on the server, the first component of every remote path names the
+/// export (`HOST:EXPORT/PATH`): the export, and the paths beneath it (`.` for the export
+/// itself). One session reads or writes one export.
+pub(crate) fn split_export(remote: &[Vec<u8>]) -> Result<(String, Vec<Vec<u8>>), String> {
+    let mut export: Option<String> = None;
+    let mut paths = Vec::with_capacity(remote.len());
+    for r in remote {
+        let p = zcp_wire::RelPath::parse(r)
+            .map_err(|e| format!("invalid remote path '{}': {e}", escape(r)))?;
+        let Some((first, rest)) = p.components().split_first() else {
+            return Err(format!(
+                "the server has exports: name one as the first component of the remote path (HOST:EXPORT/PATH), not '{}'",
+                escape(r)
+            ));
+        };
+        let name = String::from_utf8(first.clone())
+            .map_err(|_| format!("export name '{}' is not UTF-8", escape(first)))?;
+        match &export {
+            Some(e) if *e != name => {
+                return Err(format!(
+                    "one session reads from one export, and '{}' and '{}' are two: run one get per export",
+                    escape_text(e),
+                    escape_text(&name)
+                ));
+            }
+            _ => export = Some(name),
+        }
+        paths.push(if rest.is_empty() {
+            b".".to_vec()
+        } else {
+            let mut p = rest.join(&b'/');
+            // `HOST:EXPORT/DIR/` keeps its slash: a directory to send into.
+            if r.ends_with(b"/") {
+                p.push(b'/');
+            }
+            p
+        });
+    }
+    Ok((export.unwrap_or_default(), paths))
 }
 
 /// Connects, authenticates and opens the session and its data streams. A server that grants
 /// more streams than asked for (or none, or no idle time), names a pacing where it sends
 /// nothing capped (or none where it does), or answers another verify mode than the one asked
 /// for, breaks the protocol: nothing is opened for it.
-pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, SessionError> {
+pub(super) fn open_session(
+    conn: &Connection,
+    mut open: Open,
+    remote: &[Vec<u8>],
+) -> Result<Opened, SessionError> {
     let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
     control.set_read_timeout(Some(conn.connect_timeout)).ok();
     control.set_write_timeout(Some(conn.connect_timeout)).ok();
@@ -40,6 +88,23 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
     let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
     let peer = cs.peer.to_string();
     tracing::info!(%peer, session = %hex::encode(cs.session_id), "authenticated");
+    let paths = if cs.exports {
+        match split_export(remote) {
+            Ok((export, paths)) => {
+                open.export = export;
+                paths
+            }
+            Err(reason) => {
+                let _ = cs.tx.send(&Message::Error {
+                    code: ErrorCode::BadPath,
+                    message: "the client gave up: no export named".into(),
+                });
+                return Err(SessionError::Usage(reason));
+            }
+        }
+    } else {
+        remote.to_vec()
+    };
     // The server said its limit in Welcome; ask for no more, and say so.
     let wanted = open.streams.max(1);
     open.streams = wanted.min(cs.max_streams.max(1));
@@ -68,6 +133,11 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
                 transport,
                 udp_mode,
             }) => break (streams, idle_ms, pacing, [verify, transport, udp_mode]),
+            // Only a permission refusal answers Open with `auth` (the key was proved).
+            Some(Message::Error {
+                code: ErrorCode::Auth,
+                message,
+            }) => return Err(SessionError::Denied(escape_text(&message))),
             Some(Message::Error { code, message }) => {
                 return Err(SessionError::Refused {
                     code,
@@ -128,6 +198,7 @@ pub(super) fn open_session(conn: &Connection, mut open: Open) -> Result<Opened, 
         data,
         capped,
         pacing,
+        paths,
     })
 }
 
@@ -218,5 +289,40 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         verify: t.verify.name().into(),
         transport: t.transport.name().into(),
         udp_mode: t.udp_mode.name().into(),
+        export: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_export;
+
+    fn split(paths: &[&str]) -> Result<(String, Vec<String>), String> {
+        let remote: Vec<Vec<u8>> = paths.iter().map(|p| p.as_bytes().to_vec()).collect();
+        split_export(&remote).map(|(e, ps)| {
+            let ps = ps.into_iter().map(|p| String::from_utf8(p).unwrap());
+            (e, ps.collect())
+        })
+    }
+
+    #[test]
+    fn the_first_component_names_the_export() {
+        assert_eq!(
+            split(&["incoming/run42/"]).unwrap(),
+            ("incoming".into(), vec!["run42/".into()])
+        );
+        assert_eq!(
+            split(&["incoming"]).unwrap(),
+            ("incoming".into(), vec![".".into()])
+        );
+        assert_eq!(
+            split(&["./archive//a/b", "archive/c"]).unwrap(),
+            ("archive".into(), vec!["a/b".into(), "c".into()])
+        );
+        let e = split(&["archive/a", "incoming/b"]).unwrap_err();
+        assert!(e.contains("one export"), "{e}");
+        for bad in [".", "", "../x", "/abs"] {
+            assert!(split(&[bad]).is_err(), "{bad}");
+        }
     }
 }

@@ -116,7 +116,7 @@ impl RxCore {
             s.nonces,
             s.cfg.requested,
             s.cfg.idle,
-            (s.scope.is_pull(), s.cfg.verify.checks()),
+            (s.scope.is_pull(), s.cfg.verify.checks(), s.scope.is_blind()),
         );
         let idle = s.cfg.idle;
         let state = Receiving::new(s.cfg, s.keys, s.nonces, s.scope, s.streams, Instant::now());

@@ -148,6 +148,9 @@ pub(crate) struct Disk {
     /// The session verifies: only then is an existing target hashed and offered (with
     /// `--verify none` it is replaced without being read).
     verify: bool,
+    /// A write-only identity's push: no journal is resumed and no existing target hashed;
+    /// a part file left there is emptied, a target replaced without being read.
+    blind: bool,
     pub(crate) root: Arc<Root>,
     keys: SessionKeys,
     nonces: (Nonce, Nonce),
@@ -200,11 +203,12 @@ impl Disk {
         nonces: (Nonce, Nonce),
         requested: RecvEngine,
         idle: Duration,
-        (pull, verify): (bool, bool),
+        (pull, verify, blind): (bool, bool, bool),
     ) -> Disk {
         Disk {
             pull,
             verify,
+            blind,
             root,
             keys,
             nonces,
@@ -554,7 +558,9 @@ impl Disk {
             ..JournalState::default()
         };
         let mut offers = Vec::new();
-        if existed {
+        if existed && self.blind {
+            part.reset().map_err(engine_err)?;
+        } else if existed {
             offers = resume(&mut part, &plan, &mut journal, size)?;
         }
         // A target already there with the file's size: offer its chunks, hashed under this
@@ -563,7 +569,7 @@ impl Disk {
         // Not in a session that does not verify: hashing the target is the cost it skips.
         let mut in_place = false;
         let mut blocked = Duration::ZERO;
-        if offers.is_empty() && existing && size > 0 && self.verify {
+        if offers.is_empty() && existing && size > 0 && self.verify && !self.blind {
             let h = self.hash_target(dir, &spec, ctl);
             blocked = h.blocked;
             if let Some((macs, inode)) = h.result {

@@ -14,10 +14,11 @@ use zcp_engine::sync::Locked;
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::udp::{TransportKind, UdpMode};
 use zcp_wire::{
-    ErrorCode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, RelPath, Sealer,
+    ErrorCode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, Psk, RelPath, Sealer,
     VerifyMode, escape_text,
 };
 
+use super::access::{Granted, Live};
 use super::{Ctx, Session, SessionRole};
 use crate::confine::Scope;
 use crate::conn::{ControlRx, ControlTx, FrameReader};
@@ -380,6 +381,10 @@ pub(super) struct Joined {
     pub(super) sealer: Sealer,
     pub(super) opener: Opener,
     pub(super) nonces: (Nonce, Nonce),
+    /// The exports and identities in force at the handshake, kept to the session's end.
+    pub(super) live: Arc<Live>,
+    /// Which identity's key the client holds (an index into `live`).
+    pub(super) who: usize,
 }
 
 /// Runs one session to its end; its exit code (0 only when every entry arrived).
@@ -444,6 +449,12 @@ fn serve(
             return Err(c.refuse(ErrorCode::Protocol, m));
         }
     };
+    // The export, and whether this identity may read or write it, before anything else.
+    let export = j
+        .live
+        .export(j.who, &open.export, open.pull)
+        .map_err(|r| c.refuse(r.code, r.message))?;
+    let identity = &j.live.identities[j.who];
     let g = grant(ctx, &c, open)?;
     *session.granted.locked() = g.streams;
     *session.joined.locked() = vec![false; usize::from(g.streams)];
@@ -455,11 +466,21 @@ fn serve(
         session: session.hex.clone(),
         direction: if g.pull { "pull" } else { "push" },
         streams: g.streams,
+        identity: identity.name.clone(),
+        export: export.name.clone(),
     });
     if g.pull {
-        serve_pull(ctx, session, c, &g, (j.peer, j.nonces), observer)
+        let (peer, psk) = (j.peer, identity.psk.clone());
+        serve_pull(
+            ctx,
+            session,
+            c,
+            &g,
+            (peer, j.nonces, psk, &export),
+            observer,
+        )
     } else {
-        serve_push(ctx, session, c, &g, j.nonces, observer)
+        serve_push(ctx, session, c, &g, (j.nonces, &export), observer)
     }
 }
 
@@ -469,7 +490,7 @@ fn serve_push(
     session: &Arc<Session>,
     c: Control,
     g: &Grant,
-    nonces: (Nonce, Nonce),
+    (nonces, export): ((Nonce, Nonce), &Granted),
     observer: &mut ServerObserver<'_>,
 ) -> Result<Served, SessionError> {
     let (wake, events) = mpsc::channel::<RxEvent>();
@@ -483,8 +504,13 @@ fn serve_push(
         },
         keys: session.keys.clone(),
         nonces,
-        root: ctx.root.clone(),
-        scope: Scope::push(),
+        root: export.root.clone(),
+        // An identity that may not read learns nothing of what is there.
+        scope: if export.permission.reads() {
+            Scope::push()
+        } else {
+            Scope::push_blind()
+        },
         streams: g.streams,
         ctl: c.ctl.clone(),
         wake: wake.clone(),
@@ -518,7 +544,7 @@ fn serve_pull(
     session: &Arc<Session>,
     mut c: Control,
     g: &Grant,
-    (peer, nonces): (SocketAddr, (Nonce, Nonce)),
+    (peer, nonces, psk, export): (SocketAddr, (Nonce, Nonce), Psk, &Granted),
     observer: &mut ServerObserver<'_>,
 ) -> Result<Served, SessionError> {
     session.set_role(SessionRole::Send((0..g.streams).map(|_| None).collect()));
@@ -529,7 +555,7 @@ fn serve_pull(
         match c.next(until)? {
             Message::Get { path, dest } => {
                 let top =
-                    get_top(&ctx.root, &path, &dest).map_err(|r| c.refuse(r.code, r.message))?;
+                    get_top(&export.root, &path, &dest).map_err(|r| c.refuse(r.code, r.message))?;
                 tops.push(top);
             }
             Message::GetEnd => break,
@@ -583,7 +609,7 @@ fn serve_pull(
         rx: c.rx,
         keys: session.keys.clone(),
         nonces,
-        psk: ctx.cfg.psk.clone(),
+        psk,
         transport,
         peer: peer.to_string(),
         cap,
@@ -632,7 +658,7 @@ fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, Refusal> {
     let Some((last, parent)) = p.components().split_last() else {
         return Err(Refusal::new(
             ErrorCode::BadPath,
-            "name a path below the server root, not the root itself",
+            "name a path below the server's root or export, not the root itself",
         ));
     };
     root.open_dir(parent, false)

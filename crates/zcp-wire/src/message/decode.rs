@@ -41,10 +41,18 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                     )));
                 }
             };
+            let nonce = r.array()?;
+            // A version-1 Hello has no identity: it still decodes, to be answered with
+            // Error{version}.
+            let identity = match (version >= 2, role) {
+                (true, Role::Control) => Some(r.array()?),
+                _ => None,
+            };
             Message::Hello {
                 version,
                 role,
-                nonce: r.array()?,
+                nonce,
+                identity,
             }
         }
         code::CHALLENGE => Message::Challenge {
@@ -64,10 +72,16 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             code: ErrorCode::from_u16(r.u16()?),
             message: r.text(MAX_TEXT, "error message")?,
         },
-        code::WELCOME => Message::Welcome {
-            session_id: r.array()?,
-            max_streams: r.u16()?,
-        },
+        code::WELCOME => {
+            let session_id = r.array()?;
+            let max_streams = r.u16()?;
+            let [exports] = read_flags::<1>(r, "welcome")?;
+            Message::Welcome {
+                session_id,
+                max_streams,
+                exports,
+            }
+        }
         code::OPEN => {
             let [pull, recursive] = read_flags::<2>(r, "open")?;
             Message::Open(Open {
@@ -83,6 +97,7 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 verify: r.text(MAX_ENGINE_NAME, "verify mode")?,
                 transport: r.text(MAX_ENGINE_NAME, "transport")?,
                 udp_mode: r.text(MAX_ENGINE_NAME, "UDP mode")?,
+                export: r.text(MAX_NAME, "export name")?,
             })
         }
         code::OPENED => Message::Opened {

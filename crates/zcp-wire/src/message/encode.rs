@@ -26,6 +26,7 @@ impl Message {
                 version,
                 role,
                 nonce,
+                identity,
             } => {
                 w.raw(&HELLO_MAGIC).u16(*version);
                 w.u8(match role {
@@ -33,6 +34,9 @@ impl Message {
                     Role::Data => 2,
                 });
                 w.raw(nonce);
+                if let Some(id) = identity {
+                    w.raw(id);
+                }
             }
             Message::Challenge {
                 version,
@@ -62,8 +66,9 @@ impl Message {
             Message::Welcome {
                 session_id,
                 max_streams,
+                exports,
             } => {
-                w.raw(session_id).u16(*max_streams);
+                w.raw(session_id).u16(*max_streams).u8(flags(&[*exports]));
             }
             Message::Open(o) => {
                 w.u8(flags(&[o.pull, o.recursive]))
@@ -75,6 +80,7 @@ impl Message {
                 text(w, &o.verify, MAX_ENGINE_NAME);
                 text(w, &o.transport, MAX_ENGINE_NAME);
                 text(w, &o.udp_mode, MAX_ENGINE_NAME);
+                text(w, &o.export, MAX_NAME);
             }
             Message::Opened {
                 streams,

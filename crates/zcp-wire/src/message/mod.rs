@@ -158,6 +158,10 @@ pub struct Open {
     /// With `udp`: its rate control, `fair` (backs off as queueing delay rises) or `fixed`
     /// (the rate cap, for dedicated links).
     pub udp_mode: String,
+    /// The export the session reads or writes, when the server has named exports
+    /// ([`Message::Welcome`]'s `exports`); empty for a server with one root. At most
+    /// [`MAX_NAME`] bytes.
+    pub export: String,
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]
@@ -294,7 +298,7 @@ pub struct SideStats {
     pub files: u64,
 }
 
-/// Every message of protocol version 1.
+/// Every message of protocol version 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// Client -> server, first frame of every connection.
@@ -305,6 +309,10 @@ pub enum Message {
         role: Role,
         /// The client's fresh random nonce.
         nonce: Nonce,
+        /// Control connections (version 2 on): `HMAC(psk, "zcp/2 identity" || nonce)`, by
+        /// which a server with several keys finds the one this client holds before it proves
+        /// its own. `None` on data connections (and in a version-1 `Hello`).
+        identity: Option<[u8; 32]>,
     },
     /// Server -> client on a control connection: the server's nonce and its proof of the key.
     Challenge {
@@ -349,6 +357,9 @@ pub enum Message {
         session_id: SessionId,
         /// Most data streams the server allows this session.
         max_streams: u16,
+        /// The server has named exports: the first component of a remote path names one
+        /// ([`Open::export`]).
+        exports: bool,
     },
     /// Client -> server: how the session runs.
     Open(Open),

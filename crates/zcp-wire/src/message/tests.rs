@@ -12,9 +12,10 @@ pub(crate) fn samples() -> Vec<Message> {
 fn setup_and_entry_samples() -> Vec<Message> {
     vec![
         Message::Hello {
-            version: 1,
-            role: Role::Data,
+            version: 2,
+            role: Role::Control,
             nonce: [3; 32],
+            identity: Some([4; 32]),
         },
         Message::Challenge {
             version: 1,
@@ -36,6 +37,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
         Message::Welcome {
             session_id: [1; 16],
             max_streams: 8,
+            exports: true,
         },
         Message::Open(Open {
             pull: true,
@@ -50,6 +52,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
             verify: "none".into(),
             transport: "udp".into(),
             udp_mode: "fixed".into(),
+            export: "incoming".into(),
         }),
         Message::Opened {
             streams: 2,
@@ -192,6 +195,31 @@ fn every_message_round_trips() {
 }
 
 #[test]
+fn hellos_carry_an_identity_tag_only_on_version_2_control_connections() {
+    for m in [
+        Message::Hello {
+            version: 2,
+            role: Role::Data,
+            nonce: [3; 32],
+            identity: None,
+        },
+        // A version-1 client's Hello still decodes, so the server can answer Error{version}.
+        Message::Hello {
+            version: 1,
+            role: Role::Control,
+            nonce: [3; 32],
+            identity: None,
+        },
+    ] {
+        let body = m.encode_body();
+        assert_eq!(Message::decode(code::HELLO, &body).unwrap(), m);
+        let mut longer = body.clone();
+        longer.extend_from_slice(&[0; 32]);
+        assert!(Message::decode(code::HELLO, &longer).is_err());
+    }
+}
+
+#[test]
 fn header_bounds_length_and_type() {
     let ok = FrameHeader::decode([0, 0, 0, 4, code::PROOF]).unwrap();
     assert_eq!(ok.len, 4);
@@ -264,9 +292,13 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
         verify: "crc32".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     });
     let body = open.encode_body();
     assert_eq!(Message::decode(code::OPEN, &body).unwrap(), open);
+    // A version-1 Open (no export name) is malformed.
+    assert!(Message::decode(code::OPEN, &body[..body.len() - 2]).is_err());
+    let body = &body[..body.len() - 2];
     // An Open that stops before the mode (as a build without it would send) is malformed.
     let tail = (2 + 3) + (2 + 4);
     assert!(Message::decode(code::OPEN, &body[..body.len() - tail - 2 - 5]).is_err());

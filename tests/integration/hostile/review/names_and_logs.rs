@@ -352,6 +352,7 @@ fn log_injection_into_the_server_log() {
         verify: "blake3".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     }));
     let _ = error_from(&mut raw);
     // Get paths.

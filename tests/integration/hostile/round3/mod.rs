@@ -60,6 +60,7 @@ fn open_direct(raw: &mut Raw, streams: u16, block: u64) {
         verify: "blake3".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     }));
     let opened = raw.recv().unwrap();
     assert!(
@@ -429,6 +430,7 @@ fn push_direct_rings_pin_server_memory_per_stream() {
         verify: "blake3".into(),
         transport: "tcp".into(),
         udp_mode: "fair".into(),
+        export: String::new(),
     }));
     assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
     let mut data: Vec<TcpStream> = (0..STREAMS)
