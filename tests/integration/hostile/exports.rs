@@ -3,9 +3,7 @@
 //! that climb out of the export, pulls that name another export's files. Nothing may be
 //! written outside `incoming`, and nothing read from where it may not read.
 
-use std::io::Write;
-
-use zcp_wire::{ClientHandshake, Message, Open, PutFile};
+use zcp_wire::{Message, Open, PutFile};
 
 use crate::serve_config::Site;
 use crate::util::*;
@@ -14,18 +12,8 @@ use crate::util::*;
 /// answered `Opened`, its refusal otherwise.
 fn open(port: u16, key: &std::path::Path, export: &str, pull: bool) -> Result<Raw, String> {
     let psk = zcp_wire::Psk::parse(&std::fs::read_to_string(key).unwrap()).unwrap();
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let hs = ClientHandshake::new(psk, [7; 32]);
-    s.write_all(&hs.hello().encode_frame()).unwrap();
-    let ch = read_plain(&mut s).unwrap();
-    let (proof, aw) = hs.on_challenge(ch).unwrap();
-    s.write_all(&proof.encode_frame()).unwrap();
-    let (h, p) = read_msg(&mut s).unwrap();
-    let est = aw.on_frame(h, &p).unwrap();
-    assert!(est.exports, "the server says it has exports");
-    let mut raw = Raw { s, est };
+    let mut raw = Raw::authenticate(port, psk);
+    assert!(raw.est.exports, "the server says it has exports");
     raw.send(&Message::Open(Open {
         pull,
         recursive: true,
