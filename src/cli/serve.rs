@@ -118,6 +118,9 @@ fn load_access(a: &ServeArgs) -> anyhow::Result<Settings> {
 }
 
 pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
+    // SIGHUP's handler first: a reload racing the start (`systemctl reload` right after
+    // `start`) must not kill the server with the signal's default action.
+    let _ = super::signals::on_hangup();
     let file = match &a.config {
         Some(p) => Some(serve_config::load(p).map_err(|m| anyhow::Error::new(super::Usage(m)))?),
         None => None,

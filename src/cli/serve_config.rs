@@ -143,6 +143,37 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
             );
             return Err(err(p.span().start, &key, m));
         }
+        // The path as given must be the directory itself: a symbolic link on the way (or a
+        // `..`) would be resolved again at each start and reload, so whoever can replace the
+        // link moves the export.
+        match std::fs::canonicalize(p.get_ref()) {
+            Ok(real) if real == *p.get_ref() => {}
+            Ok(real) => {
+                let m = format!(
+                    "'{}' leads through a symbolic link or '..' to '{}': name that directory itself",
+                    p.get_ref().display(),
+                    real.display()
+                );
+                return Err(err(p.span().start, &key, m));
+            }
+            Err(e) => {
+                let m = format!("'{}': {e}", p.get_ref().display());
+                return Err(err(p.span().start, &key, m));
+            }
+        }
+        // Exports must not nest: each key's access to one would reach the other's files.
+        if let Some(other) = exports.iter().find(|o: &&ExportSpec| {
+            o.path.starts_with(p.get_ref()) || p.get_ref().starts_with(&o.path)
+        }) {
+            let m = format!(
+                "'{}' and export.{}'s '{}' overlap (one holds the other): exports must be \
+                 separate directories, or access to one reaches the other's files",
+                p.get_ref().display(),
+                other.name,
+                other.path.display()
+            );
+            return Err(err(p.span().start, &key, m));
+        }
         exports.push(ExportSpec {
             name: name.clone(),
             path: p.get_ref().clone(),
@@ -346,6 +377,24 @@ mod tests {
         assert!(e.contains("not an absolute path"), "{e}");
         let e = refused(&f, &f.p("in"), &f.p("missing"), "export.incoming.path", 6);
         assert!(e.contains("not a directory"), "{e}");
+        // Nested or the same directory twice: access to one would reach the other's files.
+        std::fs::create_dir(f.dir.path().join("arch/sub")).unwrap();
+        let e = refused(&f, &f.p("in"), &f.p("arch/sub"), "export.incoming.path", 6);
+        assert!(e.contains("overlap"), "{e}");
+        let e = refused(&f, &f.p("in"), &f.p("arch"), "export.incoming.path", 6);
+        assert!(e.contains("overlap"), "{e}");
+        // A symbolic link (or `..`) on the way: resolved anew at each reload.
+        std::os::unix::fs::symlink(f.dir.path().join("in"), f.dir.path().join("link")).unwrap();
+        let e = refused(&f, &f.p("in"), &f.p("link"), "export.incoming.path", 6);
+        assert!(e.contains("symbolic link"), "{e}");
+        let e = refused(
+            &f,
+            &f.p("in"),
+            &f.p("arch/../in"),
+            "export.incoming.path",
+            6,
+        );
+        assert!(e.contains("symbolic link or '..'"), "{e}");
         let e = refused(
             &f,
             "archive = \"read\"",
