@@ -55,6 +55,9 @@ MANPATH=/usr/share/man systemd-analyze verify /usr/lib/systemd/system/zcp.servic
 # The zcp user can create its key where the default config looks for it.
 setpriv --reuid zcp --regid zcp --clear-groups /usr/bin/zcp keygen -o /etc/zcp/keys/default.key \
     || fail "keygen as zcp"
+# With that key the packaged config is one the service can start with, as its user.
+setpriv --reuid zcp --regid zcp --clear-groups /usr/bin/zcp serve --check-config \
+    --config /etc/zcp/zcp.toml >/dev/null || fail "zcp serve --check-config on /etc/zcp/zcp.toml"
 
 # Purged with a key in place: the key and the user owning it stay; everything else goes.
 dpkg --purge zcp
