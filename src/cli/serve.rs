@@ -90,15 +90,25 @@ struct Settings {
 
 /// Reads the exports and identities again: the config file, or `--root` and its key.
 fn load_access(a: &ServeArgs) -> anyhow::Result<Settings> {
-    match (&a.config, &a.root) {
-        (Some(path), _) => {
-            let c = serve_config::load(path).map_err(|m| anyhow::Error::new(super::Usage(m)))?;
-            Ok(Settings {
-                access: c.access,
-                key_files: c.key_files,
-                listen: c.listen,
-            })
-        }
+    settings_of(a, read_config(a)?)
+}
+
+/// The config file `--config` names, read and checked (none without `--config`).
+fn read_config(a: &ServeArgs) -> anyhow::Result<Option<serve_config::ServeConfig>> {
+    a.config
+        .as_ref()
+        .map(|p| serve_config::load(p).map_err(|m| anyhow::Error::new(super::Usage(m))))
+        .transpose()
+}
+
+/// The exports, identities and addresses from the file already read, or from `--root`.
+fn settings_of(a: &ServeArgs, file: Option<serve_config::ServeConfig>) -> anyhow::Result<Settings> {
+    match (file, &a.root) {
+        (Some(c), _) => Ok(Settings {
+            access: c.access,
+            key_files: c.key_files,
+            listen: c.listen,
+        }),
         (None, Some(root)) => {
             if !root.is_dir() {
                 super::usage!(
@@ -121,10 +131,9 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
     // SIGHUP's handler first: a reload racing the start (`systemctl reload` right after
     // `start`) must not kill the server with the signal's default action.
     let _ = super::signals::on_hangup();
-    let file = match &a.config {
-        Some(p) => Some(serve_config::load(p).map_err(|m| anyhow::Error::new(super::Usage(m)))?),
-        None => None,
-    };
+    // Read once: the limits below and the exports and identities come from one version of
+    // the file.
+    let file = read_config(&a)?;
     // The command line over the file over the defaults.
     let pick =
         |flag: Option<u64>, file: Option<u64>, default: u64| flag.or(file).unwrap_or(default);
@@ -151,7 +160,7 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
             super::usage!("{flag} must be at least 1");
         }
     }
-    let settings = load_access(&a)?;
+    let settings = settings_of(&a, file)?;
     let listen = listen_addrs(&a, settings.listen.clone());
     if a.check_config {
         print!(
