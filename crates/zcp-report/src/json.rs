@@ -12,18 +12,23 @@ use crate::units::bits_per_second;
 /// Version of the JSON shapes; rises only when a field changes meaning or goes away.
 pub const JSON_VERSION: u32 = 1;
 
+/// The `connected` array of a `start`: the one connection's two ends, as iperf3 has it.
+pub(crate) fn connected(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Value {
+    json!([{
+        "local_host": local.ip().to_string(),
+        "local_port": local.port(),
+        "remote_host": remote.ip().to_string(),
+        "remote_port": remote.port(),
+    }])
+}
+
 fn start(s: &Start) -> Value {
     json!({
         "version": format!("zcp {}", env!("CARGO_PKG_VERSION")),
         "protocol": zcp_wire::PROTOCOL_VERSION,
         "session": s.session,
         "direction": s.direction,
-        "connected": [{
-            "local_host": s.local.ip().to_string(),
-            "local_port": s.local.port(),
-            "remote_host": s.remote.ip().to_string(),
-            "remote_port": s.remote.port(),
-        }],
+        "connected": connected(s.local, s.remote),
         "source": s.source,
         "target": s.target,
         "size": s.size,

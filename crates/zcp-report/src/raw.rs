@@ -6,6 +6,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 use zcp_session::{RawEnd, RawStart};
 
+use crate::json::connected;
 use crate::units::{bits_per_second, bytes, rate, size};
 
 /// `s` with every text that may come from outside (paths, notes) escaped.
@@ -127,12 +128,7 @@ pub(crate) fn json_start(s: &RawStart) -> Value {
         "version": format!("zcp {}", env!("CARGO_PKG_VERSION")),
         "mode": "raw",
         "direction": s.direction,
-        "connected": [{
-            "local_host": s.local.ip().to_string(),
-            "local_port": s.local.port(),
-            "remote_host": s.remote.ip().to_string(),
-            "remote_port": s.remote.port(),
-        }],
+        "connected": connected(s.local, s.remote),
         "path": s.path,
         "size": s.size,
         "engine": s.engine,
