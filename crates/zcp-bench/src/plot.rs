@@ -68,14 +68,17 @@ fn engines(cells: &[&CellResult]) -> Vec<String> {
     v
 }
 
-fn color(i: usize) -> RGBColor {
-    const C: [RGBColor; 6] = [
+/// Series colour `i` (matplotlib's first eight), shared by every chart zcp draws.
+pub(crate) fn color(i: usize) -> RGBColor {
+    const C: [RGBColor; 8] = [
         RGBColor(0x1f, 0x77, 0xb4),
         RGBColor(0xd6, 0x27, 0x28),
         RGBColor(0x2c, 0xa0, 0x2c),
         RGBColor(0xff, 0x7f, 0x0e),
         RGBColor(0x94, 0x67, 0xbd),
         RGBColor(0x8c, 0x56, 0x4b),
+        RGBColor(0x17, 0xbe, 0xcf),
+        RGBColor(0x7f, 0x7f, 0x7f),
     ];
     C[i % C.len()]
 }

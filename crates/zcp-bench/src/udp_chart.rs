@@ -3,6 +3,7 @@
 //! not finish (`status` other than `ok` or `timeout`) are left out; columns it does not need
 //! are ignored, so the script's CSV may grow.
 
+use crate::plot::color;
 use plotters::prelude::*;
 use serde::Deserialize;
 
@@ -44,20 +45,6 @@ fn sorted_unique(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);
     v.dedup();
     v
-}
-
-fn color(i: usize) -> RGBColor {
-    const C: [RGBColor; 8] = [
-        RGBColor(0x1f, 0x77, 0xb4),
-        RGBColor(0xd6, 0x27, 0x28),
-        RGBColor(0x2c, 0xa0, 0x2c),
-        RGBColor(0xff, 0x7f, 0x0e),
-        RGBColor(0x94, 0x67, 0xbd),
-        RGBColor(0x8c, 0x56, 0x4b),
-        RGBColor(0x17, 0xbe, 0xcf),
-        RGBColor(0x7f, 0x7f, 0x7f),
-    ];
-    C[i % C.len()]
 }
 
 /// Draws the CSV text of `benches/udp.sh` as SVG text.
