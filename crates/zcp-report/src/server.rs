@@ -53,6 +53,8 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
         }
         let id = match event {
             ServerEvent::FileDone { session, .. }
+            | ServerEvent::Engines { session, .. }
+            | ServerEvent::Progress { session, .. }
             | ServerEvent::FileFailed { session, .. }
             | ServerEvent::Note { session, .. }
             | ServerEvent::SessionEnd { session, .. } => Some(session),
@@ -96,7 +98,27 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                     ),
                 }
             }
-            ServerEvent::Rejected { peer, reason } => format!("zcp: refused {peer}: {reason}"),
+            ServerEvent::Rejected { peer, reason, .. } => format!("zcp: refused {peer}: {reason}"),
+            ServerEvent::Engines {
+                session,
+                sender,
+                receiver,
+            } => format!(
+                "zcp: session {}: engines: sender {sender}, receiver {receiver}",
+                short(session)
+            ),
+            ServerEvent::Progress {
+                session,
+                phase,
+                bytes,
+                files,
+                ..
+            } => format!(
+                "zcp: session {}: {phase}, {} and {files} file{} so far",
+                short(session),
+                size(*bytes),
+                if *files == 1 { "" } else { "s" }
+            ),
             ServerEvent::Stopping { sessions } => format!(
                 "zcp: shutting down: accepting no more connections, ending {sessions} session{}",
                 if *sessions == 1 { "" } else { "s" }
@@ -128,6 +150,7 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                 engine,
                 verified,
                 stored,
+                ..
             } => format!(
                 "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}{}",
                 short(session),
@@ -156,6 +179,7 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                 session,
                 target,
                 reason,
+                ..
             } => {
                 format!(
                     "zcp: session {}: {target} not committed: {reason}",
@@ -171,6 +195,7 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
                 reason,
                 files,
                 bytes,
+                ..
             } => match (ok, reason) {
                 (true, _) => format!(
                     "zcp: session {} finished: {files} file{}, {}",
@@ -190,6 +215,10 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
 
 impl<O: Write + Send, L: Write + Send> ServerReporter for ServerLog<O, L> {
     fn event(&self, event: &ServerEvent) {
+        // Progress is for the metrics and the status page; the log has the files and the end.
+        if let ServerEvent::Progress { .. } = event {
+            return;
+        }
         let line = format!(
             "{} {}\n",
             humantime::format_rfc3339_millis(std::time::SystemTime::now()),

@@ -383,6 +383,7 @@ fn server_lines() {
         ServerEvent::Rejected {
             peer: "127.0.0.1:4000".parse().unwrap(),
             reason: "not a zcp hello (bad magic bytes)".into(),
+            cause: "protocol",
         },
         ServerEvent::SessionStart {
             peer: "127.0.0.1:4001".parse().unwrap(),
@@ -401,11 +402,13 @@ fn server_lines() {
             engine: "direct".into(),
             verified: true,
             stored: true,
+            digest: None,
         },
         ServerEvent::FileFailed {
             session: "00112233445566778899aabbccddeeff".into(),
             target: "/etc".into(),
             reason: "absolute".into(),
+            code: "bad-path",
         },
         ServerEvent::SessionEnd {
             session: "00112233445566778899aabbccddeeff".into(),
@@ -413,6 +416,9 @@ fn server_lines() {
             reason: None,
             files: 1,
             bytes: 1 << 30,
+            seconds: 1.0,
+            resent_chunks: 0,
+            started: true,
         },
     ];
     let log = ServerLog::new(Vec::new(), Vec::new());
@@ -436,6 +442,7 @@ fn server_lines() {
             engine: "splice".into(),
             verified: true,
             stored: true,
+            digest: None,
         },
     ];
     lines.extend(pull.iter().map(|e| log.line(e)));

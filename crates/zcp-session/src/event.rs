@@ -382,6 +382,9 @@ pub enum ServerEvent {
         peer: SocketAddr,
         /// Why it was refused.
         reason: String,
+        /// The refusal's class: an [`zcp_wire::ErrorCode`] name (`auth`, `busy`,
+        /// `protocol`, `version`, ...), for counting.
+        cause: &'static str,
     },
     /// A session authenticated.
     SessionStart {
@@ -407,6 +410,33 @@ pub enum ServerEvent {
         /// What is served now, or why the reload failed.
         message: String,
     },
+    /// The engines that run in a session, known once its first file is ready (at most once
+    /// per session).
+    Engines {
+        /// Session id, hex.
+        session: String,
+        /// The sending side's engine.
+        sender: String,
+        /// The receiving side's engine.
+        receiver: String,
+    },
+    /// How far a session is: about once a second while it runs, and not written to the log.
+    Progress {
+        /// Session id, hex.
+        session: String,
+        /// What the session is doing ([`Phase::name`]).
+        phase: &'static str,
+        /// Payload bytes moved so far over the data streams, plus bytes resumed.
+        bytes: u64,
+        /// Bytes to move in all, once the sender has counted them (a pull).
+        total_bytes: Option<u64>,
+        /// Files committed so far.
+        files: u64,
+        /// Files to move in all, once the sender has counted them (a pull).
+        total_files: Option<u64>,
+        /// The last file committed, escaped.
+        last: Option<String>,
+    },
     /// A file was verified and committed (or, pulled, sent and committed by the client).
     FileDone {
         /// Session id, hex.
@@ -425,6 +455,8 @@ pub enum ServerEvent {
         verified: bool,
         /// Whether it was stored.
         stored: bool,
+        /// The keyed BLAKE3 digest of the whole file, hex, when it was verified.
+        digest: Option<String>,
     },
     /// An entry failed; nothing was renamed into place.
     FileFailed {
@@ -434,6 +466,8 @@ pub enum ServerEvent {
         target: String,
         /// Why.
         reason: String,
+        /// The failure's class ([`Failure::code`]: `verify`, `io`, `exists`, ...).
+        code: &'static str,
     },
     /// Something a session's role noted: a data stream that broke or was refused (with the
     /// reason), an entry the peer passed over. Text from the peer arrives escaped.
@@ -455,6 +489,13 @@ pub enum ServerEvent {
         files: u64,
         /// Payload bytes moved.
         bytes: u64,
+        /// Seconds from authentication to the end.
+        seconds: f64,
+        /// Chunks sent again after their verification failed.
+        resent_chunks: u64,
+        /// Whether the session ever started ([`ServerEvent::SessionStart`]): `false` when it
+        /// was refused after authenticating (an export it may not use, a bad `Open`).
+        started: bool,
     },
 }
 

@@ -392,7 +392,11 @@ fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, code: ErrorCode, 
         .encode_frame(),
     );
     let _ = stream.shutdown(Shutdown::Both);
-    ctx.reporter.event(&ServerEvent::Rejected { peer, reason });
+    ctx.reporter.event(&ServerEvent::Rejected {
+        peer,
+        reason,
+        cause: code.name(),
+    });
 }
 
 fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<i32>) {

@@ -56,6 +56,8 @@ pub(crate) struct ReceiverTotals {
     pub(crate) peer: SideStats,
     /// CPU time of the whole role, as sent in our `Stats`.
     pub(crate) usage: Usage,
+    /// Chunks whose MAC did not match and that the sender was asked to send again.
+    pub(crate) mismatches: u64,
 }
 
 /// Verified chunks of one file to make durable, in order: the journal thread syncs the data,
@@ -417,11 +419,14 @@ impl Receiving {
                 // A one-chunk file is not acknowledged: its `FileEnd` may already be here.
                 self.settle(file, now);
             }
-            Outcome::Mismatch(i) => self.send(Message::ChunkAck {
-                file_id: file,
-                index: i,
-                ok: false,
-            }),
+            Outcome::Mismatch(i) => {
+                self.totals.mismatches += 1;
+                self.send(Message::ChunkAck {
+                    file_id: file,
+                    index: i,
+                    ok: false,
+                })
+            }
             Outcome::GiveUp(i) => {
                 let m = format!(
                     "chunk {i} failed verification {} times; giving up on this file",

@@ -58,9 +58,21 @@ struct ServerObserver<'a> {
     failures: Vec<&'static str>,
     /// Notices so far, logged or not.
     notices: u64,
+    /// Whether the session was granted and started (its `SessionStart` went out).
+    started: bool,
     /// Set when the server is stopping.
     shutdown: &'a std::sync::atomic::AtomicBool,
+    /// Payload bytes moved so far, once the role runs; bytes resumed rather than sent.
+    moved: Option<Box<dyn Fn() -> u64 + Send>>,
+    skipped: u64,
+    /// What the sender counted (a pull), the last file committed, the last `Progress`.
+    plan: Option<(u64, u64)>,
+    last: Option<String>,
+    progress_at: Option<Instant>,
 }
+
+/// How often a running session's [`ServerEvent::Progress`] goes out.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl ServerObserver<'_> {
     /// The session ended: what was not logged is counted.
@@ -87,21 +99,31 @@ impl ServerObserver<'_> {
 }
 
 impl Observer for ServerObserver<'_> {
-    fn engines(&mut self, _: &str, _: Option<&str>, _: &str, _: Option<&str>) {}
+    fn engines(&mut self, sender: &str, _: Option<&str>, receiver: &str, _: Option<&str>) {
+        self.reporter.event(&ServerEvent::Engines {
+            session: self.session.clone(),
+            sender: sender.to_string(),
+            receiver: receiver.to_string(),
+        });
+    }
 
     fn file_done(&mut self, d: FileOutcome) {
         match d.failure {
             None => {
                 self.files += 1;
+                self.skipped += d.skipped;
+                let target = clip(d.path);
+                self.last = Some(target.clone());
                 self.reporter.event(&ServerEvent::FileDone {
                     session: self.session.clone(),
-                    target: clip(d.path),
+                    target,
                     bytes: d.bytes,
                     skipped: d.skipped,
                     seconds: d.seconds,
                     engine: d.engine,
                     verified: d.verified,
                     stored: d.stored,
+                    digest: d.verified.then(|| hex::encode(d.digest)),
                 });
             }
             Some(f) => {
@@ -115,6 +137,7 @@ impl Observer for ServerObserver<'_> {
                     session: self.session.clone(),
                     target: clip(if f.path.is_empty() { d.path } else { f.path }),
                     reason: clip(f.message),
+                    code: f.code,
                 })
             }
         }
@@ -133,6 +156,7 @@ impl Observer for ServerObserver<'_> {
                 session: self.session.clone(),
                 target: clip(f.path),
                 reason: clip(f.message),
+                code: f.code,
             });
         }
         if let Some(message) = note {
@@ -143,7 +167,27 @@ impl Observer for ServerObserver<'_> {
         }
     }
 
-    fn tick(&mut self, _: crate::event::Phase) {}
+    fn tick(&mut self, phase: crate::event::Phase) {
+        let now = Instant::now();
+        if self.progress_at.is_some_and(|at| now < at + PROGRESS_EVERY) {
+            return;
+        }
+        self.progress_at = Some(now);
+        let moved = self.moved.as_ref().map_or(0, |m| m());
+        self.reporter.event(&ServerEvent::Progress {
+            session: self.session.clone(),
+            phase: phase.name(),
+            bytes: moved + self.skipped,
+            total_bytes: self.plan.map(|p| p.1),
+            files: self.files,
+            total_files: self.plan.map(|p| p.0),
+            last: self.last.clone(),
+        });
+    }
+
+    fn plan(&mut self, files: u64, bytes: u64) {
+        self.plan = Some((files, bytes));
+    }
 
     fn stop(&self) -> Option<String> {
         self.shutdown
@@ -372,6 +416,7 @@ struct Served {
     files: u64,
     entries: u64,
     bytes: u64,
+    resent_chunks: u64,
 }
 
 /// An authenticated control connection's keys and nonces, and who it is.
@@ -395,15 +440,22 @@ pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
         files: 0,
         failures: Vec::new(),
         notices: 0,
+        started: false,
         shutdown: &ctx.shutdown,
+        moved: None,
+        skipped: 0,
+        plan: None,
+        last: None,
+        progress_at: None,
     };
+    let began = Instant::now();
     let result = serve(ctx, session, j, &mut observer);
     session.set_role(SessionRole::Closed);
     ctx.sessions
         .locked()
         .retain(|_, s| !Arc::ptr_eq(s, session));
     observer.finish();
-    end(ctx, session, result, &observer)
+    end(ctx, session, result, &observer, began)
 }
 
 /// Logs how the session ended; its exit code.
@@ -412,6 +464,7 @@ fn end(
     session: &Session,
     result: Result<Served, SessionError>,
     o: &ServerObserver<'_>,
+    began: Instant,
 ) -> i32 {
     let served = result.as_ref().ok();
     let stored = served.is_some_and(|s| s.files + s.entries > 0);
@@ -430,6 +483,9 @@ fn end(
         reason,
         files: served.map_or(0, |s| s.files),
         bytes: served.map_or(0, |s| s.bytes),
+        seconds: began.elapsed().as_secs_f64(),
+        resent_chunks: served.map_or(0, |s| s.resent_chunks),
+        started: o.started,
     });
     code
 }
@@ -469,6 +525,7 @@ fn serve(
         identity: identity.name.clone(),
         export: export.name.clone(),
     });
+    observer.started = true;
     if g.pull {
         let (peer, psk) = (j.peer, identity.psk.clone());
         serve_pull(
@@ -524,6 +581,8 @@ fn serve_push(
         *session.udp.locked() = Some((cfg.offload, stats));
     }
     session.set_role(SessionRole::Receive(core.clone()));
+    let counting = core.clone();
+    observer.moved = Some(Box::new(move || counting.bytes()));
     c.opened(g)?;
     let ran = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer);
     let udp = session.udp.locked().clone();
@@ -535,6 +594,7 @@ fn serve_push(
         files: totals.files,
         entries: totals.entries,
         bytes: totals.peer.bytes.max(core.bytes()),
+        resent_chunks: totals.mismatches,
     })
 }
 
@@ -571,6 +631,10 @@ fn serve_pull(
     }
     let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(g.idle))?;
     let counters = session.counters.locked().clone();
+    let counting = counters.clone();
+    observer.moved = Some(Box::new(move || {
+        counting.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }));
     let cap = RateCap::apply(g.rate, g.pacing.clone(), &data);
     if let Some(cap) = &cap {
         let pacing = match g.transport {
@@ -624,6 +688,7 @@ fn serve_pull(
         files: totals.files,
         entries: totals.entries,
         bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        resent_chunks: totals.resent,
     })
 }
 
