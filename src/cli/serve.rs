@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use zcp_session::{AccessConfig, Server, ServerConfig};
+use zcp_session::{AccessConfig, Fanout, Server, ServerConfig, ServerReporter};
 
 use super::serve_config;
 
@@ -186,10 +186,12 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
     cfg.max_sessions = max_sessions as usize;
     cfg.idle_timeout = Duration::from_secs(idle_timeout);
     cfg.handshake_timeout = Duration::from_secs(handshake_timeout);
-    let log = Arc::new(zcp_report::ServerLog::new(
+    // Every event goes to each of these, in order.
+    let reporters: Vec<Arc<dyn ServerReporter>> = vec![Arc::new(zcp_report::ServerLog::new(
         std::io::stdout(),
         std::io::stderr(),
-    ));
+    ))];
+    let log: Arc<dyn ServerReporter> = Arc::new(Fanout(reporters));
     cfg.v6only = a.ipv6;
     let server = match listen {
         Some(addrs) => Server::bind_all(&addrs, cfg, log)?,
@@ -247,7 +249,7 @@ fn listen_addrs(a: &ServeArgs, file: Option<Vec<SocketAddr>>) -> Option<Vec<Sock
 fn bind_default(
     a: &ServeArgs,
     cfg: ServerConfig,
-    log: Arc<zcp_report::ServerLog<std::io::Stdout, std::io::Stderr>>,
+    log: Arc<dyn ServerReporter>,
 ) -> anyhow::Result<Server> {
     let port = a.port.unwrap_or(zcp_session::DEFAULT_PORT);
     match Server::bind(

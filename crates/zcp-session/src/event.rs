@@ -505,6 +505,19 @@ pub trait ServerReporter: Send + Sync {
     fn event(&self, event: &ServerEvent);
 }
 
+/// A server reporter that hands each event to several (the log, the metrics, the transfer
+/// log), in order.
+#[derive(Default)]
+pub struct Fanout(pub Vec<std::sync::Arc<dyn ServerReporter>>);
+
+impl ServerReporter for Fanout {
+    fn event(&self, event: &ServerEvent) {
+        for r in &self.0 {
+            r.event(event);
+        }
+    }
+}
+
 /// A server reporter that drops everything.
 #[derive(Debug, Default)]
 pub struct Quiet;

@@ -34,8 +34,9 @@ pub use client::{
 };
 pub use error::{SessionError, exit};
 pub use event::{
-    Collect, Cpu, Event, Failure, Interval, Phase, Progress, Quiet, RateLimit, RawEnd, RawStart,
-    Reporter, Retry, ServerEvent, ServerReporter, Start, StreamInterval, Summary, TcpStats,
+    Collect, Cpu, Event, Failure, Fanout, Interval, Phase, Progress, Quiet, RateLimit, RawEnd,
+    RawStart, Reporter, Retry, ServerEvent, ServerReporter, Start, StreamInterval, Summary,
+    TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{
