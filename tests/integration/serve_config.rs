@@ -298,6 +298,29 @@ fn a_write_only_identity_learns_nothing_of_what_is_there() {
     }
     assert!(errs.iter().all(|e| e == &errs[0]), "{errs:?}");
     assert!(!got.exists());
+    // What is in the way of a write is not named either: a directory, a symlink and a FIFO
+    // are refused in the same words.
+    std::fs::create_dir(site.incoming.join("d")).unwrap();
+    std::os::unix::fs::symlink("f.bin", site.incoming.join("l")).unwrap();
+    let o = std::process::Command::new("mkfifo")
+        .arg(site.incoming.join("p"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mkfifo: {}", both(&o));
+    let mut why = Vec::new();
+    for name in ["d", "l", "p"] {
+        let src = site.file(name, 4096);
+        let (o, v) = send_json(srv.port, &site.observatory, &src, "incoming/", &[], 30);
+        assert!(!o.status.success(), "{name}: {}", both(&o));
+        let m = v["end"]["files"]["failures"][0]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(m.contains("is in the way"), "{name}: {v}");
+        why.push(m.replace(&format!("'{name}'"), "'NAME'"));
+    }
+    assert!(why.iter().all(|w| w == &why[0]), "{why:?}");
+    assert!(site.incoming.join("d").is_dir());
+    assert!(site.incoming.join("l").is_symlink());
 }
 
 /// Waits for `child` up to `secs`; its output.

@@ -491,6 +491,10 @@ impl Disk {
         };
         match kind {
             EntryKind::Missing | EntryKind::File => {}
+            // A write-only identity learns that something is in the way, not what it is.
+            _ if self.blind => {
+                return refused("is in the way: something that is not a regular file is there");
+            }
             EntryKind::Dir => return refused("is a directory"),
             EntryKind::Symlink => {
                 return refused(
