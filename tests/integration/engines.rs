@@ -218,11 +218,12 @@ fn memory_stays_bounded_as_files_grow() {
     }
 }
 
-/// The one multi-GiB transfer of the suite: a 4 GiB + 4097 byte file (its zeros allocated,
-/// not holes), default engines, end to end; both sides' memory stays bounded (the matrix of
-/// sizes and engine pairs is the heavy step's, and every 64-bit offset path is zcp-engine's
-/// `recv::large` test).
+/// A 4 GiB + 4097 byte file (its zeros allocated, not holes), default engines, end to end;
+/// both sides' memory stays bounded. Heavy (about 20 s here): it runs with the matrix of sizes
+/// and engine pairs in CI's large-file step; every 64-bit offset path is also zcp-engine's
+/// `recv::large` test, in the suite.
 #[test]
+#[ignore = "heavy: the multi-GiB matrix runs in its own CI step (`cargo test --release -- --ignored`)"]
 fn a_4_gib_file_arrives_whole_end_to_end_with_bounded_memory() {
     let env = Env::new();
     let root = env.mkdir("root");
