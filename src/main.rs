@@ -21,11 +21,14 @@ fn main() -> ExitCode {
         }
         Err(e) => with_tip(e).exit(),
     };
-    tracing_subscriber::fmt()
-        .with_max_level(args.log_level())
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // `zcp serve` installs its own once its config file is read (--log-level, --log-format).
+    if !args.logs_itself() {
+        tracing_subscriber::fmt()
+            .with_max_level(args.log_level())
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     // Trees keep hundreds of files open on each side; the default soft limit is too tight.
     zcp_engine::sys::raise_open_files_limit();
     let code = cli::run(args);

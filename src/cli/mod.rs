@@ -16,6 +16,7 @@ mod recv;
 mod send;
 mod serve;
 mod serve_config;
+mod serve_log;
 mod signals;
 mod target;
 mod version;
@@ -107,6 +108,11 @@ impl Cli {
             _ => tracing::Level::TRACE,
         }
     }
+
+    /// Whether the command sets up its own log (`serve`: from its flags and config file).
+    pub(crate) fn logs_itself(&self) -> bool {
+        matches!(self.command, Command::Serve(_))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,10 +149,11 @@ enum Command {
 
 /// Runs the command; returns the process exit code.
 pub(crate) fn run(cli: Cli) -> i32 {
+    let verbose = cli.log_level();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Keygen(a) => keygen::run(a),
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(a, verbose),
         Command::Send(a) => send::run(a),
         Command::Get(a) => get::run(a),
         Command::Recv(a) => recv::run(a),

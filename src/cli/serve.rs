@@ -10,6 +10,7 @@ use clap::Args;
 use zcp_session::{AccessConfig, Fanout, Server, ServerConfig, ServerReporter};
 
 use super::serve_config;
+use super::serve_log::{self, LogFormat, LogLevel};
 
 /// `zcp serve --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\
@@ -18,7 +19,8 @@ pub(crate) const EXAMPLES: &str = "\
   zcp serve --root /data/incoming --max-streams 8  # grant each session at most 8 streams
   zcp serve --root /tmp/in -p 0 --once             # any free port; one session, its exit code
   zcp serve --config /etc/zcp/zcp.toml             # exports and named keys; SIGHUP reloads
-  zcp serve --check-config --config /etc/zcp/zcp.toml";
+  zcp serve --check-config --config /etc/zcp/zcp.toml
+  zcp serve --config /etc/zcp/zcp.toml --log-format json --transfer-log /var/log/zcp/t.jsonl";
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = super::after_help(EXAMPLES, true))]
@@ -79,6 +81,20 @@ pub(crate) struct ServeArgs {
     /// Seconds a new connection has to authenticate [default: 10].
     #[arg(long, value_name = "SECONDS")]
     handshake_timeout: Option<u64>,
+    /// Least grave events logged: error, warn, info, debug or trace [default: info, or the
+    /// config's log_level]; -v raises it.
+    #[arg(long, value_enum, value_name = "LEVEL", hide_possible_values = true)]
+    log_level: Option<LogLevel>,
+    /// Log lines on standard error: plain (timestamp, level, message), json (one object per
+    /// line), journal (a syslog priority prefix per line, no timestamp), or auto: journal
+    /// when standard error is journald's stream, else plain [default: auto, or the config's
+    /// log_format].
+    #[arg(long, value_enum, value_name = "FORMAT", hide_possible_values = true)]
+    log_format: Option<LogFormat>,
+    /// Append one JSON line per file and per session to FILE, for accounting (or the
+    /// config's transfer_log); SIGHUP reopens it, for logrotate.
+    #[arg(long, value_name = "FILE")]
+    transfer_log: Option<PathBuf>,
 }
 
 /// The configuration in force: the file's (if any) with the command line over it.
@@ -127,7 +143,7 @@ fn settings_of(a: &ServeArgs, file: Option<serve_config::ServeConfig>) -> anyhow
     }
 }
 
-pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
+pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> {
     // SIGHUP's handler first: a reload racing the start (`systemctl reload` right after
     // `start`) must not kill the server with the signal's default action.
     let _ = super::signals::on_hangup();
@@ -160,6 +176,8 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
             super::usage!("{flag} must be at least 1");
         }
     }
+    let logs = serve_log::Logs::pick(a.log_level, a.log_format, a.transfer_log.as_deref(), f);
+    let journal = serve_log::install(logs.level, verbose, logs.format);
     let settings = settings_of(&a, file)?;
     let listen = listen_addrs(&a, settings.listen.clone());
     if a.check_config {
@@ -178,6 +196,7 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
         println!(
             "limits: {max_streams} streams per session, {max_sessions} sessions, idle timeout {idle_timeout} s, handshake timeout {handshake_timeout} s"
         );
+        println!("{}", logs.summary());
         println!("configuration OK");
         return Ok(zcp_session::exit::OK);
     }
@@ -186,11 +205,15 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
     cfg.max_sessions = max_sessions as usize;
     cfg.idle_timeout = Duration::from_secs(idle_timeout);
     cfg.handshake_timeout = Duration::from_secs(handshake_timeout);
+    let transfer_log = logs.open_transfer_log()?;
     // Every event goes to each of these, in order.
-    let reporters: Vec<Arc<dyn ServerReporter>> = vec![Arc::new(zcp_report::ServerLog::new(
+    let mut reporters: Vec<Arc<dyn ServerReporter>> = vec![Arc::new(zcp_report::ServerTrace::new(
         std::io::stdout(),
-        std::io::stderr(),
+        journal,
     ))];
+    if let Some(t) = &transfer_log {
+        reporters.push(t.clone());
+    }
     let log: Arc<dyn ServerReporter> = Arc::new(Fanout(reporters));
     cfg.v6only = a.ipv6;
     let server = match listen {
@@ -215,6 +238,11 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
             .spawn(move || {
                 while caught.load(Ordering::Relaxed) == 0 {
                     if hangup.swap(false, Ordering::Relaxed) {
+                        // logrotate moved it away: a new file at the path (before the
+                        // reload's line, which tells that SIGHUP was handled).
+                        if let Some(t) = &transfer_log {
+                            serve_log::reopen(t);
+                        }
                         match load_access(&a) {
                             Ok(s) => {
                                 // The error, if any, is reported by the reloader.

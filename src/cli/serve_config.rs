@@ -9,8 +9,10 @@ use serde::Deserialize;
 use toml::Spanned;
 use zcp_session::{AccessConfig, ExportSpec, IdentitySpec, Permission};
 
-/// The file as written. Unknown keys are errors (a `metrics` or `transfer_log` key, which a
-/// later zcp reads, is refused rather than silently ignored).
+use super::serve_log::{LogFormat, LogLevel, parse_value};
+
+/// The file as written. Unknown keys are errors (a `metrics` key, which a later zcp reads, is
+/// refused rather than silently ignored).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileToml {
@@ -19,6 +21,9 @@ struct FileToml {
     max_sessions: Option<Spanned<i64>>,
     idle_timeout: Option<Spanned<i64>>,
     handshake_timeout: Option<Spanned<i64>>,
+    log_level: Option<Spanned<String>>,
+    log_format: Option<Spanned<String>>,
+    transfer_log: Option<Spanned<PathBuf>>,
     #[serde(default)]
     export: BTreeMap<String, Spanned<ExportToml>>,
     #[serde(default)]
@@ -49,6 +54,10 @@ pub(crate) struct ServeConfig {
     pub(crate) max_sessions: Option<usize>,
     pub(crate) idle_timeout: Option<u64>,
     pub(crate) handshake_timeout: Option<u64>,
+    pub(crate) log_level: Option<LogLevel>,
+    pub(crate) log_format: Option<LogFormat>,
+    /// The transfer log's path (absolute).
+    pub(crate) transfer_log: Option<PathBuf>,
     pub(crate) access: AccessConfig,
     /// Each identity's key file, in identity order (for the summary).
     pub(crate) key_files: Vec<PathBuf>,
@@ -63,17 +72,7 @@ pub(crate) fn load(path: &Path) -> Result<ServeConfig, String> {
 
 /// Checks the text of a config file read from `path`.
 pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
-    let file: FileToml = toml::from_str(text).map_err(|e| {
-        let at = e
-            .span()
-            .map(|s| format!(" line {}", line_of(text, s.start)))
-            .unwrap_or_default();
-        format!(
-            "config file {}{at}: {}",
-            path.display(),
-            e.message().trim_end()
-        )
-    })?;
+    let file: FileToml = toml::from_str(text).map_err(|e| toml_error(text, path, &e))?;
     let err = |at: usize, key: &str, what: String| {
         format!(
             "config file {} line {}: {key}: {what}",
@@ -125,6 +124,7 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
     let max_sessions = number(&file.max_sessions, "max_sessions", 1 << 20)?;
     let idle_timeout = number(&file.idle_timeout, "idle_timeout", 86_400 * 365)?;
     let handshake_timeout = number(&file.handshake_timeout, "handshake_timeout", 3600)?;
+    let (log_level, log_format, transfer_log) = log_keys(&file, &err)?;
 
     let mut exports = Vec::new();
     for (name, e) in &file.export {
@@ -237,9 +237,64 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
         max_sessions: max_sessions.map(|n| n as usize),
         idle_timeout,
         handshake_timeout,
+        log_level,
+        log_format,
+        transfer_log,
         access,
         key_files,
     })
+}
+
+/// TOML's own error (a syntax error, an unknown key, a value of the wrong type) with the file,
+/// the line and, when the line sets one, the key.
+fn toml_error(text: &str, path: &Path, e: &toml::de::Error) -> String {
+    let line = e.span().map(|s| line_of(text, s.start));
+    let at = line.map(|l| format!(" line {l}")).unwrap_or_default();
+    // A value of the wrong type: its message names the type, the line names the key.
+    let key = line
+        .and_then(|l| text.lines().nth(l - 1))
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with(['[', '#']) && !e.message().contains(k))
+        .map(|k| format!("{}: ", k.escape_debug()))
+        .unwrap_or_default();
+    format!(
+        "config file {}{at}: {key}{}",
+        path.display(),
+        e.message().trim_end()
+    )
+}
+
+/// Makes an error from a byte offset, the key and what is wrong.
+type Err<'a> = &'a dyn Fn(usize, &str, String) -> String;
+
+/// A file's `log_level`, `log_format` and `transfer_log`.
+type LogKeys = (Option<LogLevel>, Option<LogFormat>, Option<PathBuf>);
+
+/// The file's `log_level`, `log_format` and `transfer_log`, checked.
+fn log_keys(file: &FileToml, err: Err<'_>) -> Result<LogKeys, String> {
+    let log_level = file
+        .log_level
+        .as_ref()
+        .map(|v| parse_value(v.get_ref()).map_err(|m| err(v.span().start, "log_level", m)))
+        .transpose()?;
+    let log_format = file
+        .log_format
+        .as_ref()
+        .map(|v| parse_value(v.get_ref()).map_err(|m| err(v.span().start, "log_format", m)))
+        .transpose()?;
+    let transfer_log = match &file.transfer_log {
+        Some(t) if !t.get_ref().is_absolute() => {
+            let m = format!(
+                "'{}' is not an absolute path (e.g. \"/var/log/zcp/transfers.jsonl\")",
+                t.get_ref().display()
+            );
+            return Err(err(t.span().start, "transfer_log", m));
+        }
+        t => t.as_ref().map(|t| t.get_ref().clone()),
+    };
+
+    Ok((log_level, log_format, transfer_log))
 }
 
 /// The 1-based line of byte offset `at` in `text`.
@@ -340,6 +395,18 @@ mod tests {
         assert_eq!(c.max_streams, Some(4));
         assert_eq!(c.max_sessions, None);
         assert_eq!(c.idle_timeout, Some(30));
+        assert_eq!(
+            (c.log_level, c.log_format, c.transfer_log),
+            (None, None, None)
+        );
+        let logs = f.good().replace(
+            "idle_timeout = 30",
+            "log_level = \"warn\"\nlog_format = \"json\"\ntransfer_log = \"/var/log/zcp/t.jsonl\"",
+        );
+        let c = f.parse(&logs).unwrap();
+        assert_eq!(c.log_level, Some(LogLevel::Warn));
+        assert_eq!(c.log_format, Some(LogFormat::Json));
+        assert_eq!(c.transfer_log, Some(PathBuf::from("/var/log/zcp/t.jsonl")));
         assert_eq!(c.access.exports.len(), 2);
         let obs = &c.access.identities[1];
         assert_eq!(obs.name, "observatory");
@@ -365,6 +432,32 @@ mod tests {
     fn every_error_names_the_key_and_line() {
         let f = Fixture::new();
         refused(&f, "max_streams = 4", "max_streams = 0", "max_streams", 2);
+        let e = refused(
+            &f,
+            "max_streams = 4",
+            "log_level = \"loud\"",
+            "log_level",
+            2,
+        );
+        assert!(e.contains("error, warn, info, debug, trace"), "{e}");
+        let e = refused(
+            &f,
+            "max_streams = 4",
+            "log_format = \"xml\"",
+            "log_format",
+            2,
+        );
+        assert!(e.contains("auto, plain, json, journal"), "{e}");
+        let e = refused(&f, "max_streams = 4", "log_format = 7", "log_format", 2);
+        assert!(e.contains("expected a string"), "{e}");
+        let e = refused(
+            &f,
+            "max_streams = 4",
+            "transfer_log = \"t.jsonl\"",
+            "transfer_log",
+            2,
+        );
+        assert!(e.contains("not an absolute path"), "{e}");
         refused(
             &f,
             "max_streams = 4",

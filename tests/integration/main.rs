@@ -21,6 +21,7 @@ mod rate;
 mod raw;
 mod resume;
 mod serve_config;
+mod serve_log;
 mod sessions;
 mod sparse;
 mod tree;

@@ -267,6 +267,8 @@ fn unit_file_verifies() {
         "KillSignal=SIGTERM",
         "ProtectSystem=strict",
         "ReadWritePaths=/var/lib/zcp/incoming /var/log/zcp",
+        "LogsDirectory=zcp",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         "NoNewPrivileges=yes",
         "PrivateTmp=yes",
         "CapabilityBoundingSet=",
@@ -287,6 +289,7 @@ fn unit_file_verifies() {
         "[export.incoming]",
         "path = \"/var/lib/zcp/incoming\"",
         "key_file = \"/etc/zcp/keys/default.key\"",
+        "transfer_log = \"/var/log/zcp/transfers.jsonl\"",
     ] {
         assert!(config.lines().any(|l| l == line), "{line} not in zcp.toml");
     }

@@ -1,6 +1,7 @@
 //! Turning session events into output: the iperf3-style text report ([`Human`]), one JSON
 //! document ([`JsonDoc`], `-J`), JSON lines ([`JsonStream`], `--json-stream`), and the
-//! server's log lines ([`ServerLog`]).
+//! server's log lines ([`ServerLog`], or as tracing events: [`ServerTrace`]), and the server's
+//! JSON transfer log ([`TransferLog`]).
 //!
 //! This crate never measures anything: every number it prints arrived in an event, so the
 //! formats cannot disagree with each other.
@@ -12,12 +13,17 @@ mod json;
 mod progress;
 mod raw;
 mod server;
+mod server_trace;
+pub mod sessions;
+mod transfer_log;
 pub mod units;
 
 pub use human::Human;
 pub use json::{JSON_VERSION, JsonDoc, JsonStream};
 pub use progress::{BarTarget, ProgressReport, line as progress_line};
 pub use server::ServerLog;
+pub use server_trace::{ServerTrace, TARGET as LOG_TARGET, level as log_level};
+pub use transfer_log::TransferLog;
 
 #[cfg(test)]
 mod tests;

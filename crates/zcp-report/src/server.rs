@@ -2,14 +2,13 @@
 //! line starts with an RFC 3339 timestamp (UTC); a session's lines name its id, its peer and
 //! its direction (`push` stores, `pull` sends).
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::Mutex;
 use zcp_engine::sync::Locked;
 
 use zcp_session::{ServerEvent, ServerReporter};
 
+use crate::sessions::{SessionInfo, Sessions};
 use crate::units::{bits_per_second, rate, size};
 
 /// Writes one line per server event. The listening line goes to `out` (scripts read the port
@@ -19,11 +18,8 @@ pub struct ServerLog<O: Write + Send, L: Write + Send> {
     pub(crate) out: Mutex<O>,
     log: Mutex<L>,
     /// Each running session's peer and direction, by session id.
-    sessions: Mutex<HashMap<String, (SocketAddr, &'static str)>>,
+    sessions: Sessions,
 }
-
-/// Sessions the log remembers the peer of, at most (a server runs far fewer).
-const MAX_REMEMBERED: usize = 4096;
 
 impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
     /// A log writing the listening line to `out` and the rest to `log`.
@@ -31,7 +27,7 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
         ServerLog {
             out: Mutex::new(out),
             log: Mutex::new(log),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Sessions::default(),
         }
     }
 
@@ -39,177 +35,161 @@ impl<O: Write + Send, L: Write + Send> ServerLog<O, L> {
     /// texts is escaped ([`zcp_wire::escape_text`]), so it can neither drive a terminal nor
     /// forge a line. A session's lines name its peer and direction once it has started.
     pub fn line(&self, event: &ServerEvent) -> String {
-        let mut known = self.sessions.locked();
-        match event {
-            ServerEvent::SessionStart {
-                peer,
-                session,
-                direction,
-                ..
-            } if known.len() < MAX_REMEMBERED => {
-                known.insert(session.clone(), (*peer, direction));
-            }
-            _ => {}
-        }
-        let id = match event {
-            ServerEvent::FileDone { session, .. }
-            | ServerEvent::Engines { session, .. }
-            | ServerEvent::Progress { session, .. }
-            | ServerEvent::FileFailed { session, .. }
-            | ServerEvent::Note { session, .. }
-            | ServerEvent::SessionEnd { session, .. } => Some(session),
-            _ => None,
-        };
-        let ctx = id.and_then(|s| known.get(s)).copied();
-        if let ServerEvent::SessionEnd { session, .. } = event {
-            known.remove(session);
-        }
-        drop(known);
-        zcp_wire::escape_text(&Self::raw_line(event, ctx))
+        message(event, self.sessions.observe(event).as_ref())
     }
+}
 
-    fn raw_line(event: &ServerEvent, ctx: Option<(SocketAddr, &str)>) -> String {
-        let short = |s: &str| match ctx {
-            Some((peer, dir)) => format!("{} ({dir} from {peer})", &s[..s.len().min(16)]),
-            None => s[..s.len().min(16)].to_string(),
-        };
-        let pull = ctx.is_some_and(|(_, d)| d == "pull");
-        match event {
-            ServerEvent::Listening { addr, root } => {
-                format!("zcp: listening on {addr}, root {root}")
-            }
-            ServerEvent::Leftovers {
-                root,
-                files,
-                bytes,
-                capped,
-            } => {
-                let found = format!(
-                    "{files} partial file{} of interrupted transfers ({} on disk)",
-                    if *files == 1 { "" } else { "s" },
-                    size(*bytes)
-                );
-                match capped {
-                    None => format!(
-                        "zcp: {found} under {root}: running the same transfer again resumes or replaces them; `zcp clean {root}` lists and removes them"
-                    ),
-                    Some(cap) => format!(
-                        "zcp: {found} in the first {cap} entries under {root} (not all were looked at); `zcp clean {root}` lists and removes them all"
-                    ),
-                }
-            }
-            ServerEvent::Rejected { peer, reason, .. } => format!("zcp: refused {peer}: {reason}"),
-            ServerEvent::Engines {
-                session,
-                sender,
-                receiver,
-            } => format!(
-                "zcp: session {}: engines: sender {sender}, receiver {receiver}",
-                short(session)
-            ),
-            ServerEvent::Progress {
-                session,
-                phase,
-                bytes,
-                files,
-                ..
-            } => format!(
-                "zcp: session {}: {phase}, {} and {files} file{} so far",
-                short(session),
-                size(*bytes),
-                if *files == 1 { "" } else { "s" }
-            ),
-            ServerEvent::Stopping { sessions } => format!(
-                "zcp: shutting down: accepting no more connections, ending {sessions} session{}",
-                if *sessions == 1 { "" } else { "s" }
-            ),
-            ServerEvent::SessionStart {
-                peer,
-                session,
-                direction,
-                streams,
-                identity,
-                export,
-            } => format!(
-                "zcp: session {} from {peer}: {direction}, {streams} stream{}, identity {identity}, export {export}",
-                short(session),
-                if *streams == 1 { "" } else { "s" }
-            ),
-            ServerEvent::Reloaded { ok: true, message } => {
-                format!("zcp: configuration reloaded: {message}")
-            }
-            ServerEvent::Reloaded { ok: false, message } => {
-                format!("zcp: reload failed, the previous configuration stays in force: {message}")
-            }
-            ServerEvent::FileDone {
-                session,
-                target,
-                bytes,
-                skipped,
-                seconds,
-                engine,
-                verified,
-                stored,
-                ..
-            } => format!(
-                "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}{}",
-                short(session),
-                match (pull, stored) {
-                    (true, true) => "sent (stored by the client)",
-                    (true, false) => "sent",
-                    (false, true) => "stored",
-                    (false, false) => "received",
-                },
-                target,
-                size(*bytes),
-                seconds,
-                rate(bits_per_second(*bytes, *seconds)),
-                if *verified {
-                    ", verified"
-                } else {
-                    ", not verified"
-                },
-                if *skipped > 0 {
-                    format!(", {} resumed", size(*skipped))
-                } else {
-                    String::new()
-                },
-            ),
-            ServerEvent::FileFailed {
-                session,
-                target,
-                reason,
-                ..
-            } => {
-                format!(
-                    "zcp: session {}: {target} not committed: {reason}",
-                    short(session)
-                )
-            }
-            ServerEvent::Note { session, message } => {
-                format!("zcp: session {}: {message}", short(session))
-            }
-            ServerEvent::SessionEnd {
-                session,
-                ok,
-                reason,
-                files,
-                bytes,
-                ..
-            } => match (ok, reason) {
-                (true, _) => format!(
-                    "zcp: session {} finished: {files} file{}, {}",
-                    short(session),
-                    if *files == 1 { "" } else { "s" },
-                    size(*bytes)
-                ),
-                (false, r) => format!(
-                    "zcp: session {} failed: {}",
-                    short(session),
-                    r.as_deref().unwrap_or("unknown reason")
-                ),
-            },
+/// One event's line (without timestamp), escaped; `ctx` is what is known of its session.
+/// (A session's start line names its peer itself.)
+pub(crate) fn message(event: &ServerEvent, ctx: Option<&SessionInfo>) -> String {
+    let ctx = match event {
+        ServerEvent::SessionStart { .. } => None,
+        _ => ctx.map(|i| (i.peer, i.direction)),
+    };
+    zcp_wire::escape_text(&raw_line(event, ctx))
+}
+
+fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> String {
+    let short = |s: &str| match ctx {
+        Some((peer, dir)) => format!("{} ({dir} from {peer})", &s[..s.len().min(16)]),
+        None => s[..s.len().min(16)].to_string(),
+    };
+    let pull = ctx.is_some_and(|(_, d)| d == "pull");
+    match event {
+        ServerEvent::Listening { addr, root } => {
+            format!("zcp: listening on {addr}, root {root}")
         }
+        ServerEvent::Leftovers {
+            root,
+            files,
+            bytes,
+            capped,
+        } => {
+            let found = format!(
+                "{files} partial file{} of interrupted transfers ({} on disk)",
+                if *files == 1 { "" } else { "s" },
+                size(*bytes)
+            );
+            match capped {
+                None => format!(
+                    "zcp: {found} under {root}: running the same transfer again resumes or replaces them; `zcp clean {root}` lists and removes them"
+                ),
+                Some(cap) => format!(
+                    "zcp: {found} in the first {cap} entries under {root} (not all were looked at); `zcp clean {root}` lists and removes them all"
+                ),
+            }
+        }
+        ServerEvent::Rejected { peer, reason, .. } => format!("zcp: refused {peer}: {reason}"),
+        ServerEvent::Engines {
+            session,
+            sender,
+            receiver,
+        } => format!(
+            "zcp: session {}: engines: sender {sender}, receiver {receiver}",
+            short(session)
+        ),
+        ServerEvent::Progress {
+            session,
+            phase,
+            bytes,
+            files,
+            ..
+        } => format!(
+            "zcp: session {}: {phase}, {} and {files} file{} so far",
+            short(session),
+            size(*bytes),
+            if *files == 1 { "" } else { "s" }
+        ),
+        ServerEvent::Stopping { sessions } => format!(
+            "zcp: shutting down: accepting no more connections, ending {sessions} session{}",
+            if *sessions == 1 { "" } else { "s" }
+        ),
+        ServerEvent::SessionStart {
+            peer,
+            session,
+            direction,
+            streams,
+            identity,
+            export,
+        } => format!(
+            "zcp: session {} from {peer}: {direction}, {streams} stream{}, identity {identity}, export {export}",
+            short(session),
+            if *streams == 1 { "" } else { "s" }
+        ),
+        ServerEvent::Reloaded { ok: true, message } => {
+            format!("zcp: configuration reloaded: {message}")
+        }
+        ServerEvent::Reloaded { ok: false, message } => {
+            format!("zcp: reload failed, the previous configuration stays in force: {message}")
+        }
+        ServerEvent::FileDone {
+            session,
+            target,
+            bytes,
+            skipped,
+            seconds,
+            engine,
+            verified,
+            stored,
+            ..
+        } => format!(
+            "zcp: session {}: {} {} ({}) in {:.2} s, {}, engine {engine}{}{}",
+            short(session),
+            match (pull, stored) {
+                (true, true) => "sent (stored by the client)",
+                (true, false) => "sent",
+                (false, true) => "stored",
+                (false, false) => "received",
+            },
+            target,
+            size(*bytes),
+            seconds,
+            rate(bits_per_second(*bytes, *seconds)),
+            if *verified {
+                ", verified"
+            } else {
+                ", not verified"
+            },
+            if *skipped > 0 {
+                format!(", {} resumed", size(*skipped))
+            } else {
+                String::new()
+            },
+        ),
+        ServerEvent::FileFailed {
+            session,
+            target,
+            reason,
+            ..
+        } => {
+            format!(
+                "zcp: session {}: {target} not committed: {reason}",
+                short(session)
+            )
+        }
+        ServerEvent::Note { session, message } => {
+            format!("zcp: session {}: {message}", short(session))
+        }
+        ServerEvent::SessionEnd {
+            session,
+            ok,
+            reason,
+            files,
+            bytes,
+            ..
+        } => match (ok, reason) {
+            (true, _) => format!(
+                "zcp: session {} finished: {files} file{}, {}",
+                short(session),
+                if *files == 1 { "" } else { "s" },
+                size(*bytes)
+            ),
+            (false, r) => format!(
+                "zcp: session {} failed: {}",
+                short(session),
+                r.as_deref().unwrap_or("unknown reason")
+            ),
+        },
     }
 }
 

@@ -1,0 +1,203 @@
+//! The transfer log (`zcp serve --transfer-log FILE`, config `transfer_log`): one JSON line per
+//! file committed or failed and one per session that ended, for accounting (as GridFTP's
+//! transfer log). Each line is written with one `write(2)` on a file opened `O_APPEND`, so
+//! concurrent sessions never interleave within a line; [`TransferLog::reopen`] (on SIGHUP)
+//! lets logrotate move the file away. A write that fails is reported once on the server's
+//! log and never stops the server.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+use zcp_engine::sync::Locked;
+use zcp_session::{ServerEvent, ServerReporter};
+use zcp_wire::escape_text;
+
+use crate::server_trace::TARGET;
+use crate::sessions::{SessionInfo, Sessions};
+use crate::units::bits_per_second;
+
+/// Appends one JSON line per file and per session to a file.
+pub struct TransferLog {
+    path: PathBuf,
+    file: Mutex<File>,
+    sessions: Sessions,
+    clock: Box<dyn Fn() -> SystemTime + Send + Sync>,
+    /// Whether the last write failed (and was reported): the next failure is not reported
+    /// again until a write succeeds.
+    failing: AtomicBool,
+}
+
+impl std::fmt::Debug for TransferLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransferLog")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens `path` for appending, creating it with mode 0640 (less the umask).
+fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+}
+
+impl TransferLog {
+    /// Opens (or creates) the log at `path`.
+    pub fn open(path: &Path) -> std::io::Result<TransferLog> {
+        Ok(TransferLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(open_append(path)?),
+            sessions: Sessions::default(),
+            clock: Box::new(SystemTime::now),
+            failing: AtomicBool::new(false),
+        })
+    }
+
+    /// The same log with another clock for the `time` field (for tests).
+    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the path again and writes there from now on (after logrotate renamed the file);
+    /// on an error the file open until now stays in use.
+    pub fn reopen(&self) -> std::io::Result<()> {
+        let f = open_append(&self.path)?;
+        *self.file.locked() = f;
+        Ok(())
+    }
+
+    /// The line (without its newline) `event` makes, if any, taking it into account.
+    pub fn record(&self, event: &ServerEvent) -> Option<String> {
+        let ctx = self.sessions.observe(event);
+        let time = humantime::format_rfc3339_millis((self.clock)()).to_string();
+        let v = match event {
+            ServerEvent::FileDone {
+                session,
+                target,
+                bytes,
+                skipped,
+                seconds,
+                verified,
+                digest,
+                ..
+            } => {
+                let mut v = common(&time, "file", session, ctx.as_ref());
+                v["path"] = json!(escape_text(target));
+                v["bytes"] = json!(bytes);
+                v["skipped"] = json!(skipped);
+                v["seconds"] = json!(seconds);
+                v["rate_bps"] = json!(rate(*bytes - (*skipped).min(*bytes), *seconds));
+                v["verified"] = json!(verified);
+                v["outcome"] = json!("ok");
+                v["code"] = Value::Null;
+                v["reason"] = Value::Null;
+                v["digest"] = json!(digest);
+                v
+            }
+            ServerEvent::FileFailed {
+                session,
+                target,
+                reason,
+                code,
+            } => {
+                let mut v = common(&time, "file", session, ctx.as_ref());
+                v["path"] = json!(escape_text(target));
+                for k in ["bytes", "skipped", "seconds", "rate_bps", "digest"] {
+                    v[k] = Value::Null;
+                }
+                v["verified"] = json!(false);
+                v["outcome"] = json!("failed");
+                v["code"] = json!(code);
+                v["reason"] = json!(escape_text(reason));
+                v
+            }
+            ServerEvent::SessionEnd {
+                session,
+                ok,
+                reason,
+                files,
+                bytes,
+                seconds,
+                resent_chunks,
+                started: true,
+            } => {
+                let mut v = common(&time, "session", session, ctx.as_ref());
+                v["files"] = json!(files);
+                v["bytes"] = json!(bytes);
+                v["seconds"] = json!(seconds);
+                v["rate_bps"] = json!(rate(*bytes, *seconds));
+                v["resent_chunks"] = json!(resent_chunks);
+                v["outcome"] = json!(if *ok { "ok" } else { "failed" });
+                v["reason"] = json!(reason.as_deref().map(escape_text));
+                v
+            }
+            _ => return None,
+        };
+        Some(v.to_string())
+    }
+}
+
+/// Bits per second, whole.
+fn rate(bytes: u64, seconds: f64) -> u64 {
+    bits_per_second(bytes, seconds).round() as u64
+}
+
+/// The fields every line has: when, what, which session, whose, from where, which export,
+/// which way, with which engines (`null` where the session is not known).
+fn common(time: &str, kind: &str, session: &str, ctx: Option<&SessionInfo>) -> Value {
+    json!({
+        "time": time,
+        "type": kind,
+        "session": escape_text(session),
+        "identity": ctx.map(|c| escape_text(&c.identity)),
+        "peer": ctx.map(|c| c.peer.to_string()),
+        "export": ctx.map(|c| escape_text(&c.export)),
+        "direction": ctx.map(|c| c.direction),
+        "engines": ctx.and_then(|c| c.engines.as_ref()).map(|(s, r)| json!({
+            "sender": escape_text(s),
+            "receiver": escape_text(r),
+        })),
+    })
+}
+
+impl ServerReporter for TransferLog {
+    fn event(&self, event: &ServerEvent) {
+        let Some(mut line) = self.record(event) else {
+            return;
+        };
+        line.push('\n');
+        // One write(2) for the whole line: O_APPEND places it at the end as one piece.
+        let written = self.file.locked().write_all(line.as_bytes());
+        match written {
+            Ok(()) => self.failing.store(false, Ordering::Relaxed),
+            Err(e) => {
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        target: TARGET,
+                        "zcp: transfer log {}: {e}; its lines are lost until a write succeeds (SIGHUP reopens it)",
+                        escape_text(&self.path.display().to_string())
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "transfer_log_tests.rs"]
+mod tests;
