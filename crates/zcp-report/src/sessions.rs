@@ -119,6 +119,7 @@ mod tests {
             bytes: 0,
             seconds: 0.0,
             resent_chunks: 0,
+            failed: 0,
             started: true,
         }
     }

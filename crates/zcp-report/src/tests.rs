@@ -418,6 +418,7 @@ fn server_lines() {
             bytes: 1 << 30,
             seconds: 1.0,
             resent_chunks: 0,
+            failed: 0,
             started: true,
         },
     ];

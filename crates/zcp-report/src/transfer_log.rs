@@ -134,6 +134,7 @@ impl TransferLog {
                 bytes,
                 seconds,
                 resent_chunks,
+                failed,
                 started: true,
             } => {
                 let mut v = common(&time, "session", session, ctx.as_ref());
@@ -142,6 +143,7 @@ impl TransferLog {
                 v["seconds"] = json!(seconds);
                 v["rate_bps"] = json!(rate(*bytes, *seconds));
                 v["resent_chunks"] = json!(resent_chunks);
+                v["failed_files"] = json!(failed);
                 v["outcome"] = json!(if *ok { "ok" } else { "failed" });
                 v["reason"] = json!(reason.as_deref().map(escape_text));
                 v

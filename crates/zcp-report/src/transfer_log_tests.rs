@@ -57,6 +57,7 @@ fn events() -> Vec<ServerEvent> {
             bytes: 1 << 29,
             seconds: 2.0,
             resent_chunks: 3,
+            failed: 0,
             started: true,
         },
         // Refused after authenticating: no transfer, no line.
@@ -68,6 +69,7 @@ fn events() -> Vec<ServerEvent> {
             bytes: 0,
             seconds: 0.0,
             resent_chunks: 0,
+            failed: 0,
             started: false,
         },
         // Its session forgotten: the line says so with nulls.

@@ -493,6 +493,9 @@ pub enum ServerEvent {
         seconds: f64,
         /// Chunks sent again after their verification failed.
         resent_chunks: u64,
+        /// Entries that failed (each also a [`ServerEvent::FileFailed`], but for those a
+        /// peer reported past the log's cap on its notices).
+        failed: u64,
         /// Whether the session ever started ([`ServerEvent::SessionStart`]): `false` when it
         /// was refused after authenticating (an export it may not use, a bad `Open`).
         started: bool,

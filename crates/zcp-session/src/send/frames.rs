@@ -59,14 +59,15 @@ impl Sending {
                 true
             }
             Message::ChunkAck { file_id, index, ok } => self.on_ack(file_id, index, ok, now)?,
+            // The receiver's byte count is its own business: the file's size is known here.
             Message::FileCommitted {
                 file_id,
-                bytes,
+                bytes: _,
                 digest,
                 verified,
                 stored,
             } => {
-                self.on_committed(file_id, bytes, digest, verified, stored, now)?;
+                self.on_committed(file_id, digest, verified, stored, now)?;
                 true
             }
             Message::EntryFailed {
@@ -301,7 +302,6 @@ impl Sending {
     fn on_committed(
         &mut self,
         file_id: u32,
-        bytes: u64,
         digest: [u8; 32],
         verified: bool,
         stored: bool,
@@ -312,16 +312,20 @@ impl Sending {
         };
         self.totals.files += 1;
         self.totals.last_commit = Some(now);
+        // What the receiver says is a claim: the file is verified only when this side hashed
+        // it, sent its digest in `FileEnd`, and the receiver's digest is that one; the size and
+        // the digest reported are this side's own (a receiver's word, even one holding the
+        // key, does not go into a server's transfer log as fact).
+        let proved = f.verify && verified && f.sent_digest == Some(digest);
         self.report(Report::FileDone(FileOutcome {
             path: f.display,
-            bytes,
+            bytes: f.plan.size(),
             skipped: f.skipped,
             seconds: now.saturating_duration_since(f.started).as_secs_f64(),
             engine: f.engine,
-            // A file this side never hashed was not verified, whatever the receiver says.
-            verified: verified && f.verify,
+            verified: proved,
             stored,
-            digest,
+            digest: if proved { digest } else { [0; 32] },
             failure: None,
         }));
         Ok(())

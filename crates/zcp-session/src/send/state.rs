@@ -78,6 +78,8 @@ pub(crate) struct OutFile {
     pub(crate) progress: u64,
     /// When `FileEnd` went out.
     pub(crate) ending_since: Option<Instant>,
+    /// The digest `FileEnd` carried: what a `FileCommitted` is held to.
+    pub(crate) sent_digest: Option<[u8; 32]>,
     /// The receiver offered the target it already holds (not an interrupted attempt).
     pub(crate) held_target: bool,
     pub(crate) macs: Vec<Option<[u8; 32]>>,
@@ -404,6 +406,7 @@ impl Sending {
             held: 0,
             progress: 0,
             ending_since: None,
+            sent_digest: None,
             held_target: false,
             macs: vec![None; count],
             acked: vec![false; count],
@@ -566,6 +569,7 @@ impl Sending {
             [0; 32]
         };
         f.ending_since = Some(now);
+        f.sent_digest = Some(digest);
         self.send(Message::FileEnd {
             file_id: id,
             digest,

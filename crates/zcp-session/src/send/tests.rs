@@ -131,3 +131,30 @@ fn without_verification_nothing_is_hashed_and_the_digest_is_zero() {
         .collect();
     assert_eq!(done, [(false, true)]);
 }
+
+/// A receiver's `FileCommitted` is a claim: before `FileEnd` (no digest of this side's to
+/// match), with a digest that is not the one sent, or with any byte count, the file is
+/// reported with this side's size and not as verified.
+#[test]
+fn a_receivers_commit_claims_nothing_this_side_did_not_prove() {
+    let (mut s, _out) = ready(VerifyMode::Blake3);
+    let now = Instant::now();
+    let committed = Message::FileCommitted {
+        file_id: 0,
+        bytes: u64::MAX,
+        digest: [7; 32],
+        verified: true,
+        stored: true,
+    };
+    s.handle_frame(committed, now).expect("committed");
+    let done: Vec<(bool, u64, [u8; 32])> = (s.take_out().reports.into_iter())
+        .filter_map(|r| match r {
+            Report::FileDone(d) if d.failure.is_none() => Some((d.verified, d.bytes, d.digest)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done.len(), 1);
+    assert!(!done[0].0, "not verified: {done:?}");
+    assert_ne!(done[0].1, u64::MAX, "the size is this side's: {done:?}");
+    assert_eq!(done[0].2, [0; 32], "no digest claimed: {done:?}");
+}

@@ -58,6 +58,8 @@ struct ServerObserver<'a> {
     failures: Vec<&'static str>,
     /// Notices so far, logged or not.
     notices: u64,
+    /// Entries that failed, logged or not.
+    failed_files: u64,
     /// Whether the session was granted and started (its `SessionStart` went out).
     started: bool,
     /// Set when the server is stopping.
@@ -89,6 +91,7 @@ impl ServerObserver<'_> {
     }
 
     fn failed(&mut self, code: &'static str) {
+        self.failed_files += 1;
         let integrity = |c: &str| matches!(c, "verify" | "source-changed");
         if self.failures.len() < 64
             || (integrity(code) && !self.failures.iter().any(|c| integrity(c)))
@@ -112,7 +115,8 @@ impl Observer for ServerObserver<'_> {
             None => {
                 self.files += 1;
                 self.skipped += d.skipped;
-                let target = clip(d.path);
+                // Whole: a path is at most 4096 bytes, and the transfer log must name the file.
+                let target = d.path;
                 self.last = Some(target.clone());
                 self.reporter.event(&ServerEvent::FileDone {
                     session: self.session.clone(),
@@ -127,15 +131,16 @@ impl Observer for ServerObserver<'_> {
                 });
             }
             Some(f) => {
-                // A failed file is a notice too: counted against the log's cap, clipped.
+                // One event per announced file, as for a file committed: never capped (the
+                // transfer log accounts for each); the peer's words in it are clipped.
                 self.failed(f.code);
-                self.notices += 1;
-                if self.notices > MAX_LOGGED_NOTICES {
-                    return;
-                }
                 self.reporter.event(&ServerEvent::FileFailed {
                     session: self.session.clone(),
-                    target: clip(if f.path.is_empty() { d.path } else { f.path }),
+                    target: if f.path.is_empty() {
+                        d.path
+                    } else {
+                        clip(f.path)
+                    },
                     reason: clip(f.message),
                     code: f.code,
                 })
@@ -440,6 +445,7 @@ pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
         files: 0,
         failures: Vec::new(),
         notices: 0,
+        failed_files: 0,
         started: false,
         shutdown: &ctx.shutdown,
         moved: None,
@@ -485,6 +491,7 @@ fn end(
         bytes: served.map_or(0, |s| s.bytes),
         seconds: began.elapsed().as_secs_f64(),
         resent_chunks: served.map_or(0, |s| s.resent_chunks),
+        failed: o.failed_files,
         started: o.started,
     });
     code
@@ -593,7 +600,8 @@ fn serve_push(
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
-        bytes: totals.peer.bytes.max(core.bytes()),
+        // Counted here, as the bytes landed: the client's own count (its `Stats`) is its word.
+        bytes: core.bytes(),
         resent_chunks: totals.mismatches,
     })
 }
