@@ -18,7 +18,8 @@ pub(crate) const EXAMPLES: &str = "\
   zcp serve --root /data/incoming --max-streams 8  # grant each session at most 8 streams
   zcp serve --root /tmp/in -p 0 --once             # any free port; one session, its exit code
   zcp serve --config /etc/zcp/zcp.toml             # exports and named keys; SIGHUP reloads
-  zcp serve --check-config --config /etc/zcp/zcp.toml";
+  zcp serve --check-config --config /etc/zcp/zcp.toml
+  zcp serve --config /etc/zcp/zcp.toml --metrics 127.0.0.1:9310  # Prometheus + status page";
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = super::after_help(EXAMPLES, true))]
@@ -79,6 +80,11 @@ pub(crate) struct ServeArgs {
     /// Seconds a new connection has to authenticate [default: 10].
     #[arg(long, value_name = "SECONDS")]
     handshake_timeout: Option<u64>,
+    /// Serve Prometheus metrics (/metrics) and a live status page (/) on this address, e.g.
+    /// 127.0.0.1:9310 (overrides the config's `metrics`). No authentication: use loopback
+    /// or a management network.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
 }
 
 /// The configuration in force: the file's (if any) with the command line over it.
@@ -150,6 +156,7 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
     );
     let idle_timeout = pick(a.idle_timeout, f.and_then(|c| c.idle_timeout), 60);
     let handshake_timeout = pick(a.handshake_timeout, f.and_then(|c| c.handshake_timeout), 10);
+    let metrics = a.metrics.or(f.and_then(|c| c.metrics));
     for (flag, v) in [
         ("--max-streams", max_streams),
         ("--max-sessions", max_sessions),
@@ -178,6 +185,10 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
         println!(
             "limits: {max_streams} streams per session, {max_sessions} sessions, idle timeout {idle_timeout} s, handshake timeout {handshake_timeout} s"
         );
+        match metrics {
+            Some(m) => println!("metrics: http://{m}/metrics, status page http://{m}/"),
+            None => println!("metrics: off"),
+        }
         println!("configuration OK");
         return Ok(zcp_session::exit::OK);
     }
@@ -187,10 +198,22 @@ pub(crate) fn run(a: ServeArgs) -> anyhow::Result<i32> {
     cfg.idle_timeout = Duration::from_secs(idle_timeout);
     cfg.handshake_timeout = Duration::from_secs(handshake_timeout);
     // Every event goes to each of these, in order.
-    let reporters: Vec<Arc<dyn ServerReporter>> = vec![Arc::new(zcp_report::ServerLog::new(
+    let mut reporters: Vec<Arc<dyn ServerReporter>> = vec![Arc::new(zcp_report::ServerLog::new(
         std::io::stdout(),
         std::io::stderr(),
     ))];
+    // The monitor's address is bound before the server's: a bad one stops the start.
+    if let Some(addr) = metrics {
+        let listener = super::monitor::bind(addr)?;
+        let monitor = Arc::new(zcp_report::Monitor::new());
+        let shown = listener.local_addr().unwrap_or(addr);
+        super::monitor::spawn(listener, monitor.clone())?;
+        eprintln!(
+            "zcp: metrics at http://{shown}/metrics, status page at http://{shown}/ \
+             (no authentication: keep it on loopback or a management network)"
+        );
+        reporters.push(monitor);
+    }
     let log: Arc<dyn ServerReporter> = Arc::new(Fanout(reporters));
     cfg.v6only = a.ipv6;
     let server = match listen {

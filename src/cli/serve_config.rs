@@ -9,8 +9,8 @@ use serde::Deserialize;
 use toml::Spanned;
 use zcp_session::{AccessConfig, ExportSpec, IdentitySpec, Permission};
 
-/// The file as written. Unknown keys are errors (a `metrics` or `transfer_log` key, which a
-/// later zcp reads, is refused rather than silently ignored).
+/// The file as written. Unknown keys are errors (a `transfer_log` key, which a later zcp
+/// reads, is refused rather than silently ignored).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileToml {
@@ -19,6 +19,7 @@ struct FileToml {
     max_sessions: Option<Spanned<i64>>,
     idle_timeout: Option<Spanned<i64>>,
     handshake_timeout: Option<Spanned<i64>>,
+    metrics: Option<Spanned<String>>,
     #[serde(default)]
     export: BTreeMap<String, Spanned<ExportToml>>,
     #[serde(default)]
@@ -49,6 +50,8 @@ pub(crate) struct ServeConfig {
     pub(crate) max_sessions: Option<usize>,
     pub(crate) idle_timeout: Option<u64>,
     pub(crate) handshake_timeout: Option<u64>,
+    /// Where the metrics and status page listen (off when absent).
+    pub(crate) metrics: Option<SocketAddr>,
     pub(crate) access: AccessConfig,
     /// Each identity's key file, in identity order (for the summary).
     pub(crate) key_files: Vec<PathBuf>,
@@ -107,6 +110,19 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
+    };
+    let metrics = match &file.metrics {
+        None => None,
+        Some(m) => Some(m.get_ref().parse::<SocketAddr>().map_err(|_| {
+            err(
+                m.span().start,
+                "metrics",
+                format!(
+                    "'{}' is not an address and port (e.g. \"127.0.0.1:9310\")",
+                    m.get_ref().escape_debug()
+                ),
+            )
+        })?),
     };
     let number = |v: &Option<Spanned<i64>>, key: &str, max: u64| -> Result<Option<u64>, String> {
         match v {
@@ -237,6 +253,7 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
         max_sessions: max_sessions.map(|n| n as usize),
         idle_timeout,
         handshake_timeout,
+        metrics,
         access,
         key_files,
     })
@@ -340,6 +357,14 @@ mod tests {
         assert_eq!(c.max_streams, Some(4));
         assert_eq!(c.max_sessions, None);
         assert_eq!(c.idle_timeout, Some(30));
+        assert_eq!(c.metrics, None);
+        let with = f
+            .good()
+            .replace("max_streams = 4", "metrics = \"127.0.0.1:9310\"");
+        assert_eq!(
+            f.parse(&with).unwrap().metrics,
+            Some("127.0.0.1:9310".parse().unwrap())
+        );
         assert_eq!(c.access.exports.len(), 2);
         let obs = &c.access.identities[1];
         assert_eq!(obs.name, "observatory");
@@ -368,7 +393,14 @@ mod tests {
         refused(
             &f,
             "max_streams = 4",
-            "metrics = \"127.0.0.1:9310\"",
+            "metric = \"127.0.0.1:9310\"",
+            "metric",
+            2,
+        );
+        refused(
+            &f,
+            "max_streams = 4",
+            "metrics = \"localhost\"",
             "metrics",
             2,
         );

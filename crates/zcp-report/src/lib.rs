@@ -9,6 +9,7 @@
 
 mod human;
 mod json;
+pub mod monitor;
 mod progress;
 mod raw;
 mod server;
@@ -16,6 +17,7 @@ pub mod units;
 
 pub use human::Human;
 pub use json::{JSON_VERSION, JsonDoc, JsonStream};
+pub use monitor::Monitor;
 pub use progress::{BarTarget, ProgressReport, line as progress_line};
 pub use server::ServerLog;
 

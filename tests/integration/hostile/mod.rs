@@ -16,6 +16,7 @@
 mod bounds;
 mod exports;
 mod harness;
+mod monitor;
 mod partials;
 mod plan;
 mod pull;
