@@ -92,8 +92,10 @@ function drawChart(samples, sampleSeconds) {
   }
   for (let m = 0; m <= 10; m += 2) {
     const x = left + (w - left) * (1 - (m * 60) / span);
-    ctx.fillText(m === 0 ? "now" : "-" + m + " min", x - 14, h - 4);
+    ctx.textAlign = m === 0 ? "right" : m === 10 ? "left" : "center";
+    ctx.fillText(m === 0 ? "now" : "-" + m + " min", x, h - 4);
   }
+  ctx.textAlign = "left";
   const n = samples.length;
   if (n > 0) {
     const x = (i) => left + (w - left) * (1 - ((n - 1 - i) * sampleSeconds) / span);
