@@ -164,6 +164,12 @@ fn metrics_count_a_push_and_the_refused_connections() {
         30,
     );
     assert!(o.status.success(), "{}", both(&o));
+    // A pull: counted as sent, by its export and identity.
+    std::fs::write(site.archive.join("old.txt"), b"archived\n").unwrap();
+    let got = site.env.path("old.txt");
+    let pull = crate::serve_config::get_cmd(srv.port, &site.observatory, "archive/old.txt", &got);
+    let o = run(pull, 30);
+    assert!(o.status.success(), "{}", both(&o));
     // lab has no access to incoming (refused after authenticating); a stranger's key fails
     // authentication.
     let o = run(
@@ -184,19 +190,29 @@ fn metrics_count_a_push_and_the_refused_connections() {
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
     for (name, want) in [
         ("zcp_sessions_active", 0.0),
-        ("zcp_sessions_total{outcome=\"ok\"}", 1.0),
+        ("zcp_sessions_total{outcome=\"ok\"}", 2.0),
         ("zcp_sessions_total{outcome=\"failed\"}", 0.0),
         (
             "zcp_received_bytes_total{export=\"incoming\",identity=\"observatory\"}",
             (3 << 20) as f64,
         ),
         ("zcp_files_committed_total{direction=\"push\"}", 1.0),
+        ("zcp_files_committed_total{direction=\"pull\"}", 1.0),
+        (
+            "zcp_sent_bytes_total{export=\"archive\",identity=\"observatory\"}",
+            9.0,
+        ),
         ("zcp_refused_connections_total{cause=\"auth\"}", 1.0),
         ("zcp_refused_connections_total{cause=\"access\"}", 1.0),
         ("zcp_verify_failures_total", 0.0),
         ("zcp_resent_chunks_total", 0.0),
     ] {
-        assert_eq!(sample(&text, name), Some(want), "{name} in\n{text}");
+        assert_eq!(
+            sample(&text, name),
+            Some(want),
+            "{name} in\n{text}\n{}",
+            srv.log()
+        );
     }
     assert!(
         text.contains("zcp_engines_chosen_total{side=\"receiver\""),
@@ -207,10 +223,15 @@ fn metrics_count_a_push_and_the_refused_connections() {
     // The status document holds the session and its file.
     let doc: Value = serde_json::from_str(&get(m, "/api/sessions")).unwrap();
     let recent = doc["recent"].as_array().unwrap();
-    assert_eq!(recent[0]["kind"], "session", "{doc}");
-    assert_eq!(recent[0]["identity"], "observatory");
-    assert_eq!(recent[0]["outcome"], "ok");
-    assert_eq!(recent[1]["name"], "f.bin", "{doc}");
+    let push: Vec<&Value> = recent
+        .iter()
+        .filter(|r| r["export"] == "incoming")
+        .collect();
+    assert_eq!(push[0]["kind"], "session", "{doc}");
+    assert_eq!(push[0]["identity"], "observatory");
+    assert_eq!(push[0]["outcome"], "ok");
+    assert_eq!(push[0]["bytes"], 3 << 20);
+    assert_eq!(push[1]["name"], "f.bin", "{doc}");
 }
 
 #[test]

@@ -84,7 +84,7 @@ fn check_config(config: &Path, extra: &[&str]) -> std::process::Output {
     run(c, 10)
 }
 
-fn get_cmd(port: u16, key: &Path, path: &str, dest: &Path) -> std::process::Command {
+pub fn get_cmd(port: u16, key: &Path, path: &str, dest: &Path) -> std::process::Command {
     let mut c = zcp();
     c.args(["get", "-q", "-p", &port.to_string(), "--key-file"])
         .arg(key)
