@@ -24,7 +24,7 @@ pub(crate) const MAX_CONNECTIONS: usize = 8;
 /// The largest request head (request line and headers) read.
 pub(crate) const MAX_HEAD: usize = 8192;
 /// The time a connection has to send its whole request head.
-pub(crate) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const HEAD_DEADLINE: Duration = Duration::from_secs(3);
 /// The timeout on each read and write.
 pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -436,6 +436,8 @@ fn the_status_page_shows_a_running_push_in_chromium() {
     let root = env.mkdir("in");
     let srv = ServerProc::start(&root, &env.key, &["--metrics", "127.0.0.1:0"]);
     let m = monitor_addr(&srv);
+    // First a hostile client's file name, all markup, script and terminal escapes.
+    crate::hostile::monitor::push_evil(&env, &srv, &root);
     let src = env.path("slow.bin");
     make_dense(&src, 8 << 20, 3);
     // 16 Mbit/s: 8 MiB takes about four seconds.
@@ -478,6 +480,14 @@ fn the_status_page_shows_a_running_push_in_chromium() {
         later["points"].as_u64().unwrap() > p1,
         "{first} then {later}"
     );
+    // The hostile name shows as text: no image element was made, no script ran.
+    let recent = later["recent"].as_str().unwrap();
+    assert!(
+        recent.contains("<img src=x") && recent.contains("<script>"),
+        "{later}"
+    );
+    assert_eq!(later["imgs"], 0, "{later}");
+    assert_eq!(later["title"], "zcp serve", "{later}");
     let severe = browser.severe();
     assert!(severe.is_empty(), "console errors: {severe:?}");
     // The headers that keep the page to itself.

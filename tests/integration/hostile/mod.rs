@@ -16,7 +16,7 @@
 mod bounds;
 mod exports;
 mod harness;
-mod monitor;
+pub(crate) mod monitor;
 mod partials;
 mod plan;
 mod pull;

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::monitor::{Browser, PAGE_STATE, get, http, label_values, monitor_addr, promtool_passes};
+use crate::monitor::{get, http, label_values, monitor_addr, promtool_passes};
 use crate::util::*;
 
-const EVIL: &str =
+pub const EVIL: &str =
     "<img src=x onerror=document.title='pwned'>\x1b[31m\n<script>document.title='pwned'</script>";
 
 #[test]
@@ -19,7 +19,16 @@ fn markup_and_escapes_in_file_names_stay_text() {
     let env = Env::new();
     let root = env.mkdir("in");
     let srv = ServerProc::start(&root, &env.key, &["--metrics", "127.0.0.1:0"]);
-    let m = monitor_addr(&srv);
+    push_evil(&env, &srv, &root);
+    // That the page shows the name as text, runs none of it and makes no element of it, is
+    // checked in Chromium by monitor::the_status_page_shows_a_running_push_in_chromium (one
+    // browser for both).
+}
+
+/// Pushes a file named [`EVIL`] into `root` (the server's) and checks what is on disk, that
+/// the metrics stay valid with bounded labels, and that the JSON holds the name escaped.
+pub fn push_evil(env: &Env, srv: &ServerProc, root: &std::path::Path) {
+    let m = monitor_addr(srv);
     let dir = env.mkdir("src");
     let src = dir.join(EVIL.replace('/', "_"));
     std::fs::write(&src, b"payload\n").unwrap();
@@ -68,20 +77,6 @@ fn markup_and_escapes_in_file_names_stay_text() {
         name.contains("\\u{1b}[31m") && name.contains("\\n"),
         "{name:?}"
     );
-
-    let Some(browser) = Browser::start() else {
-        return;
-    };
-    browser.open(&format!("http://{m}/"));
-    let v = browser.until(PAGE_STATE, 8, |v| {
-        v["recent"].as_str().unwrap_or("").contains("<img")
-    });
-    // The markup shows as text: no image element was made, no script ran.
-    assert!(v["recent"].as_str().unwrap().contains("<script>"), "{v}");
-    assert_eq!(v["imgs"], 0, "{v}");
-    assert_eq!(v["title"], "zcp serve", "{v}");
-    let severe = browser.severe();
-    assert!(severe.is_empty(), "console errors: {severe:?}");
 }
 
 /// A connection that sends `bytes`, then holds it open.
@@ -161,11 +156,11 @@ fn the_listener_survives_garbage_and_slowloris() {
         answer.starts_with("HTTP/1.1 431") || answer.is_empty(),
         "{answer}"
     );
-    // The trickling connection is cut at the deadline (5 s after it began), not held.
+    // The trickling connection is cut at the deadline (3 s after it began), not held.
     let waited = closed_within(&mut trickle, 10).expect("the slow connection is closed");
     let total = started.elapsed();
     assert!(
-        total < Duration::from_secs(8),
+        total >= Duration::from_millis(2500) && total < Duration::from_secs(6),
         "closed after {total:?} ({waited:?} waited)"
     );
     assert!(get(m, "/metrics").contains("zcp_sessions_total{outcome=\"ok\"} 1"));
