@@ -38,11 +38,11 @@ pub fn push_evil(env: &Env, srv: &ServerProc, root: &std::path::Path) {
     let name = src.file_name().unwrap();
     let stored = std::path::Path::new("up/src").join(name);
     assert_eq!(
-        tree_paths(&root),
+        tree_paths(root),
         vec!["up".into(), "up/src".into(), stored.clone()]
     );
     assert_eq!(std::fs::read(root.join(&stored)).unwrap(), b"payload\n");
-    assert!(no_partials(&root, 5));
+    assert!(no_partials(root, 5));
 
     let text = get(m, "/metrics");
     promtool_passes(&text);
