@@ -9,6 +9,7 @@ mod doctor;
 mod generate;
 mod get;
 mod keygen;
+mod monitor;
 mod output;
 mod rate;
 mod raw;

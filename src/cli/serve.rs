@@ -20,7 +20,8 @@ pub(crate) const EXAMPLES: &str = "\
   zcp serve --root /tmp/in -p 0 --once             # any free port; one session, its exit code
   zcp serve --config /etc/zcp/zcp.toml             # exports and named keys; SIGHUP reloads
   zcp serve --check-config --config /etc/zcp/zcp.toml
-  zcp serve --config /etc/zcp/zcp.toml --log-format json --transfer-log /var/log/zcp/t.jsonl";
+  zcp serve --config /etc/zcp/zcp.toml --log-format json --transfer-log /var/log/zcp/t.jsonl
+  zcp serve --config /etc/zcp/zcp.toml --metrics 127.0.0.1:9310  # Prometheus + status page";
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = super::after_help(EXAMPLES, true))]
@@ -95,6 +96,11 @@ pub(crate) struct ServeArgs {
     /// config's transfer_log); SIGHUP reopens it, for logrotate.
     #[arg(long, value_name = "FILE")]
     transfer_log: Option<PathBuf>,
+    /// Serve Prometheus metrics (/metrics) and a live status page (/) on this address, e.g.
+    /// 127.0.0.1:9310 (overrides the config's `metrics`). No authentication: use loopback
+    /// or a management network.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
 }
 
 /// The configuration in force: the file's (if any) with the command line over it.
@@ -166,6 +172,7 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
     );
     let idle_timeout = pick(a.idle_timeout, f.and_then(|c| c.idle_timeout), 60);
     let handshake_timeout = pick(a.handshake_timeout, f.and_then(|c| c.handshake_timeout), 10);
+    let metrics = a.metrics.or(f.and_then(|c| c.metrics));
     for (flag, v) in [
         ("--max-streams", max_streams),
         ("--max-sessions", max_sessions),
@@ -197,6 +204,10 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
             "limits: {max_streams} streams per session, {max_sessions} sessions, idle timeout {idle_timeout} s, handshake timeout {handshake_timeout} s"
         );
         println!("{}", logs.summary());
+        match metrics {
+            Some(m) => println!("metrics: http://{m}/metrics, status page http://{m}/"),
+            None => println!("metrics: off"),
+        }
         println!("configuration OK");
         return Ok(zcp_session::exit::OK);
     }
@@ -213,6 +224,18 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
     ))];
     if let Some(t) = &transfer_log {
         reporters.push(t.clone());
+    }
+    // The monitor's address is bound before the server's: a bad one stops the start.
+    if let Some(addr) = metrics {
+        let listener = super::monitor::bind(addr)?;
+        let monitor = Arc::new(zcp_report::Monitor::new());
+        let shown = listener.local_addr().unwrap_or(addr);
+        super::monitor::spawn(listener, monitor.clone())?;
+        eprintln!(
+            "zcp: metrics at http://{shown}/metrics, status page at http://{shown}/ \
+             (no authentication: keep it on loopback or a management network)"
+        );
+        reporters.push(monitor);
     }
     let log: Arc<dyn ServerReporter> = Arc::new(Fanout(reporters));
     cfg.v6only = a.ipv6;

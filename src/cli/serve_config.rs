@@ -11,8 +11,8 @@ use zcp_session::{AccessConfig, ExportSpec, IdentitySpec, Permission};
 
 use super::serve_log::{LogFormat, LogLevel, parse_value};
 
-/// The file as written. Unknown keys are errors (a `metrics` key, which a later zcp reads, is
-/// refused rather than silently ignored).
+/// The file as written. Unknown keys are errors: a misspelt key is refused, not silently
+/// ignored.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileToml {
@@ -24,6 +24,7 @@ struct FileToml {
     log_level: Option<Spanned<String>>,
     log_format: Option<Spanned<String>>,
     transfer_log: Option<Spanned<PathBuf>>,
+    metrics: Option<Spanned<String>>,
     #[serde(default)]
     export: BTreeMap<String, Spanned<ExportToml>>,
     #[serde(default)]
@@ -58,6 +59,8 @@ pub(crate) struct ServeConfig {
     pub(crate) log_format: Option<LogFormat>,
     /// The transfer log's path (absolute).
     pub(crate) transfer_log: Option<PathBuf>,
+    /// Where the metrics and status page listen (off when absent).
+    pub(crate) metrics: Option<SocketAddr>,
     pub(crate) access: AccessConfig,
     /// Each identity's key file, in identity order (for the summary).
     pub(crate) key_files: Vec<PathBuf>,
@@ -106,6 +109,19 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
+    };
+    let metrics = match &file.metrics {
+        None => None,
+        Some(m) => Some(m.get_ref().parse::<SocketAddr>().map_err(|_| {
+            err(
+                m.span().start,
+                "metrics",
+                format!(
+                    "'{}' is not an address and port (e.g. \"127.0.0.1:9310\")",
+                    m.get_ref().escape_debug()
+                ),
+            )
+        })?),
     };
     let number = |v: &Option<Spanned<i64>>, key: &str, max: u64| -> Result<Option<u64>, String> {
         match v {
@@ -240,6 +256,7 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
         log_level,
         log_format,
         transfer_log,
+        metrics,
         access,
         key_files,
     })
@@ -395,6 +412,14 @@ mod tests {
         assert_eq!(c.max_streams, Some(4));
         assert_eq!(c.max_sessions, None);
         assert_eq!(c.idle_timeout, Some(30));
+        assert_eq!(c.metrics, None);
+        let with = f
+            .good()
+            .replace("max_streams = 4", "metrics = \"127.0.0.1:9310\"");
+        assert_eq!(
+            f.parse(&with).unwrap().metrics,
+            Some("127.0.0.1:9310".parse().unwrap())
+        );
         assert_eq!(
             (c.log_level, c.log_format, c.transfer_log),
             (None, None, None)
@@ -461,7 +486,14 @@ mod tests {
         refused(
             &f,
             "max_streams = 4",
-            "metrics = \"127.0.0.1:9310\"",
+            "metric = \"127.0.0.1:9310\"",
+            "metric",
+            2,
+        );
+        refused(
+            &f,
+            "max_streams = 4",
+            "metrics = \"localhost\"",
             "metrics",
             2,
         );

@@ -12,6 +12,7 @@ mod engines;
 mod faults;
 mod hostile;
 mod killed;
+mod monitor;
 mod netns;
 mod operator;
 mod packaging;

@@ -84,7 +84,7 @@ fn check_config(config: &Path, extra: &[&str]) -> std::process::Output {
     run(c, 10)
 }
 
-fn get_cmd(port: u16, key: &Path, path: &str, dest: &Path) -> std::process::Command {
+pub fn get_cmd(port: u16, key: &Path, path: &str, dest: &Path) -> std::process::Command {
     let mut c = zcp();
     c.args(["get", "-q", "-p", &port.to_string(), "--key-file"])
         .arg(key)
@@ -147,9 +147,9 @@ fn a_bad_config_exits_2_naming_the_key_and_the_line() {
     let site = Site::new();
     let good = site.text(true);
     let cases = [
-        // A key a later zcp reads is not silently ignored.
+        // The monitor's address must be an address and port.
         (
-            good.replace("max_streams = 8", "metrics = \"127.0.0.1:9310\""),
+            good.replace("max_streams = 8", "metrics = \"localhost\""),
             "metrics",
             2,
         ),

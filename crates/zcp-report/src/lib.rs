@@ -10,6 +10,7 @@
 
 mod human;
 mod json;
+pub mod monitor;
 mod progress;
 mod raw;
 mod server;
@@ -20,6 +21,7 @@ pub mod units;
 
 pub use human::Human;
 pub use json::{JSON_VERSION, JsonDoc, JsonStream};
+pub use monitor::Monitor;
 pub use progress::{BarTarget, ProgressReport, line as progress_line};
 pub use server::ServerLog;
 pub use server_trace::{ServerTrace, TARGET as LOG_TARGET, level as log_level};

@@ -17,6 +17,7 @@ mod bounds;
 mod exports;
 mod harness;
 mod logs;
+pub(crate) mod monitor;
 mod partials;
 mod plan;
 mod pull;
