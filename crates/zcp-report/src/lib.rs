@@ -10,6 +10,7 @@
 
 mod human;
 mod json;
+pub mod log_writer;
 mod progress;
 mod raw;
 mod server;
