@@ -110,6 +110,11 @@ impl Cli {
         }
     }
 
+    /// The level `-v` asks for, when it was given (`serve`'s `--log-level` stands otherwise).
+    pub(crate) fn verbose_given(&self) -> Option<tracing::Level> {
+        (self.verbose > 0).then(|| self.log_level())
+    }
+
     /// Whether the command sets up its own log (`serve`: from its flags and config file).
     pub(crate) fn logs_itself(&self) -> bool {
         matches!(self.command, Command::Serve(_))
@@ -150,7 +155,7 @@ enum Command {
 
 /// Runs the command; returns the process exit code.
 pub(crate) fn run(cli: Cli) -> i32 {
-    let verbose = cli.log_level();
+    let verbose = cli.verbose_given();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Keygen(a) => keygen::run(a),

@@ -149,7 +149,7 @@ fn settings_of(a: &ServeArgs, file: Option<serve_config::ServeConfig>) -> anyhow
     }
 }
 
-pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> {
+pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Result<i32> {
     // SIGHUP's handler first: a reload racing the start (`systemctl reload` right after
     // `start`) must not kill the server with the signal's default action.
     let _ = super::signals::on_hangup();
@@ -208,6 +208,7 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
             Some(m) => println!("metrics: http://{m}/metrics, status page http://{m}/"),
             None => println!("metrics: off"),
         }
+        logs.check_transfer_log()?;
         println!("configuration OK");
         return Ok(zcp_session::exit::OK);
     }
@@ -222,6 +223,7 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
         std::io::stdout(),
         journal,
     ))];
+    let at_exit = transfer_log.clone();
     if let Some(t) = &transfer_log {
         reporters.push(t.clone());
     }
@@ -264,7 +266,7 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
                         // logrotate moved it away: a new file at the path (before the
                         // reload's line, which tells that SIGHUP was handled).
                         if let Some(t) = &transfer_log {
-                            serve_log::reopen(t);
+                            t.reopen();
                         }
                         match load_access(&a) {
                             Ok(s) => {
@@ -281,7 +283,12 @@ pub(crate) fn run(a: ServeArgs, verbose: tracing::Level) -> anyhow::Result<i32> 
             })?;
     }
     // With --once, the session's own exit code: 0 only when every entry arrived.
-    Ok(server.run(&stop, a.once).unwrap_or(zcp_session::exit::OK))
+    let code = server.run(&stop, a.once).unwrap_or(zcp_session::exit::OK);
+    // The transfer log's last lines, unless its disk hangs.
+    if let Some(t) = at_exit {
+        t.flush(Duration::from_secs(2));
+    }
+    Ok(code)
 }
 
 /// The addresses to listen on when the command line or the file names them: `--bind`, `-4`,

@@ -76,6 +76,10 @@ pub(crate) fn parse_value<E: ValueEnum>(s: &str) -> Result<E, String> {
     })
 }
 
+/// What to do about a transfer log that cannot be opened.
+const HINT: &str = "name a regular file, or a new one in an existing directory, that the user \
+                    running zcp may write to";
+
 /// The log settings in force: the command line over the config file over the defaults.
 #[derive(Debug, Clone)]
 pub(crate) struct Logs {
@@ -133,29 +137,34 @@ impl Logs {
         match TransferLog::open(path) {
             Ok(t) => Ok(Some(Arc::new(t))),
             Err(e) => super::usage!(
-                "{key} {}: cannot open it for appending: {e} (create its directory, give the \
-                 user running zcp write access, or fix the path)",
+                "{key} {}: cannot open it for appending: {e} ({HINT})",
                 escape_text(&path.display().to_string())
             ),
         }
     }
-}
 
-/// Opens the transfer log again (SIGHUP); a failure is logged and the old file stays in use.
-pub(crate) fn reopen(t: &TransferLog) {
-    if let Err(e) = t.reopen() {
-        tracing::error!(
-            target: zcp_report::LOG_TARGET,
-            "zcp: cannot reopen the transfer log {}: {e}; still writing to the file open before",
-            escape_text(&t.path().display().to_string())
-        );
+    /// `--check-config`: whether the transfer log could be opened, without creating it. An
+    /// existing path must be a regular file the user may append to; a missing one needs a
+    /// directory the user may write in. An error names the flag or key to fix (exit 2).
+    pub(crate) fn check_transfer_log(&self) -> anyhow::Result<()> {
+        let Some((key, path)) = &self.transfer_log else {
+            return Ok(());
+        };
+        if let Err(why) = zcp_report::log_writer::check(path) {
+            super::usage!(
+                "{key} {}: {why} ({HINT})",
+                escape_text(&path.display().to_string())
+            );
+        }
+        Ok(())
     }
 }
 
-/// Installs the subscriber for `zcp serve`: `level` (raised by `-v` to `verbose` when that
-/// is higher) in `format`, on standard error. Returns whether the lines are journald's.
-pub(crate) fn install(level: LogLevel, verbose: Level, format: LogFormat) -> bool {
-    let max = level.level().max(verbose);
+/// Installs the subscriber for `zcp serve`: `level` (raised by `-v` to `verbose` when `-v`
+/// was given and asks for more) in `format`, on standard error. Returns whether the lines are
+/// journald's.
+pub(crate) fn install(level: LogLevel, verbose: Option<Level>, format: LogFormat) -> bool {
+    let max = verbose.map_or(level.level(), |v| level.level().max(v));
     let format = match format {
         LogFormat::Auto if stderr_is_journal() => LogFormat::Journal,
         LogFormat::Auto => LogFormat::Plain,

@@ -1,7 +1,7 @@
 //! `zcp serve`'s logs: `--log-level`, `--log-format` (plain, json, journal, auto) and the JSON
 //! transfer log (`--transfer-log`, config `transfer_log`), reopened on SIGHUP.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -313,4 +313,116 @@ fn bad_log_values_exit_2_naming_the_flag_or_key() {
         assert_eq!(o.status.code(), Some(2), "{line}: {}", both(&o));
         assert!(text(&o.stderr).contains(key), "{line}: {}", both(&o));
     }
+}
+
+#[test]
+fn log_level_error_hides_warnings_and_shows_a_failed_reload() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let key = env.path("server.key");
+    std::fs::copy(&env.key, &key).unwrap();
+    let srv = ServerProc::start(&root, &key, &["--log-level", "error"]);
+    let src = file(&env, "a.bin", 10_000);
+    refused_send(&srv, &env, &src);
+    // The key file broken: the reload fails, an error.
+    std::fs::write(&key, "not a key\n").unwrap();
+    let o = Command::new("kill")
+        .args(["-HUP", &srv.pid().to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(srv.wait_log("reload failed", 10), "{}", srv.log());
+    let lines = log_lines(&srv);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(" ERROR "), "{lines:?}");
+    assert!(!srv.log().contains("refused"), "{}", srv.log());
+}
+
+/// `mkfifo path`.
+fn mkfifo(p: &Path) {
+    let o = Command::new("mkfifo").arg(p).output().unwrap();
+    assert!(o.status.success(), "{}", both(&o));
+}
+
+#[test]
+fn a_fifo_transfer_log_is_refused_at_once_not_waited_on() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let fifo = env.path("t.fifo");
+    mkfifo(&fifo);
+    let t0 = Instant::now();
+    let mut c = zcp();
+    c.args(["serve", "--bind", "127.0.0.1", "-p", "0", "--root"])
+        .arg(&root)
+        .arg("--key-file")
+        .arg(&env.key)
+        .arg("--transfer-log")
+        .arg(&fifo);
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--transfer-log") && err.contains("FIFO"),
+        "{err}"
+    );
+    assert!(!text(&o.stdout).contains("listening"), "{}", both(&o));
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+}
+
+#[test]
+fn check_config_tries_the_transfer_log_without_creating_it() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let fifo = env.path("t.fifo");
+    mkfifo(&fifo);
+    let config = env.path("zcp.toml");
+    let check = |tl: &Path| {
+        std::fs::write(
+            &config,
+            format!(
+                "transfer_log = \"{}\"\nlisten = [\"127.0.0.1:0\"]\n[export.in]\npath = \"{}\"\n\
+                 [identity.a]\nkey_file = \"{}\"\naccess = {{ in = \"write\" }}\n",
+                tl.display(),
+                root.display(),
+                env.key.display()
+            ),
+        )
+        .unwrap();
+        let mut c = zcp();
+        c.args(["serve", "--check-config", "--config"]).arg(&config);
+        run(c, 10)
+    };
+    let fresh = env.path("logs/t.jsonl");
+    std::fs::create_dir(env.path("logs")).unwrap();
+    let o = check(&fresh);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(text(&o.stdout).contains("configuration OK"), "{}", both(&o));
+    assert!(!fresh.exists(), "--check-config created the transfer log");
+    for bad in [
+        env.path("no/such/dir/t.jsonl"),
+        fifo.clone(),
+        env.path("logs"),
+    ] {
+        let o = check(&bad);
+        assert_eq!(o.status.code(), Some(2), "{}: {}", bad.display(), both(&o));
+        assert!(text(&o.stderr).contains("transfer_log"), "{}", both(&o));
+        assert!(
+            !text(&o.stdout).contains("configuration OK"),
+            "{}",
+            both(&o)
+        );
+    }
+    assert!(!env.path("no").exists());
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }

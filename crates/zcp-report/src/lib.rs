@@ -10,6 +10,7 @@
 
 mod human;
 mod json;
+pub mod log_writer;
 pub mod monitor;
 mod progress;
 mod raw;

@@ -67,6 +67,17 @@ macro_rules! at_level {
     };
 }
 
+/// Whether an event at `level` would be logged (so a filtered one is not even built).
+fn enabled(level: Level) -> bool {
+    match level {
+        Level::ERROR => tracing::enabled!(target: TARGET, Level::ERROR),
+        Level::WARN => tracing::enabled!(target: TARGET, Level::WARN),
+        Level::INFO => tracing::enabled!(target: TARGET, Level::INFO),
+        Level::DEBUG => tracing::enabled!(target: TARGET, Level::DEBUG),
+        _ => tracing::enabled!(target: TARGET, Level::TRACE),
+    }
+}
+
 impl<O: Write + Send> ServerReporter for ServerTrace<O> {
     fn event(&self, event: &ServerEvent) {
         if let ServerEvent::Listening { .. } = event {
@@ -86,7 +97,8 @@ impl<O: Write + Send> ServerReporter for ServerTrace<O> {
         }
         let ctx = self.sessions.observe(event);
         // Progress is for the metrics and the status page; the log has the files and the end.
-        if let ServerEvent::Progress { .. } = event {
+        let level = level(event);
+        if matches!(event, ServerEvent::Progress { .. }) || !enabled(level) {
             return;
         }
         let text = message(event, ctx.as_ref());
@@ -140,17 +152,7 @@ impl<O: Write + Send> ServerReporter for ServerTrace<O> {
         let export = ctx.as_ref().map(|c| esc(&c.export));
         let direction = ctx.as_ref().map(|c| c.direction);
         at_level!(
-            level(event),
-            session,
-            peer,
-            identity,
-            export,
-            direction,
-            path,
-            bytes,
-            files,
-            code,
-            digest,
+            level, session, peer, identity, export, direction, path, bytes, files, code, digest,
             "{text}"
         );
     }

@@ -1,36 +1,29 @@
 //! The transfer log (`zcp serve --transfer-log FILE`, config `transfer_log`): one JSON line per
 //! file committed or failed and one per session that ended, for accounting (as GridFTP's
-//! transfer log). Each line is written with one `write(2)` on a file opened `O_APPEND`, so
-//! concurrent sessions never interleave within a line; [`TransferLog::reopen`] (on SIGHUP)
-//! lets logrotate move the file away. A write that fails is reported once on the server's
+//! transfer log). The lines go to one writer thread ([`crate::log_writer`]) that alone
+//! appends to the file, opened `O_APPEND`, whole line after whole line, so concurrent
+//! sessions never interleave within a line and never wait for the disk; a line that finds the
+//! writer's queue full is dropped and counted. [`TransferLog::reopen`] (on SIGHUP) lets
+//! logrotate move the file away. A write that fails is cut off, reported once on the server's
 //! log and never stops the server.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
-use zcp_engine::sync::Locked;
 use zcp_session::{ServerEvent, ServerReporter};
 use zcp_wire::escape_text;
 
-use crate::server_trace::TARGET;
+use crate::log_writer::{self, LogFile, Writer};
 use crate::sessions::{SessionInfo, Sessions};
 use crate::units::bits_per_second;
 
 /// Appends one JSON line per file and per session to a file.
 pub struct TransferLog {
     path: PathBuf,
-    file: Mutex<File>,
+    writer: Writer,
     sessions: Sessions,
     clock: Box<dyn Fn() -> SystemTime + Send + Sync>,
-    /// Whether the last write failed (and was reported): the next failure is not reported
-    /// again until a write succeeds.
-    failing: AtomicBool,
 }
 
 impl std::fmt::Debug for TransferLog {
@@ -41,24 +34,25 @@ impl std::fmt::Debug for TransferLog {
     }
 }
 
-/// Opens `path` for appending, creating it with mode 0640 (less the umask).
-fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .open(path)
-}
-
 impl TransferLog {
-    /// Opens (or creates) the log at `path`.
+    /// Opens (or creates) the log at `path`, which must be a regular file (see
+    /// [`log_writer::open_append`]), and starts its writer thread.
     pub fn open(path: &Path) -> std::io::Result<TransferLog> {
+        let file = log_writer::open_append(path)?;
+        TransferLog::with_file(path, Box::new(file), log_writer::CAPACITY)
+    }
+
+    /// The log writing to `file` (opened from `path`), with room for `capacity` lines queued.
+    pub fn with_file(
+        path: &Path,
+        file: Box<dyn LogFile>,
+        capacity: usize,
+    ) -> std::io::Result<TransferLog> {
         Ok(TransferLog {
             path: path.to_path_buf(),
-            file: Mutex::new(open_append(path)?),
+            writer: Writer::spawn(path.to_path_buf(), file, capacity)?,
             sessions: Sessions::default(),
             clock: Box::new(SystemTime::now),
-            failing: AtomicBool::new(false),
         })
     }
 
@@ -73,12 +67,17 @@ impl TransferLog {
         &self.path
     }
 
-    /// Opens the path again and writes there from now on (after logrotate renamed the file);
-    /// on an error the file open until now stays in use.
-    pub fn reopen(&self) -> std::io::Result<()> {
-        let f = open_append(&self.path)?;
-        *self.file.locked() = f;
-        Ok(())
+    /// Has the writer open the path again and write there from now on (after logrotate
+    /// renamed the file); never waits. On an error (logged by the writer) the file open until
+    /// now stays in use.
+    pub fn reopen(&self) {
+        self.writer.reopen();
+    }
+
+    /// Waits up to `timeout` for the lines queued so far to be written (at exit); whether
+    /// they were.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.writer.flush(timeout)
     }
 
     /// The line (without its newline) `event` makes, if any, taking it into account.
@@ -179,23 +178,9 @@ fn common(time: &str, kind: &str, session: &str, ctx: Option<&SessionInfo>) -> V
 
 impl ServerReporter for TransferLog {
     fn event(&self, event: &ServerEvent) {
-        let Some(mut line) = self.record(event) else {
-            return;
-        };
-        line.push('\n');
-        // One write(2) for the whole line: O_APPEND places it at the end as one piece.
-        let written = self.file.locked().write_all(line.as_bytes());
-        match written {
-            Ok(()) => self.failing.store(false, Ordering::Relaxed),
-            Err(e) => {
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    tracing::error!(
-                        target: TARGET,
-                        "zcp: transfer log {}: {e}; its lines are lost until a write succeeds (SIGHUP reopens it)",
-                        escape_text(&self.path.display().to_string())
-                    );
-                }
-            }
+        if let Some(mut line) = self.record(event) {
+            line.push('\n');
+            self.writer.send(line);
         }
     }
 }
