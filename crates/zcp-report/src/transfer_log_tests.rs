@@ -42,6 +42,7 @@ fn events() -> Vec<ServerEvent> {
             session: ID.into(),
             phase: "sending",
             bytes: 1,
+            resumed: 0,
             total_bytes: None,
             files: 1,
             total_files: None,

@@ -428,6 +428,9 @@ pub enum ServerEvent {
         phase: &'static str,
         /// Payload bytes moved so far over the data streams, plus bytes resumed.
         bytes: u64,
+        /// Of `bytes`, those resumed from an earlier attempt rather than moved: not
+        /// throughput.
+        resumed: u64,
         /// Bytes to move in all, once the sender has counted them (a pull).
         total_bytes: Option<u64>,
         /// Files committed so far.

@@ -93,7 +93,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "zcp_received",
-            "Payload bytes received by pushes (and resumed), by export and identity",
+            "Payload bytes received by pushes (not those resumed), by export and identity",
             Unit::Bytes,
             m.received.clone(),
         );

@@ -159,6 +159,7 @@ impl Monitor {
                 session,
                 phase,
                 bytes,
+                resumed,
                 total_bytes,
                 files,
                 total_files,
@@ -171,7 +172,9 @@ impl Monitor {
                     a.files = *files;
                     a.total_files = *total_files;
                     a.last = last.as_deref().map(escape_text);
-                    count(m, &mut inner.throughput, a, *bytes, now);
+                    // Resumed bytes did not cross the network: progress, not throughput.
+                    let moved = bytes.saturating_sub(*resumed);
+                    count(m, &mut inner.throughput, a, moved, now);
                 }
             }
             ServerEvent::FileDone {

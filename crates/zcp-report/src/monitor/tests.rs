@@ -29,6 +29,7 @@ fn progress(m: &Monitor, session: &str, bytes: u64, last: Option<&str>, now: f64
             session: session.into(),
             phase: "sending",
             bytes,
+            resumed: 0,
             total_bytes: Some(10_000_000),
             files: 1,
             total_files: Some(2),
@@ -291,4 +292,38 @@ fn the_text_format_is_prometheus_0_0_4() {
     # TYPE g gauge
     g 1
     "#);
+}
+
+/// Bytes resumed from an earlier attempt show as the session's progress, but are neither
+/// bytes received nor throughput: they did not cross the network.
+#[test]
+fn resumed_bytes_are_progress_not_throughput() {
+    let m = Monitor::new();
+    start(&m, "aa", "push", "observatory", 1.0);
+    m.event_at(
+        &ServerEvent::Progress {
+            session: "aa".into(),
+            phase: "sending",
+            bytes: 9_000_000,
+            resumed: 8_000_000,
+            total_bytes: None,
+            files: 0,
+            total_files: None,
+            last: None,
+        },
+        2.0,
+    );
+    let t = m.metrics_text_at(2.5);
+    assert_eq!(
+        value(
+            &t,
+            "zcp_received_bytes_total{export=\"incoming\",identity=\"observatory\"}"
+        ),
+        Some(1e6),
+        "{t}"
+    );
+    let rate = value(&t, "zcp_rate_bytes_per_second").unwrap();
+    assert!(rate <= 1e6, "{rate}: {t}");
+    let json = m.status_json_at(2.5);
+    assert!(json.contains("9000000"), "{json}");
 }

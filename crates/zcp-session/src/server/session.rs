@@ -183,6 +183,7 @@ impl Observer for ServerObserver<'_> {
             session: self.session.clone(),
             phase: phase.name(),
             bytes: moved + self.skipped,
+            resumed: self.skipped,
             total_bytes: self.plan.map(|p| p.1),
             files: self.files,
             total_files: self.plan.map(|p| p.0),
