@@ -3,7 +3,7 @@
 //! removes nothing; `--older-than` keeps recent ones; usage mistakes exit 2, a file that could
 //! not be removed exits 1 and is named.
 
-use std::os::unix::fs::{FileTypeExt, symlink};
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -23,14 +23,6 @@ fn leftover(p: &Path, bytes: usize, age: Duration) {
         .unwrap()
         .set_modified(SystemTime::now() - age)
         .unwrap();
-}
-
-fn mkfifo(p: &Path) {
-    let made = std::process::Command::new("mkfifo")
-        .arg(p)
-        .status()
-        .unwrap();
-    assert!(made.success() && p.symlink_metadata().unwrap().file_type().is_fifo());
 }
 
 fn clean(root: &Path, extra: &[&str]) -> std::process::Output {

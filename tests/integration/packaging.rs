@@ -343,15 +343,6 @@ impl Drop for Spawned {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then let go).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Under `Type=notify`: `READY=1` comes once the port accepts connections, `STOPPING=1` when
 /// SIGTERM starts the drain, and zcp then exits 0. A server that cannot start sends nothing.
 #[test]

@@ -139,16 +139,6 @@ fn netcat() -> Option<&'static str> {
     None
 }
 
-/// A listener that takes no connection: the port is free to use for the rest of the test
-/// only in the sense that the kernel just handed it out.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn send_raw_into_nc_with_every_sender_engine() {
     let Some(nc) = netcat() else {

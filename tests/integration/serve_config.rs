@@ -302,11 +302,7 @@ fn a_write_only_identity_learns_nothing_of_what_is_there() {
     // are refused in the same words.
     std::fs::create_dir(site.incoming.join("d")).unwrap();
     std::os::unix::fs::symlink("f.bin", site.incoming.join("l")).unwrap();
-    let o = std::process::Command::new("mkfifo")
-        .arg(site.incoming.join("p"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "mkfifo: {}", both(&o));
+    mkfifo(&site.incoming.join("p"));
     let mut why = Vec::new();
     for name in ["d", "l", "p"] {
         let src = site.file(name, 4096);

@@ -338,12 +338,6 @@ fn log_level_error_hides_warnings_and_shows_a_failed_reload() {
     assert!(!srv.log().contains("refused"), "{}", srv.log());
 }
 
-/// `mkfifo path`.
-fn mkfifo(p: &Path) {
-    let o = Command::new("mkfifo").arg(p).output().unwrap();
-    assert!(o.status.success(), "{}", both(&o));
-}
-
 #[test]
 fn a_fifo_transfer_log_is_refused_at_once_not_waited_on() {
     let env = Env::new();

@@ -28,13 +28,7 @@ fn odd_tree(root: &Path) {
     symlink("b/c/deep.bin", root.join("a/rel-link")).unwrap();
     symlink("/etc/passwd", root.join("abs-link")).unwrap();
     symlink("nowhere", root.join("dangling")).unwrap();
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(root.join("fifo"))
-            .status()
-            .unwrap()
-            .success()
-    );
+    mkfifo(&root.join("fifo"));
     std::fs::set_permissions(
         root.join("a/one.bin"),
         std::fs::Permissions::from_mode(0o600),

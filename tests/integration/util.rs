@@ -730,3 +730,21 @@ pub fn journaled(target: &Path) -> u64 {
     let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.1).collect();
     chunks.iter().map(|i| plan.chunk(*i).1).sum()
 }
+
+/// `mkfifo path`, checked: a FIFO is there afterwards.
+pub fn mkfifo(p: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let o = Command::new("mkfifo").arg(p).output().unwrap();
+    assert!(o.status.success(), "mkfifo {}: {}", p.display(), both(&o));
+    assert!(p.symlink_metadata().unwrap().file_type().is_fifo());
+}
+
+/// A free TCP port on 127.0.0.1: the kernel hands one out and the listener lets it go (free
+/// for the test only in that sense).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -189,11 +189,7 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
         std::fs::Permissions::from_mode(0o600),
     )
     .unwrap();
-    let made = std::process::Command::new("mkfifo")
-        .arg(dest.join("pipe"))
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&dest.join("pipe"));
     let port = l.local_addr().unwrap().port();
     let child = get(port, &env.key, &["notes.txt", "fresh", "pipe"], &dest, &[]);
     let mut evil = Evil::accept(&l, &env.psk(), None);

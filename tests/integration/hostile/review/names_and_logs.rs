@@ -498,13 +498,7 @@ fn pull_link_never_replaces_the_users_fifo() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
     let fifo = dest.join("want.pipe");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    mkfifo(&fifo);
     let child = get(
         l.local_addr().unwrap().port(),
         &env.key,
