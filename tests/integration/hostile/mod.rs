@@ -19,6 +19,7 @@ mod harness;
 mod logs;
 pub(crate) mod monitor;
 mod partials;
+mod peer;
 mod plan;
 mod pull;
 mod push;
