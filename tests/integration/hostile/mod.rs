@@ -14,7 +14,7 @@
 //! to fifth independent attackers' cases.
 
 mod bounds;
-mod exports;
+mod confinement;
 mod harness;
 mod logs;
 pub(crate) mod monitor;

@@ -222,60 +222,6 @@ fn hashing_an_existing_target_longer_than_the_idle_timeout_fails_an_honest_send(
 
 // ------------------------------------------------------------------ existing directories
 
-/// SECURITY.md: a directory that was there before the session "gets its mtime, but its
-/// permission bits can only narrow (`old & mode`), so naming an operator's private directory
-/// cannot open it to other users of the host". The narrowing is done on `mode & 0o777` and
-/// written back with `fchmod`, which also clears the directory's sticky and setgid bits: a
-/// key holder's `MakeDir shared` + `DirTimes shared 0777` turns the operator's sticky drop
-/// directory (1777: anyone may add, only owners may delete or rename) into one where every
-/// local user may delete or replace everyone else's files; a setgid project directory
-/// (2775) stops giving new files its group.
-/// SAFE: an existing directory keeps its sticky and setgid bits.
-#[test]
-fn dirtimes_on_an_existing_directory_clears_its_sticky_and_setgid_bits() {
-    use std::os::unix::fs::PermissionsExt;
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let shared = env.mkdir("root/shared");
-    let project = env.mkdir("root/project");
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o2775)).unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let (mut raw, data) = raw_open(&srv, &env, false);
-    for (name, mode) in [(&b"shared"[..], 0o777), (b"project", 0o775)] {
-        raw.send(&Message::MakeDir {
-            path: name.to_vec(),
-        });
-        raw.send(&Message::DirTimes {
-            path: name.to_vec(),
-            mode,
-            mtime_sec: 1_000_000,
-            mtime_nsec: 0,
-        });
-    }
-    sync_after(
-        &mut raw,
-        &Message::Notice {
-            message: "sync".into(),
-        },
-        0,
-    );
-    let _ = raw_finish(&mut raw, &mut [data]);
-    let (s, p) = (mode(&shared), mode(&project));
-    println!("shared {s:o}, project {p:o}");
-    assert_eq!(
-        s & 0o1000,
-        0o1000,
-        "GOT THROUGH: the sticky bit of an existing world-writable directory was cleared \
-         ({s:o}): every local user may now delete the others' files in it"
-    );
-    assert_eq!(
-        p & 0o2000,
-        0o2000,
-        "GOT THROUGH: the setgid bit of an existing directory was cleared ({p:o})"
-    );
-}
-
 // ------------------------------------------------------------------ zcp's own names
 
 /// zcp's own names are refused for every entry (round 2: a planted part file and journal

@@ -111,58 +111,6 @@ fn once_push_file_never_sent_exit_code() {
 
 // ---------------------------------------------------------------- push: part-file swap
 
-/// A client replaces the server's part file with a symlink pointing outside the root
-/// (MakeLink on `.zcp-<k>.part`) while the file is open, then completes the file. The commit
-/// renames the part *name* over the target: the "verified, stored" file becomes a link.
-/// SAFE: the target is a regular file (or the file fails), never a link outside the root.
-#[test]
-fn push_part_file_swapped_for_a_link_before_commit() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let outside = env.mkdir("outside");
-    std::fs::write(outside.join("victim"), b"original").unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
-    let mut d = raw.data(srv.port, 0).unwrap();
-    let body = vec![0x5au8; 1000];
-    raw.send(&pf(0, b"t.bin", body.len() as u64, 65536));
-    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
-    let part = part_in(&root);
-    raw.send(&Message::MakeLink {
-        path: part.clone().into_bytes(),
-        target: outside.join("victim").to_str().unwrap().as_bytes().to_vec(),
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let mac = push_chunk(&mut raw, &mut d, 0, &body, 0);
-    let mut dg = raw.est.keys.file_digest(0, body.len() as u64, 65536);
-    dg.push(&mac);
-    raw.send(&Message::FileEnd {
-        file_id: 0,
-        digest: dg.finish(),
-    });
-    let answer = loop {
-        match raw.recv_any().unwrap() {
-            m @ (Message::FileCommitted { .. } | Message::FileFailed { .. }) => break m,
-            Message::EntryFailed { message, .. } => eprintln!("entry failed: {message}"),
-            _ => {}
-        }
-    };
-    eprintln!(
-        "answer {answer:?}; tree {:?}; log {}",
-        tree(&root),
-        srv.log()
-    );
-    let meta = std::fs::symlink_metadata(root.join("t.bin"));
-    assert_eq!(std::fs::read(outside.join("victim")).unwrap(), b"original");
-    if let Ok(m) = &meta {
-        assert!(
-            !m.file_type().is_symlink(),
-            "GOT THROUGH: committed ({answer:?}) t.bin is a symlink -> {:?}",
-            std::fs::read_link(root.join("t.bin"))
-        );
-    }
-}
-
 // ---------------------------------------------------------------- idle: refused entries
 
 /// Refused PutFiles (new ids, nothing written) every second keep a push session open past
