@@ -138,24 +138,6 @@ fn offers_are_held_to_a_byte_budget_however_they_are_split() {
 }
 
 #[test]
-fn progress_past_a_files_size_ends_a_pull() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    std::fs::write(root.join("want.bin"), vec![1u8; 200_000]).unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let (mut raw, _data) = raw_open(&srv, &env, true);
-    let id = next_put(&mut raw);
-    raw.send(&Message::Progress {
-        file_id: id,
-        bytes: 1 << 40,
-    });
-    let (code, why) = error_from(&mut raw).expect("an Error");
-    assert_eq!(code, ErrorCode::Protocol);
-    assert!(why.contains("Progress of"), "{why}");
-    assert_eq!(tree(&root), ["want.bin"]);
-}
-
-#[test]
 fn a_chunk_size_too_small_for_a_file_plans_nothing_for_it() {
     // The session's chunk size comes from the client; a chunk plan past the per-file limit
     // (here 4 KiB chunks of 16 GiB) is refused for that file, and the session goes on.

@@ -16,6 +16,7 @@
 mod bounds;
 mod confinement;
 mod harness;
+mod honesty;
 mod logs;
 pub(crate) mod monitor;
 mod partials;

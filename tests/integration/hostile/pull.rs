@@ -12,25 +12,6 @@ use super::harness::*;
 use crate::util::*;
 
 #[test]
-fn a_benign_pull_through_the_harness_stores_the_file() {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest.join("got.txt"), &[]);
-    assert_eq!(evil.gets, vec![(b"want.txt".to_vec(), b"got.txt".to_vec())]);
-    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-    assert!(matches!(
-        evil.send_file(0, b"got.txt", &body),
-        Message::FileCommitted { verified: true, .. }
-    ));
-    evil.finish();
-    let o = wait_output(child, 30);
-    assert!(o.status.success(), "{}", both(&o));
-    assert_eq!(std::fs::read(dest.join("got.txt")).unwrap(), body);
-    assert_eq!(mode(&dest.join("got.txt")), 0o755, "setuid dropped");
-    assert_eq!(tree(&dest), vec!["got.txt"]);
-}
-
-#[test]
 fn texts_from_a_hostile_server_never_reach_the_terminal_raw() {
     let env = Env::new();
     let dest = env.mkdir("dest");

@@ -16,65 +16,6 @@ use crate::util::*;
 
 // ------------------------------------------------------------------ serve --once
 
-/// `serve --once` runs a session for the operator (here a real `zcp send` of 512 MiB). While
-/// it is in flight, a key holder opens a second session, makes one directory and finishes.
-/// The server returns after the first session to *end* — the key holder's — with its code
-/// (0), and the process exit cuts the operator's transfer off.
-/// SAFE: `--once` does not report success while the session it ran for did not complete
-/// (either it waits for it, refuses the second session, or exits non-zero). Fixed: the
-/// second session is refused as busy, and the first runs to its end.
-#[test]
-fn once_exits_0_on_another_sessions_success_while_the_real_one_is_cut() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let src = env.path("big.bin");
-    make_file(&src, 512 << 20, 64 << 20, 4);
-    let mut srv = ServerProc::start(&root, &env.key, &["--once"]);
-    let honest = {
-        let mut c = send_cmd(srv.port, &env.key, &src, "big.bin", &SLOW);
-        c.args(["-i", "0"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        c.spawn().unwrap()
-    };
-    // The operator's session is under way once its part file is there.
-    let end = Instant::now() + Duration::from_secs(10);
-    while own_files(&root).is_empty() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(!own_files(&root).is_empty(), "the honest send started");
-    // A second client's short session (a key holder's, or anyone's).
-    let small = env.path("small.bin");
-    make_dense(&small, 1000, 5);
-    let second = run(
-        send_cmd(srv.port, &env.key, &small, "small.bin", &["-i", "0"]),
-        30,
-    );
-    let code = srv.exit_code(120);
-    let o = wait_output(honest, 60);
-    let arrived = root.join("big.bin").exists() && same_file(&src, &root.join("big.bin"));
-    println!(
-        "serve --once exit {code:?}; honest send exit {:?}; big.bin arrived: {arrived}; \
-         second session: {:?} {}",
-        o.status.code(),
-        second.status.code(),
-        both(&second).lines().last().unwrap_or("")
-    );
-    assert!(
-        code != Some(0) || arrived,
-        "GOT THROUGH: serve --once exited 0 (another session's outcome) while the transfer it \
-         ran for was cut off: send said {}",
-        both(&o).lines().last().unwrap_or("")
-    );
-    // --once runs one session: the second is refused as busy, the first runs to its end.
-    assert!(!second.status.success(), "{}", both(&second));
-    assert!(both(&second).contains("serve --once"), "{}", both(&second));
-    assert!(!root.join("small.bin").exists());
-    assert!(o.status.success() && arrived, "{}", both(&o));
-    assert_eq!(code, Some(0));
-}
-
 // ------------------------------------------------------------------ in-place keep
 
 /// A malicious server answers `get want.bin` (the user has a `want.bin` of 128 KiB) with a

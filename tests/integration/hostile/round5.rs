@@ -407,38 +407,6 @@ fn once_a_welcome_that_cannot_be_written_wedges_the_server() {
 
 // ------------------------------------------------------------------ refused correctly
 
-/// `Progress` for a file awaiting `Go` that claims more bytes checked than were offered.
-/// SAFE: a protocol error ends the session; the existing target is untouched, nothing of
-/// zcp's stays.
-#[test]
-fn push_progress_past_the_offered_bytes_ends_the_session() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let size = 1u64 << 20;
-    make_dense(&root.join("t.bin"), size, 11);
-    let copy = env.path("t.copy");
-    std::fs::copy(root.join("t.bin"), &copy).unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let (mut raw, _data) = raw_open(&srv, &env, false);
-    raw.send(&pf(0, b"t.bin", size, 65536));
-    loop {
-        match next_raw(&mut raw, Duration::from_secs(8), chatter) {
-            Ok(Some(Message::Have(_))) => {}
-            Ok(Some(Message::FileReady { resumed: true, .. })) => break,
-            other => panic!("{other:?}"),
-        }
-    }
-    raw.send(&Message::Progress {
-        file_id: 0,
-        bytes: size + 1,
-    });
-    let (code, why) = error_from(&mut raw).expect("an Error");
-    println!("{code:?}: {why}");
-    assert_eq!(code, zcp_wire::ErrorCode::Protocol, "GOT THROUGH: {why}");
-    assert!(same_file(&copy, &root.join("t.bin")));
-    assert!(no_partials(&root, 10), "{:?}", tree(&root));
-}
-
 /// `Progress` counting up fast, but for a file that awaits no `Go` (nothing was offered):
 /// chatter. SAFE: the session still ends at its idle timeout (2 s), well before 6 s.
 #[test]

@@ -348,25 +348,6 @@ fn log_injection_into_the_server_log() {
     );
 }
 
-/// Two names asked for, one sent: SAFE is a non-zero (partial) exit.
-#[test]
-fn pull_one_of_two_requested_then_finish_is_not_success() {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let (child, mut evil) = evil_get(&env, &["a.txt", "b.txt"], &dest, &[]);
-    let a = evil.send_file(0, b"a.txt", b"only this one");
-    assert!(matches!(a, Message::FileCommitted { .. }), "{a:?}");
-    evil.finish();
-    let o = wait_output(child, 30);
-    assert_eq!(tree(&dest), vec!["a.txt"]);
-    assert_ne!(
-        o.status.code(),
-        Some(0),
-        "GOT THROUGH: get of a.txt and b.txt exited 0 with b.txt missing: {}",
-        both(&o)
-    );
-}
-
 /// Log amplification: every peer text is logged, escaped (a control byte becomes up to six
 /// characters), with no rate limit and without being progress. Reports the ratio.
 #[test]
