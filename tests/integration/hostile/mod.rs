@@ -17,6 +17,7 @@ mod bounds;
 mod confinement;
 mod harness;
 mod honesty;
+mod idle_clock;
 mod logs;
 pub(crate) mod monitor;
 mod partials;

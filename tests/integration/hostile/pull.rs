@@ -59,36 +59,3 @@ fn more_streams_than_asked_for_opens_none() {
         both(&o)
     );
 }
-
-#[test]
-fn chatter_does_not_keep_a_pull_alive() {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let t = Instant::now();
-    let (child, mut evil) = evil_get(&env, &["f"], &dest, &["--idle-timeout", "2"]);
-    evil.put(0, b"f", b"", 1 << 20);
-    assert!(matches!(evil.next(), Message::FileReady { .. }));
-    // Notices forever (bounded here: until the client is gone, or 15 s), never a byte.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let chatter = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            for _ in 0..150 {
-                if done.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                evil.send(&Message::Notice {
-                    message: "still here".into(),
-                });
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
-    let o = wait_output(child, 30);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    chatter.join().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
-    assert!(both(&o).contains("no progress"), "{}", both(&o));
-    assert!(t.elapsed() < Duration::from_secs(9), "{:?}", t.elapsed());
-    assert!(no_partials(&dest, 5));
-}

@@ -7,6 +7,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use zcp_wire::{
@@ -250,6 +252,48 @@ impl Evil {
                 Err(_) => return,
             }
         }
+    }
+}
+
+/// An [`Evil`] making moves on a thread of its own (see [`Evil::chatter`]).
+pub struct Chatter {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Evil>,
+}
+
+impl Evil {
+    /// Makes move `turn(evil, i)` for `i` in `0..turns`, `every` apart, on a thread of its
+    /// own (while the test waits for the client) until [`Chatter::stop`].
+    pub fn chatter(
+        self,
+        turns: u32,
+        every: Duration,
+        mut turn: impl FnMut(&mut Evil, u32) + Send + 'static,
+    ) -> Chatter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            let mut evil = self;
+            std::thread::spawn(move || {
+                for i in 0..turns {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    turn(&mut evil, i);
+                    std::thread::sleep(every);
+                }
+                evil
+            })
+        };
+        Chatter { stop, thread }
+    }
+}
+
+impl Chatter {
+    /// Stops the moves; the server, for the rest of the test.
+    pub fn stop(self) -> Evil {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 

@@ -34,55 +34,6 @@ fn part_in(dir: &Path) -> String {
 
 // ---------------------------------------------------------------- idle: refused entries
 
-/// Refused PutFiles (new ids, nothing written) every second keep a push session open past
-/// --idle-timeout 2. SAFE: the session ends within a few seconds.
-#[test]
-fn refused_putfiles_hold_a_session_past_the_idle_timeout() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let srv = ServerProc::start(&root, &env.key, &["--idle-timeout", "2"]);
-    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
-    let _d = raw.data(srv.port, 0).unwrap();
-    raw.s
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let t = Instant::now();
-    let mut id = 0u32;
-    let mut closed = false;
-    let mut last = Instant::now() - Duration::from_secs(5);
-    while t.elapsed() < Duration::from_secs(9) {
-        if last.elapsed() >= Duration::from_millis(700) {
-            raw.send(&pf(id, b"../escape", 10, 65536));
-            id += 1;
-            last = Instant::now();
-        }
-        match raw.recv_any() {
-            Ok(Message::Error { message, .. }) => eprintln!("error: {message}"),
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => {
-                closed = true;
-                break;
-            }
-        }
-    }
-    eprintln!(
-        "closed {closed} after {:?}, {id} refusals; log {}",
-        t.elapsed(),
-        srv.log()
-    );
-    assert_eq!(tree(&root), Vec::<String>::new());
-    assert!(
-        closed,
-        "GOT THROUGH: refused PutFiles held the session {:?} past --idle-timeout 2",
-        t.elapsed()
-    );
-}
-
 // ---------------------------------------------------------------- memory: control flood
 
 /// A client that never reads its control connection makes the server's loop block on a

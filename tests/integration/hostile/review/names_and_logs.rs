@@ -209,66 +209,6 @@ fn planted_part_and_journal_poison_a_later_honest_pull() {
     );
 }
 
-/// A malicious server keeps `get --idle-timeout 2` alive without sending one byte:
-/// `mode` 0: a refused PutFile (new id, name not asked for) every 0.7 s;
-/// `mode` 1: a ChunkMac for the next chunk of an announced file every 0.7 s.
-fn pull_idle_held(mode: u8) -> (Option<i32>, Duration, String) {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let t = Instant::now();
-    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &["--idle-timeout", "2"]);
-    if mode == 1 {
-        evil.put(0, b"want.txt", b"", 100 << 20);
-        assert!(matches!(evil.next(), Message::FileReady { .. }));
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let th = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            for i in 0..14u32 {
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                if mode == 0 {
-                    evil.put(10 + i, format!("other{i}").as_bytes(), b"", 5);
-                } else {
-                    evil.send(&Message::ChunkMac {
-                        file_id: 0,
-                        index: u64::from(i),
-                        mac: [0; 32],
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(700));
-            }
-            evil
-        })
-    };
-    let o = wait_output(child, 30);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = th.join();
-    (o.status.code(), t.elapsed(), both(&o))
-}
-
-#[test]
-fn pull_refused_putfiles_hold_get_past_idle_timeout() {
-    let (code, took, out) = pull_idle_held(0);
-    eprintln!("exit {code:?} after {took:?}: {out}");
-    assert!(
-        took < Duration::from_secs(7),
-        "GOT THROUGH: refused PutFiles kept get --idle-timeout 2 alive {took:?}"
-    );
-}
-
-#[test]
-fn pull_chunk_macs_without_data_hold_get_past_idle_timeout() {
-    let (code, took, out) = pull_idle_held(1);
-    eprintln!("exit {code:?} after {took:?}: {out}");
-    assert!(
-        took < Duration::from_secs(7),
-        "GOT THROUGH: ChunkMacs without a byte kept get --idle-timeout 2 alive {took:?}"
-    );
-}
-
 /// Texts a client controls before and around a session, into the server log: an
 /// unauthenticated Error, an unknown engine name, Get paths, EntryFailed in a pull.
 #[test]
