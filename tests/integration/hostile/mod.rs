@@ -13,7 +13,6 @@
 //! `round5`: the second
 //! to fifth independent attackers' cases.
 
-mod bounds;
 mod confinement;
 mod harness;
 mod honesty;
@@ -27,6 +26,7 @@ mod pull;
 mod push;
 mod rate;
 mod raw;
+mod resource_bounds;
 mod review;
 mod round3;
 mod round4;

@@ -145,61 +145,6 @@ fn a_resume_cut_before_go_keeps_the_part_file_and_journal() {
 }
 
 #[test]
-fn have_floods_end_a_pull_session_and_the_server_serves_on() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    std::fs::write(root.join("want.bin"), vec![1u8; 200_000]).unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    type Entries = Vec<(u64, [u8; 32])>;
-    let cases: [(&str, Entries); 3] = [
-        ("duplicate", vec![(0, [0; 32]), (0, [0; 32])]),
-        ("out of range", vec![(4, [0; 32])]),
-        (
-            "more than the chunks",
-            (0..1500).map(|i| (i, [0; 32])).collect(),
-        ),
-    ];
-    for (what, entries) in cases {
-        let (mut raw, _data) = raw_open(&srv, &env, true);
-        let id = next_put(&mut raw);
-        for _ in 0..50 {
-            raw.send(&Message::Have(Have {
-                file_id: id,
-                client_nonce: [1; 32],
-                server_nonce: [2; 32],
-                old_file_id: 0,
-                entries: entries.clone(),
-            }));
-        }
-        let (code, why) = error_from(&mut raw).expect(what);
-        assert_eq!(code, ErrorCode::Protocol, "{what}: {why}");
-        assert!(
-            why.contains("Have") || why.contains("chunk"),
-            "{what}: {why}"
-        );
-    }
-    // A Have for a file never announced, and after its FileReady: refused as well.
-    let (mut raw, _data) = raw_open(&srv, &env, true);
-    raw.send(&Message::Have(Have {
-        file_id: 77,
-        client_nonce: [1; 32],
-        server_nonce: [2; 32],
-        old_file_id: 0,
-        entries: vec![(0, [0; 32])],
-    }));
-    let (_, why) = error_from(&mut raw).expect("unknown file");
-    assert!(why.contains("unknown file"), "{why}");
-    assert_eq!(tree(&root), vec!["want.bin"]);
-    let src = env.path("alive");
-    make_dense(&src, 100_000, 3);
-    let o = run(
-        send_cmd(srv.port, &env.key, &src, "alive", &["-i", "0"]),
-        20,
-    );
-    assert!(o.status.success(), "{}", both(&o));
-}
-
-#[test]
 fn protocol_errors_are_said_and_logged() {
     let env = Env::new();
     let root = env.mkdir("root");
