@@ -14,14 +14,13 @@
 //! to fifth independent attackers' cases.
 
 mod confinement;
+pub(crate) mod escaping;
 mod harness;
 mod honesty;
 mod idle_clock;
-mod logs;
-pub(crate) mod monitor;
 mod partials;
 mod peer;
-mod plan;
+mod preauth;
 mod pull;
 mod push;
 mod rate;
