@@ -14,6 +14,7 @@
 //! to fifth independent attackers' cases.
 
 mod confinement;
+mod downgrade;
 pub(crate) mod escaping;
 mod harness;
 mod honesty;
@@ -23,7 +24,6 @@ mod peer;
 mod preauth;
 mod pull;
 mod push;
-mod rate;
 mod raw;
 mod resource_bounds;
 mod review;
@@ -32,4 +32,3 @@ mod round4;
 mod round5;
 mod sparse;
 mod udp;
-mod verify;

@@ -71,37 +71,6 @@ fn gram(tag: [u8; 8], file: u32, offset: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn unknown_transports_and_modes_are_refused_by_name() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let cases = [
-        ("quic", "fair", "unknown transport 'quic' (known: tcp, udp)"),
-        ("\x1b[2Judp", "fair", "unknown transport"),
-        (
-            "udp",
-            "greedy",
-            "unknown UDP mode 'greedy' (known: fair, fixed)",
-        ),
-        ("udp", "fixed", "give --limit-rate"),
-    ];
-    for (t, m, want) in cases {
-        let mut raw = Raw::authenticate(srv.port, env.psk());
-        raw.send(&open(false, t, m, "blake3"));
-        let (code, why) = error_from(&mut raw).expect("an Error");
-        assert!(
-            matches!(code, ErrorCode::Protocol | ErrorCode::Limit),
-            "{why}"
-        );
-        assert!(why.contains(want), "{t:?} {m:?}: {why}");
-        assert!(raw.data(srv.port, 0).is_err(), "no stream joins");
-    }
-    let log = srv.log();
-    assert!(!log.contains('\x1b'), "{log:?}");
-    assert_eq!(tree(&root), Vec::<String>::new());
-}
-
-#[test]
 fn stray_spoofed_and_misplaced_datagrams_never_reach_the_disk() {
     let env = Env::new();
     let root = env.mkdir("root");
