@@ -11,56 +11,6 @@ use super::harness::*;
 use crate::util::*;
 
 #[test]
-fn go_restart_for_a_file_never_offered_commits_nothing() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let (mut raw, mut data) = raw_open(&srv, &env, false);
-    let body = vec![0xabu8; 131072];
-    raw.send(&Message::PutFile(PutFile {
-        file_id: 0,
-        dest: b"t.bin".to_vec(),
-        name: Vec::new(),
-        size: body.len() as u64,
-        mode: 0o644,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        chunk_size: 65536,
-        sparse: false,
-    }));
-    assert!(matches!(
-        raw.recv().unwrap(),
-        Message::FileReady { resumed: false, .. }
-    ));
-    let macs = [
-        push_chunk(&mut raw, &mut data, 0, &body, 0),
-        push_chunk(&mut raw, &mut data, 0, &body, 1),
-    ];
-    let mut acks = 0;
-    while acks < 2 {
-        if let Message::ChunkAck { ok: true, .. } = raw.recv_any().unwrap() {
-            acks += 1;
-        }
-    }
-    raw.send(&Message::Go {
-        file_id: 0,
-        restart: true,
-    });
-    let mut d = raw.est.keys.file_digest(0, body.len() as u64, 65536);
-    macs.iter().for_each(|m| d.push(m));
-    raw.send(&Message::FileEnd {
-        file_id: 0,
-        digest: d.finish(),
-    });
-    let (code, why) = error_from(&mut raw).expect("an Error frame before the close");
-    assert_eq!(code, ErrorCode::Protocol);
-    assert!(why.contains("not offered"), "{why}");
-    assert!(srv.wait_log("not offered", 5), "{}", srv.log());
-    // Never an all-zero (or any) file under the final name; the verified chunks stay.
-    assert!(!root.join("t.bin").exists(), "{:?}", tree(&root));
-}
-
-#[test]
 fn a_resume_cut_before_go_keeps_the_part_file_and_journal() {
     let env = Env::new();
     let root = env.mkdir("root");
@@ -142,40 +92,4 @@ fn a_resume_cut_before_go_keeps_the_part_file_and_journal() {
     assert!(o.status.success(), "{}", both(&o));
     assert_eq!(v["end"]["resume"]["bytes_skipped"], 65536, "{v}");
     assert!(same_file(&src, &root.join("r.bin")));
-}
-
-#[test]
-fn protocol_errors_are_said_and_logged() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let (mut raw, _data) = raw_open(&srv, &env, false);
-    raw.send(&Message::ChunkMac {
-        file_id: 99,
-        index: 0,
-        mac: [0; 32],
-    });
-    let (code, why) = error_from(&mut raw).expect("an Error frame");
-    assert_eq!(code, ErrorCode::Protocol);
-    assert!(why.contains("unknown file 99"), "{why}");
-    assert!(srv.wait_log("unknown file 99", 5), "{}", srv.log());
-    // A chunk header that does not fit its file: the stream closes, the log says why.
-    let (mut raw, mut data) = raw_open(&srv, &env, false);
-    raw.send(&Message::PutFile(PutFile {
-        file_id: 0,
-        dest: b"x.bin".to_vec(),
-        name: Vec::new(),
-        size: 100_000,
-        mode: 0o644,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        chunk_size: 65536,
-        sparse: false,
-    }));
-    assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
-    data.write_all(&ChunkHeader::data(0, 4096, 65536).encode())
-        .unwrap();
-    assert!(closes(&mut data, 10));
-    assert!(srv.wait_log("data stream", 5), "{}", srv.log());
-    assert!(!root.join("x.bin").exists());
 }

@@ -1,55 +1,15 @@
-//! The second review, continued: planted part files and journals, idle clocks held by a
-//! malicious server, links, log injection, path spellings and sequencing games.
+//! Resume without trust: part files and journals planted by a key holder (under their own
+//! names, in another case, or through a malicious server in a `get -r`) never make a later
+//! honest transfer commit forged bytes; a `Go` for a file never offered commits nothing; a
+//! chunk held for `Go` lands only after a restart emptied the part file.
 
-use super::*;
+use std::io::Write;
+use std::time::Duration;
 
-/// Pushes `body` as file `id` named `dest` over `data` (64 KiB chunks), honestly; the answer.
-fn push_whole(raw: &mut Raw, data: &mut TcpStream, id: u32, dest: &[u8], body: &[u8]) -> Message {
-    raw.send(&pf(id, dest, body.len() as u64, 65536));
-    loop {
-        match raw.recv().unwrap() {
-            Message::FileReady { resumed, .. } => {
-                if resumed {
-                    // Offered what is there already: start over, as an honest sender does
-                    // when it does not check.
-                    raw.send(&Message::Go {
-                        file_id: id,
-                        restart: true,
-                    });
-                }
-                break;
-            }
-            Message::Have(_) => {}
-            other => return other,
-        }
-    }
-    let n = body.len().div_ceil(65536);
-    let mut d = raw.est.keys.file_digest(id, body.len() as u64, 65536);
-    for i in 0..n {
-        let mac = push_chunk(raw, data, id, body, i);
-        d.push(&mac);
-    }
-    if n > 1 {
-        let mut acks = 0;
-        while acks < n {
-            match raw.recv_any().unwrap() {
-                Message::ChunkAck { ok: true, .. } => acks += 1,
-                Message::Progress { .. } => {}
-                other => return other,
-            }
-        }
-    }
-    raw.send(&Message::FileEnd {
-        file_id: id,
-        digest: d.finish(),
-    });
-    loop {
-        match raw.recv_any().unwrap() {
-            Message::Progress { .. } | Message::ChunkAck { .. } => {}
-            m => return m,
-        }
-    }
-}
+use zcp_wire::{ChunkHeader, ErrorCode, Message, PutFile};
+
+use crate::hostile::peer::*;
+use crate::util::*;
 
 /// Cross-session poisoning. A key holder plants, under ordinary names, a part file holding
 /// bytes of its choice and a journal whose MACs are those of the *honest* content (it needs
@@ -207,4 +167,143 @@ fn planted_part_and_journal_poison_a_later_honest_pull() {
         o.status.code(),
         stored[0]
     );
+}
+
+/// zcp's own names are refused for every entry (round 2: a planted part file and journal
+/// made a later honest transfer "resume" forged bytes as verified). The check compares bytes:
+/// `.ZCP-<k>.PART` and `.ZCP-<k>.JOURNAL` pass. On a root where names are case-insensitive
+/// (vfat/exFAT disks, SMB shares, ext4/f2fs/tmpfs directories with casefold) those ARE the
+/// part file and journal of `t.bin`, and the round-2 poisoning works again. (Not run end to
+/// end here: this kernel has no casefold, and FUSE's FAT cannot chmod, so zcp commits
+/// nothing there at all.)
+/// SAFE: a `PutFile` (or `MakeDir`, `MakeLink`) naming any case of zcp's own names is refused.
+#[test]
+fn own_names_in_another_case_are_not_refused() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (mut raw, mut data) = raw_open(&srv, &env, false);
+    let mut refused = Vec::new();
+    let mut stored = Vec::new();
+    for (id, name) in [
+        (0u32, &b".ZCP-ad589cba5daedaec.PART"[..]),
+        (1, b".Zcp-ad589cba5daedaec.Journal"),
+    ] {
+        let body = vec![7u8; 1000];
+        raw.send(&pf(id, name, body.len() as u64, 65536));
+        match raw.recv().unwrap() {
+            Message::FileReady { .. } => {
+                let mac = push_chunk(&mut raw, &mut data, id, &body, 0);
+                let digest = raw.digest(id, body.len() as u64, &[mac]);
+                raw.send(&Message::FileEnd {
+                    file_id: id,
+                    digest,
+                });
+                if let Message::FileCommitted { .. } = raw.recv().unwrap() {
+                    stored.push(String::from_utf8_lossy(name).into_owned());
+                }
+            }
+            Message::FileFailed { .. } => refused.push(String::from_utf8_lossy(name).into_owned()),
+            other => panic!("{other:?}"),
+        }
+    }
+    let _ = raw_finish(&mut raw, &mut [data]);
+    println!("refused {refused:?}, stored {stored:?}: {:?}", tree(&root));
+    assert!(
+        stored.is_empty(),
+        "GOT THROUGH: zcp's own part-file and journal names in another case were stored: \
+         {stored:?} (on a case-insensitive root, a planted part file and journal for t.bin)"
+    );
+}
+
+#[test]
+fn go_restart_for_a_file_never_offered_commits_nothing() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (mut raw, mut data) = raw_open(&srv, &env, false);
+    let body = vec![0xabu8; 131072];
+    raw.send(&Message::PutFile(PutFile {
+        mtime_sec: 0,
+        ..put_file(0, b"t.bin", body.len() as u64, 65536)
+    }));
+    assert!(matches!(
+        raw.recv().unwrap(),
+        Message::FileReady { resumed: false, .. }
+    ));
+    let macs = [
+        push_chunk(&mut raw, &mut data, 0, &body, 0),
+        push_chunk(&mut raw, &mut data, 0, &body, 1),
+    ];
+    raw.acks(0, 2);
+    raw.send(&Message::Go {
+        file_id: 0,
+        restart: true,
+    });
+    let digest = raw.digest(0, body.len() as u64, &macs);
+    raw.send(&Message::FileEnd { file_id: 0, digest });
+    let (code, why) = error_from(&mut raw).expect("an Error frame before the close");
+    assert_eq!(code, ErrorCode::Protocol);
+    assert!(why.contains("not offered"), "{why}");
+    assert!(srv.wait_log("not offered", 5), "{}", srv.log());
+    // Never an all-zero (or any) file under the final name; the verified chunks stay.
+    assert!(!root.join("t.bin").exists(), "{:?}", tree(&root));
+}
+
+/// A chunk of a resumed file waits on its stream for `Go`; the sender then says
+/// Go{restart}. SAFE: the held chunk lands only after the part file was emptied, the file
+/// is sent whole, and what commits is exactly the honest content.
+#[test]
+fn push_a_chunk_held_for_go_then_restart() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::connect_with(srv.port, env.psk(), "auto", 1);
+    let mut d = raw.data(srv.port, 0).unwrap();
+    let honest: Vec<u8> = (0..131072u32).map(|i| (i % 241) as u8).collect();
+    raw.announce(0, b"r.bin", 131072, 65536);
+    // Chunk 0 of an OLD version (durable), then the file is given up: kept for a resume.
+    let old = vec![0x99u8; 65536];
+    raw.land(&mut d, 0, 0, 0, &old);
+    // A failed read: the part file is kept for the resume below.
+    raw.send(&Message::FileAbort {
+        file_id: 0,
+        code: ErrorCode::Io,
+        message: "x".into(),
+    });
+    let r = raw.announce(1, b"r.bin", 131072, 65536);
+    assert!(
+        matches!(r, Message::FileReady { resumed: true, .. }),
+        "{r:?}"
+    );
+    // Chunk 1 before Go: held.
+    d.write_all(&ChunkHeader::data(1, 65536, 65536).encode())
+        .unwrap();
+    d.write_all(&honest[65536..]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    raw.send(&Message::Go {
+        file_id: 1,
+        restart: true,
+    });
+    d.write_all(&ChunkHeader::data(1, 0, 65536).encode())
+        .unwrap();
+    d.write_all(&honest[..65536]).unwrap();
+    let mut macs = Vec::new();
+    for i in 0..2u64 {
+        let c = &honest[i as usize * 65536..(i as usize + 1) * 65536];
+        let m = mac_of(&raw, 1, i * 65536, c);
+        macs.push(m);
+        raw.send(&Message::ChunkMac {
+            file_id: 1,
+            index: i,
+            mac: m,
+        });
+    }
+    raw.acks(1, 2);
+    let digest = raw.digest(1, 131072, &macs);
+    let a = raw.commit(1, digest);
+    assert!(matches!(a, Message::FileCommitted { .. }), "{a:?}");
+    assert_eq!(std::fs::read(root.join("r.bin")).unwrap(), honest);
+    assert!(no_partials(&root, 5));
+    assert!(!tree(&root).iter().any(|p| p.ends_with(".journal")));
 }
