@@ -177,16 +177,11 @@ fn a_source_changed_abort_removes_nothing_of_another_session() {
     // The first session finishes its file.
     let body = body();
     let mac1 = push_chunk(&mut a, &mut a_data, 0, &body, 1);
-    let mut digest = a.est.keys.file_digest(0, SIZE, 65536);
-    digest.push(&mac_of(&a, 0, 0, &body[..65536]));
-    digest.push(&mac1);
+    let digest = a.digest(0, SIZE, &[mac_of(&a, 0, 0, &body[..65536]), mac1]);
     wait_for(&mut a, 10, "ChunkAck 1", |m| {
         matches!(m, Message::ChunkAck { ok: true, .. })
     });
-    a.send(&Message::FileEnd {
-        file_id: 0,
-        digest: digest.finish(),
-    });
+    a.send(&Message::FileEnd { file_id: 0, digest });
     wait_for(&mut a, 10, "FileCommitted", |m| {
         matches!(m, Message::FileCommitted { .. })
     });

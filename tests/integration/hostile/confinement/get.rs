@@ -431,9 +431,7 @@ fn pull_in_place_keep_chmods_the_users_hard_linked_file() {
     let keys = env.mkdir("keys");
     let private = keys.join("id.bin");
     let body: Vec<u8> = (0..150_000u32).map(|i| (i % 239) as u8).collect();
-    std::fs::write(&private, &body).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::hard_link(&private, dest.join("want.bin")).unwrap();
+    hard_linked(&private, &body, &dest.join("want.bin"));
     // The announced mtime: in a pull only an unchanged file is offered, so the link count
     // alone decides here.
     set_mtime(&private, 1_000_000);
@@ -459,14 +457,8 @@ fn pull_in_place_keep_chmods_the_users_hard_linked_file() {
             file_id: 0,
             restart: false,
         });
-        let mut d = evil.est.keys.file_digest(0, size, 65536);
-        for m in &macs {
-            d.push(&m.expect("every chunk offered"));
-        }
-        evil.send(&Message::FileEnd {
-            file_id: 0,
-            digest: d.finish(),
-        });
+        let digest = evil.digest(0, size, &all_offered(&macs));
+        evil.send(&Message::FileEnd { file_id: 0, digest });
     } else {
         evil.send(&Message::FileAbort {
             file_id: 0,

@@ -478,9 +478,7 @@ fn push_in_place_keep_chmods_a_hard_linked_file_outside_the_root() {
     let outside = env.mkdir("outside");
     let secret = outside.join("report.csv");
     let body: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
-    std::fs::write(&secret, &body).unwrap();
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::hard_link(&secret, root.join("report.csv")).unwrap();
+    hard_linked(&secret, &body, &root.join("report.csv"));
     let before = std::fs::metadata(&secret).unwrap();
     let srv = ServerProc::start(&root, &env.key, &[]);
     let (mut raw, _data) = raw_open(&srv, &env, false);
@@ -507,14 +505,8 @@ fn push_in_place_keep_chmods_a_hard_linked_file_outside_the_root() {
             file_id: 0,
             restart: false,
         });
-        let mut d = raw.est.keys.file_digest(0, size, 65536);
-        for m in &macs {
-            d.push(&m.expect("every chunk offered"));
-        }
-        raw.send(&Message::FileEnd {
-            file_id: 0,
-            digest: d.finish(),
-        });
+        let digest = raw.digest(0, size, &all_offered(&macs));
+        raw.send(&Message::FileEnd { file_id: 0, digest });
     }
     let answer = next_raw(&mut raw, Duration::from_secs(8), keepalive);
     let after = std::fs::metadata(&secret).unwrap();

@@ -74,4 +74,3 @@ pub fn push_evil(env: &Env, srv: &ServerProc, root: &std::path::Path) {
         "{name:?}"
     );
 }
-

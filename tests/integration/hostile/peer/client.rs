@@ -93,9 +93,12 @@ impl Raw {
     /// Waits for `n` positive `ChunkAck`s of file `id`.
     pub fn acks(&mut self, id: u32, n: usize) {
         for _ in 0..n {
-            wait_for(self, 10, "ChunkAck", |m| {
-                matches!(m, Message::ChunkAck { file_id, ok: true, .. } if *file_id == id)
-            });
+            wait_for(
+                self,
+                10,
+                "ChunkAck",
+                |m| matches!(m, Message::ChunkAck { file_id, ok: true, .. } if *file_id == id),
+            );
         }
     }
 

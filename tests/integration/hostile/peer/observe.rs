@@ -39,6 +39,21 @@ pub fn set_mtime(p: &Path, secs: u64) {
         .unwrap();
 }
 
+/// A private file (0600) at `private` holding `body`, hard-linked at `link`: the name a peer
+/// may reach (`link`) shares its inode with one it may not.
+pub fn hard_linked(private: &Path, body: &[u8], link: &Path) {
+    std::fs::write(private, body).unwrap();
+    std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(private, link).unwrap();
+}
+
+/// Every chunk MAC a receiver offered (`Have`), in order; panics on a chunk not offered.
+pub fn all_offered(macs: &[Option<[u8; 32]>]) -> Vec<[u8; 32]> {
+    macs.iter()
+        .map(|m| m.expect("every chunk offered"))
+        .collect()
+}
+
 /// No raw terminal control byte (ESC, BEL, CR) in anything the client printed.
 pub fn no_control_bytes(o: &Output) {
     for b in [0x1b_u8, 0x07, b'\r'] {

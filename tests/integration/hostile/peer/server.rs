@@ -186,6 +186,13 @@ impl Evil {
         *h.finalize().as_bytes()
     }
 
+    /// The file digest of file `id` (`size` bytes in 64 KiB chunks) over these chunk MACs.
+    pub fn digest(&self, id: u32, size: u64, macs: &[[u8; 32]]) -> [u8; 32] {
+        let mut d = self.est.keys.file_digest(id, size, 65536);
+        macs.iter().for_each(|m| d.push(m));
+        d.finish()
+    }
+
     /// Writes `bytes` as chunk (`id`, `off`) on data stream 0, header first.
     pub fn chunk(&mut self, id: u32, off: u64, bytes: &[u8]) -> std::io::Result<()> {
         let d = &mut self.data[0];

@@ -86,7 +86,13 @@ fn pull_control_flood_grows_the_client() {
     let env = Env::new();
     let (l, port) = listener();
     let dest = env.mkdir("dest");
-    let mut child = get(port, &env.key, &["want.txt"], &dest, &["--idle-timeout", "30"]);
+    let mut child = get(
+        port,
+        &env.key,
+        &["want.txt"],
+        &dest,
+        &["--idle-timeout", "30"],
+    );
     // Drain the client's output so only the network can stall it.
     let out = child.stdout.take().unwrap();
     let err = child.stderr.take().unwrap();
