@@ -437,7 +437,7 @@ fn the_status_page_shows_a_running_push_in_chromium() {
     let srv = ServerProc::start(&root, &env.key, &["--metrics", "127.0.0.1:0"]);
     let m = monitor_addr(&srv);
     // First a hostile client's file name, all markup, script and terminal escapes.
-    crate::hostile::monitor::push_evil(&env, &srv, &root);
+    crate::hostile::escaping::monitor::push_evil(&env, &srv, &root);
     let src = env.path("slow.bin");
     make_dense(&src, 8 << 20, 3);
     // 16 Mbit/s: 8 MiB takes about four seconds.

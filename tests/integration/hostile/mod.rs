@@ -1,33 +1,47 @@
-//! The hostile-peer harness: a malicious *server* that holds the key and answers `zcp get`
-//! ([`Evil`]), and a malicious *client* ([`Raw`], extended here) against a real `zcp serve`.
-//! Both are built on zcp-wire and send any frame in any order. Every test asserts what is on
-//! disk afterwards, not only the exit code.
+//! Hostile peers that hold the key (and, before authentication, anyone who reaches a port),
+//! one directory or file per attack class. Every test asserts what is on disk afterwards,
+//! and what the victim reported, its exit code and where relevant its memory, not only
+//! that something was refused.
 //!
-//! `harness`: the malicious server ([`harness::Evil`]) and the helpers; `pull`: attacks by a
-//! server on `zcp get`; `push`: attacks by a client on `zcp serve`; `partials`: what is left
-//! on disk however a file is given up; `bounds`: what neither can make a peer hold or keep
-//! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
-//! or flooded totals; `exports`: a key holder reaching beyond its export; `rate`: the rate cap from either side; `verify`: the verify mode from
-//! either side, and unverified bytes within every bound; `raw`: a sender on `zcp recv`'s
-//! bare stream, which needs no key; `logs`: names made to break the transfer log; `review`, `round3`, `round4` and
-//! `round5`: the second
-//! to fifth independent attackers' cases.
+//! The peers: `peer/` (see its doc) is the one malicious server (`peer/server.rs`: `Evil`,
+//! for `zcp get` and `zcp send`) and the one malicious client (`peer/client.rs`: `Raw`
+//! sessions against `zcp serve`) every class uses, with `peer/observe.rs` for what a test
+//! looks at afterwards; `harness` re-exports them under the names of earlier rounds.
+//!
+//! The classes:
+//! - `confinement/`: writes beyond the root, destination or export; names, links, modes,
+//!   hard links (`get`, `serve`, `exports`);
+//! - `honesty/`: exit codes and claims: `get`'s and `serve --once`'s exit codes, `Progress`
+//!   from either side (`get`, `once`, `claims`);
+//! - `resource_bounds/`: what a peer can make the other side hold: memory, chunk tables and
+//!   offers, descriptors, the server log (`memory`, `tables`, `descriptors`, `logs`);
+//! - `idle_clock/`: sessions held without progress (`serve`, `get`);
+//! - `preauth/`: before or during the handshake: a cut handshake, the monitor's listener
+//!   (`handshake`, `monitor`);
+//! - `downgrade/`: session parameters a peer chooses or answers: verify mode, rate cap and
+//!   pacing, transport and streams (`verify`, `rate`, `transport`);
+//! - `integrity/`: nothing commits unverified: chunks and MACs, planted resumes, stale
+//!   writes, sparse extents, UDP datagrams (`chunks`, `resume`, `stale`, `sparse`, `udp`);
+//! - `escaping/`: network text on the terminal, in the logs and on the monitor page
+//!   (`terminal`, `logs`, `monitor`);
+//! - `partials`: what is left on disk when a file is given up, on either side;
+//! - `bare_stream`: a sender on `zcp recv`'s bare stream, which needs no key.
+//!
+//! Where the next test goes: in its class's directory, in the topic file of the side it
+//! attacks (or a new topic file there, listed in the class's `mod.rs` doc); a new class
+//! gets its own directory beside these, with a `mod.rs` that says what it holds, and a line
+//! above. A move of either peer that a second test could use goes into `peer/`, not into
+//! the test's file.
 
-mod bounds;
-mod exports;
+mod bare_stream;
+mod confinement;
+mod downgrade;
+pub(crate) mod escaping;
 mod harness;
-mod logs;
-pub(crate) mod monitor;
+mod honesty;
+mod idle_clock;
+mod integrity;
 mod partials;
-mod plan;
-mod pull;
-mod push;
-mod rate;
-mod raw;
-mod review;
-mod round3;
-mod round4;
-mod round5;
-mod sparse;
-mod udp;
-mod verify;
+mod peer;
+mod preauth;
+mod resource_bounds;

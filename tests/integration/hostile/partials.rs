@@ -1,15 +1,17 @@
 //! Part files that no later run can resume are removed, however the file was given up, on a
 //! server (a push) and on a client (a pull); part files that can be resumed stay. A client
-//! cannot turn the removal into one of anything but its own session's file. Each test asserts
-//! the directory listing afterwards.
+//! cannot turn the removal into one of anything but its own session's file; a resume cut
+//! before `Go` keeps what it can resume; a server keeping the user's existing file in place
+//! and then giving it up leaves nothing of zcp's beside it. Each test asserts the directory
+//! listing afterwards.
 
-use std::io::Write;
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use zcp_wire::{ChunkHeader, ErrorCode, Message};
+use zcp_wire::{ErrorCode, Message, PutFile};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
 
 const SIZE: u64 = 131_072;
@@ -175,16 +177,11 @@ fn a_source_changed_abort_removes_nothing_of_another_session() {
     // The first session finishes its file.
     let body = body();
     let mac1 = push_chunk(&mut a, &mut a_data, 0, &body, 1);
-    let mut digest = a.est.keys.file_digest(0, SIZE, 65536);
-    digest.push(&mac_of(&a, 0, 0, &body[..65536]));
-    digest.push(&mac1);
+    let digest = a.digest(0, SIZE, &[mac_of(&a, 0, 0, &body[..65536]), mac1]);
     wait_for(&mut a, 10, "ChunkAck 1", |m| {
         matches!(m, Message::ChunkAck { ok: true, .. })
     });
-    a.send(&Message::FileEnd {
-        file_id: 0,
-        digest: digest.finish(),
-    });
+    a.send(&Message::FileEnd { file_id: 0, digest });
     wait_for(&mut a, 10, "FileCommitted", |m| {
         matches!(m, Message::FileCommitted { .. })
     });
@@ -204,18 +201,7 @@ fn a_pull_whose_source_changed_leaves_no_part_file_in_the_destination() {
         evil.put(0, b"t.bin", b"", SIZE);
         assert!(matches!(evil.next(), Message::FileReady { .. }), "setup");
         let body = body();
-        let mut h = evil.est.keys.chunk_hasher(0, 0, 65536);
-        h.update(&body[..65536]);
-        let mac = *h.finalize().as_bytes();
-        evil.data[0]
-            .write_all(&ChunkHeader::data(0, 0, 65536).encode())
-            .unwrap();
-        evil.data[0].write_all(&body[..65536]).unwrap();
-        evil.send(&Message::ChunkMac {
-            file_id: 0,
-            index: 0,
-            mac,
-        });
+        evil.send_chunk(0, 0, 0, &body[..65536]);
         assert!(
             matches!(evil.next(), Message::ChunkAck { ok: true, .. }),
             "setup: chunk 0 durable"
@@ -234,4 +220,132 @@ fn a_pull_whose_source_changed_leaves_no_part_file_in_the_destination() {
         );
         assert!(!dest.join("t.bin").exists());
     }
+}
+
+#[test]
+fn a_resume_cut_before_go_keeps_the_part_file_and_journal() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let body: Vec<u8> = (0..196_608u32).map(|i| (i % 241) as u8).collect();
+    let put = |raw: &mut Raw| {
+        raw.send(&Message::PutFile(PutFile {
+            mtime_sec: 0,
+            ..put_file(0, b"r.bin", body.len() as u64, 65536)
+        }))
+    };
+    {
+        let (mut raw, mut data) = raw_open(&srv, &env, false);
+        put(&mut raw);
+        assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));
+        push_chunk(&mut raw, &mut data, 0, &body, 0);
+        loop {
+            if let Message::ChunkAck { ok: true, .. } = raw.recv_any().unwrap() {
+                break;
+            }
+        }
+    }
+    let parts = |root: &Path| {
+        let mut v: Vec<String> = tree(root)
+            .into_iter()
+            .filter(|n| n.starts_with(".zcp-"))
+            .map(|n| n.rsplit('.').next().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while parts(&root) != ["journal", "part"] && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(parts(&root), ["journal", "part"], "{:?}", tree(&root));
+    {
+        // Offered for resume, then cut off before Go.
+        let (mut raw, _data) = raw_open(&srv, &env, false);
+        put(&mut raw);
+        let mut haves = 0;
+        loop {
+            match raw.recv().unwrap() {
+                Message::Have(_) => haves += 1,
+                Message::FileReady { resumed, .. } => {
+                    assert!(resumed);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(haves > 0);
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while srv.log().matches(" failed: ").count() < 2 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(srv.log().matches(" failed: ").count(), 2, "{}", srv.log());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(parts(&root), ["journal", "part"], "{:?}", tree(&root));
+    // And a real sender resumes from it.
+    let src = env.path("src");
+    std::fs::write(&src, &body).unwrap();
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src,
+        "r.bin",
+        &["--chunk-size", "64K"],
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["resume"]["bytes_skipped"], 65536, "{v}");
+    assert!(same_file(&src, &root.join("r.bin")));
+}
+
+/// A malicious server answers `get want.bin` (the user has a `want.bin` of 128 KiB) with a
+/// `PutFile` of that size: the client hashes its file and offers it. The server keeps it all
+/// (`Go{keep}`), then gives the file up (`FileAbort`). Every chunk now counts as "durable", so
+/// the empty part file is kept "for a resume": a `.zcp-*.part` the user never asked for stays
+/// in the destination (and one more for every name the server does this to).
+/// SAFE: nothing of zcp's is left beside the user's file, which is unchanged.
+#[test]
+fn pull_in_place_keep_then_abort_leaves_a_part_file() {
+    let env = Env::new();
+    let dest = env.mkdir("dest");
+    let body: Vec<u8> = (0..131_072u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dest.join("want.bin"), &body).unwrap();
+    // The announced mtime: in a pull only an unchanged copy is offered back.
+    set_mtime(&dest.join("want.bin"), 1_000_000);
+    let (child, mut evil) = evil_get(&env, &["want.bin"], &dest, &[]);
+    evil.put(0, b"want.bin", b"", body.len() as u64);
+    let mut haves = 0;
+    loop {
+        match evil.next() {
+            Message::Have(_) => haves += 1,
+            Message::FileReady { resumed, .. } => {
+                assert!(resumed, "the existing target is offered");
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(haves > 0);
+    evil.send(&Message::Go {
+        file_id: 0,
+        restart: false,
+    });
+    evil.send(&Message::FileAbort {
+        file_id: 0,
+        code: zcp_wire::ErrorCode::Io,
+        message: "gone".into(),
+    });
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert!(!o.status.success(), "the file was given up: {}", both(&o));
+    assert_eq!(std::fs::read(dest.join("want.bin")).unwrap(), body);
+    // The part file is let go of on the client's own schedule.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        own_files(&dest),
+        Vec::<String>::new(),
+        "GOT THROUGH: an empty part file was kept in the user's directory: {:?}",
+        tree(&dest)
+    );
 }

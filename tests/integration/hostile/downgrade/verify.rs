@@ -8,34 +8,22 @@
 use std::io::Write;
 use std::net::TcpListener;
 
-use zcp_wire::{ChunkHeader, ErrorCode, Message, Open};
+use zcp_wire::{ChunkHeader, ErrorCode, Message, Open, Pacing};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
 
-fn open(verify: &str) -> Message {
-    Message::Open(Open {
-        pull: false,
-        recursive: false,
-        streams: 1,
-        idle_ms: 0,
-        recv_engine: "auto".into(),
-        send_engine: "sendfile".into(),
-        block_size: 0,
-        chunk_size: 0,
-        rate: 0,
+fn open(verify: &str) -> Open {
+    Open {
         verify: verify.into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
-        export: String::new(),
-    })
+        ..base_open(false)
+    }
 }
 
 /// A push session that asked for `verify`, its one data stream joined.
 fn session(srv: &ServerProc, env: &Env, verify: &str) -> (Raw, std::net::TcpStream) {
-    let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&open(verify));
-    match raw.recv().unwrap() {
+    let (raw, opened) = Raw::open_with(srv.port, env.psk(), open(verify));
+    match opened {
         Message::Opened { verify: v, .. } => assert_eq!(v, verify, "the mode is repeated"),
         other => panic!("expected Opened, got {other:?}"),
     }
@@ -59,7 +47,7 @@ fn an_unknown_verify_mode_is_refused_by_name_and_the_server_goes_on() {
     let srv = ServerProc::start(&root, &env.key, &[]);
     for mode in ["crc32", "", "NONE", "\x1b]0;owned\x07none"] {
         let mut raw = Raw::authenticate(srv.port, env.psk());
-        raw.send(&open(mode));
+        raw.send(&Message::Open(open(mode)));
         let (code, why) = error_from(&mut raw).expect("an Error");
         assert_eq!(code, ErrorCode::Protocol, "{mode:?}: {why}");
         assert!(
@@ -99,28 +87,8 @@ fn unverified_bytes_that_match_nothing_are_stored_as_sent_within_every_bound() {
         data.write_all(c).unwrap();
     }
     // Each chunk counts once written and synced: acknowledged without any MAC.
-    for _ in 0..4 {
-        wait_for(&mut raw, 10, "ChunkAck", |m| {
-            matches!(
-                m,
-                Message::ChunkAck {
-                    file_id: 0,
-                    ok: true,
-                    ..
-                }
-            )
-        });
-    }
-    raw.send(&Message::FileEnd {
-        file_id: 0,
-        digest: [0xab; 32],
-    });
-    match wait_for(&mut raw, 10, "FileCommitted", |m| {
-        matches!(
-            m,
-            Message::FileCommitted { .. } | Message::FileFailed { .. }
-        )
-    }) {
+    raw.acks(0, 4);
+    match raw.commit(0, [0xab; 32]) {
         Message::FileCommitted {
             verified, stored, ..
         } => assert!(!verified && stored),
@@ -200,15 +168,7 @@ fn a_mac_in_a_session_without_verification_ends_it_with_nothing_committed() {
 /// A malicious server: answers a `zcp get`'s `Open` with `verify`; returns what the client
 /// asked for.
 fn answer_with(l: &TcpListener, env: &Env, verify: &str) -> String {
-    answer_open(l, env, |_| Message::Opened {
-        streams: 1,
-        idle_ms: 60_000,
-        pacing: zcp_wire::Pacing::None,
-        verify: verify.into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
-    })
-    .verify
+    answer_open(l, env, |_| opened(1, Pacing::None, verify)).verify
 }
 
 #[test]
@@ -223,8 +183,7 @@ fn a_server_answering_another_verify_mode_is_refused_before_any_stream() {
     ];
     for (asked, answered) in cases {
         let dest = victim_dest(&env);
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
+        let (l, port) = listener();
         let extra = ["--verify", asked];
         let child = get(port, &env.key, &["want.bin"], &dest.join("got"), &extra);
         let heard = answer_with(&l, &env, answered);

@@ -9,24 +9,14 @@ use std::time::{Duration, Instant};
 
 use zcp_wire::{ErrorCode, MAX_RATE, MIN_RATE, Message, Open, Pacing};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
 
 fn open(pull: bool, rate: u64) -> Message {
     Message::Open(Open {
-        pull,
-        recursive: false,
-        streams: 1,
-        idle_ms: 0,
         recv_engine: "mem".into(),
-        send_engine: "sendfile".into(),
-        block_size: 0,
-        chunk_size: 0,
         rate,
-        verify: "blake3".into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
-        export: String::new(),
+        ..base_open(pull)
     })
 }
 
@@ -108,20 +98,10 @@ fn a_client_pulling_at_the_slowest_cap_gets_no_more_and_frees_the_server_when_it
         }
         other => panic!("{other:?}"),
     }
-    raw.send(&Message::Get {
-        path: b"want.bin".to_vec(),
-        dest: Vec::new(),
-    });
-    raw.send(&Message::GetEnd);
+    raw.get_files(&[b"want.bin"]);
     let mut data = raw.data(srv.port, 0).unwrap();
     let id = next_put(&mut raw);
-    raw.send(&Message::FileReady {
-        file_id: id,
-        engine: "mem".into(),
-        note: String::new(),
-        target: b"want.bin".to_vec(),
-        resumed: false,
-    });
+    raw.ready(id, "mem");
     // 100 kbit/s is 12.5 KB/s: read for 1.5 s as fast as the socket gives.
     data.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
@@ -156,20 +136,7 @@ fn a_client_pulling_at_the_slowest_cap_gets_no_more_and_frees_the_server_when_it
 
 /// A malicious server that answers the client's `Open` with `pacing`.
 fn answer_with(l: &TcpListener, env: &Env, pacing: Pacing) {
-    answer_open(l, env, |_| Message::Opened {
-        streams: 1,
-        idle_ms: 60_000,
-        pacing,
-        verify: "blake3".into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
-    });
-}
-
-/// Data connections that reached `l` (waiting in its backlog, even if closed since).
-fn pending(l: &TcpListener) -> usize {
-    l.set_nonblocking(true).unwrap();
-    std::iter::from_fn(|| l.accept().ok()).count()
+    answer_open(l, env, |_| opened(1, pacing, "blake3"));
 }
 
 #[test]
@@ -185,32 +152,14 @@ fn a_server_naming_a_pacing_it_does_not_hold_is_refused_before_any_stream() {
         ("send", None, Pacing::Kernel),
     ];
     for (cmd, cap, claim) in cases {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (l, port) = listener();
         let dest = env.path("dest");
-        let mut c = zcp();
-        c.args([
-            cmd,
-            "-i",
-            "0",
-            "-p",
-            &l.local_addr().unwrap().port().to_string(),
-        ])
-        .arg("--key-file")
-        .arg(&env.key);
-        if let Some(r) = cap {
-            c.args(["--limit-rate", r]);
-        }
-        if cmd == "get" {
-            c.arg("127.0.0.1:f").arg(&dest);
+        let extra: Vec<&str> = cap.iter().flat_map(|r| ["--limit-rate", r]).collect();
+        let child = if cmd == "get" {
+            get(port, &env.key, &["f"], &dest, &extra)
         } else {
-            c.arg(&src).arg("127.0.0.1:f");
-        }
-        let child = c
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+            send(port, &env.key, &src, "f", &extra)
+        };
         answer_with(&l, &env, claim);
         let o = wait_output(child, 15);
         let joined = pending(&l);

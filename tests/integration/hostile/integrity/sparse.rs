@@ -6,21 +6,14 @@ use std::io::Write;
 
 use zcp_wire::{ChunkHeader, ErrorCode, Message, PutFile};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
 
 /// A `PutFile` for a sparse file `dest` of `size` bytes in 64 KiB chunks.
 fn sparse_put(dest: &[u8], size: u64) -> Message {
     Message::PutFile(PutFile {
-        file_id: 0,
-        dest: dest.to_vec(),
-        name: Vec::new(),
-        size,
-        mode: 0o644,
-        mtime_sec: 1_000_000,
-        mtime_nsec: 0,
-        chunk_size: 65536,
         sparse: true,
+        ..put_file(0, dest, size, 65536)
     })
 }
 
@@ -170,9 +163,7 @@ fn a_server_that_calls_data_a_hole_gets_nothing_stored() {
         evil.next(),
         Message::FileReady { resumed: false, .. }
     ));
-    let mut h = evil.est.keys.chunk_hasher(0, 0, 65536);
-    h.update(&[0x77; 65536]);
-    let mac = *h.finalize().as_bytes();
+    let mac = evil.mac(0, 0, &[0x77; 65536]);
     let mut refused = 0;
     loop {
         evil.data[0]

@@ -1,10 +1,12 @@
 //! A client that holds a key valid for one export (write `incoming`, read `archive`) and
 //! tries to reach beyond it: export names with traversal, absolute or empty, entry paths
 //! that climb out of the export, pulls that name another export's files. Nothing may be
-//! written outside `incoming`, and nothing read from where it may not read.
+//! written outside `incoming`, and nothing read from where it may not read. (Confinement to
+//! an export.)
 
 use zcp_wire::{Message, Open, PutFile};
 
+use crate::hostile::peer::*;
 use crate::serve_config::Site;
 use crate::util::*;
 
@@ -15,19 +17,11 @@ fn open(port: u16, key: &std::path::Path, export: &str, pull: bool) -> Result<Ra
     let mut raw = Raw::authenticate(port, psk);
     assert!(raw.est.exports, "the server says it has exports");
     raw.send(&Message::Open(Open {
-        pull,
         recursive: true,
-        streams: 1,
-        idle_ms: 0,
         recv_engine: "rw".into(),
         send_engine: "rw".into(),
-        block_size: 0,
-        chunk_size: 0,
-        rate: 0,
-        verify: "blake3".into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
         export: export.into(),
+        ..base_open(pull)
     }));
     match raw.recv_any() {
         Ok(Message::Opened { .. }) => Ok(raw),
@@ -96,15 +90,8 @@ fn entry_paths_cannot_leave_the_export() {
     .enumerate()
     {
         raw.send(&Message::PutFile(PutFile {
-            file_id: i as u32,
-            dest: dest.to_vec(),
-            name: Vec::new(),
-            size: 10,
-            mode: 0o644,
             mtime_sec: 0,
-            mtime_nsec: 0,
-            chunk_size: 64 * 1024,
-            sparse: false,
+            ..put_file(i as u32, dest, 10, 64 * 1024)
         }));
         match raw.recv() {
             Ok(Message::FileFailed { code, .. }) => {

@@ -1,5 +1,4 @@
-//! `--transport udp` from hostile peers against `zcp serve`: unknown transport or mode names;
-//! a client whose datagrams carry another session's tag, offsets outside or between their
+//! `--transport udp` from hostile peers against `zcp serve`: a client whose datagrams carry another session's tag, offsets outside or between their
 //! chunk's slots, the wrong lengths, files never announced, duplicates with other bytes, a
 //! stranger's socket and a flood (all dropped and counted, never written: the session does
 //! not verify, so a datagram taken would show on disk); an announcement outside the plan;
@@ -10,27 +9,19 @@ use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use zcp_wire::udp::{DatagramHeader, UdpFrame};
-use zcp_wire::{ChunkHeader, ErrorCode, Message, Open};
+use zcp_wire::{ChunkHeader, Message, Open};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
 
-fn open(pull: bool, transport: &str, mode: &str, verify: &str) -> Message {
-    Message::Open(Open {
-        pull,
-        recursive: false,
-        streams: 1,
-        idle_ms: 0,
+/// A UDP session's `Open` (the `rw` receiver, fair mode) with this verify mode.
+fn open(pull: bool, verify: &str) -> Open {
+    Open {
         recv_engine: "rw".into(),
-        send_engine: "sendfile".into(),
-        block_size: 0,
-        chunk_size: 0,
-        rate: 0,
         verify: verify.into(),
-        transport: transport.into(),
-        udp_mode: mode.into(),
-        export: String::new(),
-    })
+        transport: "udp".into(),
+        ..base_open(pull)
+    }
 }
 
 /// Reads side-channel frames from `s` until `want` matches one.
@@ -71,44 +62,12 @@ fn gram(tag: [u8; 8], file: u32, offset: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn unknown_transports_and_modes_are_refused_by_name() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let cases = [
-        ("quic", "fair", "unknown transport 'quic' (known: tcp, udp)"),
-        ("\x1b[2Judp", "fair", "unknown transport"),
-        (
-            "udp",
-            "greedy",
-            "unknown UDP mode 'greedy' (known: fair, fixed)",
-        ),
-        ("udp", "fixed", "give --limit-rate"),
-    ];
-    for (t, m, want) in cases {
-        let mut raw = Raw::authenticate(srv.port, env.psk());
-        raw.send(&open(false, t, m, "blake3"));
-        let (code, why) = error_from(&mut raw).expect("an Error");
-        assert!(
-            matches!(code, ErrorCode::Protocol | ErrorCode::Limit),
-            "{why}"
-        );
-        assert!(why.contains(want), "{t:?} {m:?}: {why}");
-        assert!(raw.data(srv.port, 0).is_err(), "no stream joins");
-    }
-    let log = srv.log();
-    assert!(!log.contains('\x1b'), "{log:?}");
-    assert_eq!(tree(&root), Vec::<String>::new());
-}
-
-#[test]
 fn stray_spoofed_and_misplaced_datagrams_never_reach_the_disk() {
     let env = Env::new();
     let root = env.mkdir("root");
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&open(false, "udp", "fair", "none"));
-    assert!(matches!(raw.recv().unwrap(), Message::Opened { transport, .. } if transport == "udp"));
+    let (mut raw, opened) = Raw::open_with(srv.port, env.psk(), open(false, "none"));
+    assert!(matches!(opened, Message::Opened { transport, .. } if transport == "udp"));
     let mut data = raw.data(srv.port, 0).unwrap();
     let mut buf = Vec::new();
     let UdpFrame::Hello { port, budget, .. } =
@@ -195,28 +154,8 @@ fn stray_spoofed_and_misplaced_datagrams_never_reach_the_disk() {
     .unwrap();
     frame_until(&mut data, &mut buf, |f| matches!(f, UdpFrame::Done { .. }));
     data.write_all(&UdpFrame::End.encode()).unwrap();
-    for _ in 0..2 {
-        wait_for(&mut raw, 10, "ChunkAck", |m| {
-            matches!(
-                m,
-                Message::ChunkAck {
-                    file_id: 0,
-                    ok: true,
-                    ..
-                }
-            )
-        });
-    }
-    raw.send(&Message::FileEnd {
-        file_id: 0,
-        digest: [0; 32],
-    });
-    match wait_for(&mut raw, 10, "FileCommitted", |m| {
-        matches!(
-            m,
-            Message::FileCommitted { .. } | Message::FileFailed { .. }
-        )
-    }) {
+    raw.acks(0, 2);
+    match raw.commit(0, [0; 32]) {
         Message::FileCommitted { .. } => {}
         other => panic!("{other:?}"),
     }
@@ -252,9 +191,7 @@ fn an_announcement_outside_the_plan_ends_the_session_with_nothing_stored() {
     let env = Env::new();
     let root = env.mkdir("root");
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&open(false, "udp", "fair", "none"));
-    assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
+    let mut raw = Raw::opened(srv.port, env.psk(), open(false, "none"));
     let mut data = raw.data(srv.port, 0).unwrap();
     let mut buf = Vec::new();
     frame_until(&mut data, &mut buf, |f| matches!(f, UdpFrame::Hello { .. }));
@@ -305,14 +242,8 @@ fn bad_feedback_in_a_get(junk: Option<Vec<u8>>, why: &str) {
     let want: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
     std::fs::write(root.join("want.bin"), &want).unwrap();
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&open(true, "udp", "fair", "blake3"));
-    assert!(matches!(raw.recv().unwrap(), Message::Opened { .. }));
-    raw.send(&Message::Get {
-        path: b"want.bin".to_vec(),
-        dest: Vec::new(),
-    });
-    raw.send(&Message::GetEnd);
+    let mut raw = Raw::opened(srv.port, env.psk(), open(true, "blake3"));
+    raw.get_files(&[b"want.bin"]);
     let mut data = raw.data(srv.port, 0).unwrap();
     // We are the receiver: our Hello first.
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -325,13 +256,7 @@ fn bad_feedback_in_a_get(junk: Option<Vec<u8>>, why: &str) {
     let mut buf = Vec::new();
     frame_until(&mut data, &mut buf, |f| matches!(f, UdpFrame::Hello { .. }));
     let id = next_put(&mut raw);
-    raw.send(&Message::FileReady {
-        file_id: id,
-        engine: "mem".into(),
-        note: String::new(),
-        target: b"want.bin".to_vec(),
-        resumed: false,
-    });
+    raw.ready(id, "mem");
     let UdpFrame::Announce(h) =
         frame_until(&mut data, &mut buf, |f| matches!(f, UdpFrame::Announce(_)))
     else {

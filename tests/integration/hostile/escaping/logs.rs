@@ -1,13 +1,85 @@
-//! A client naming its files to break the server's transfer log: newlines (a forged line),
-//! quotes (broken JSON), terminal escapes, bidirectional overrides, bytes that are not UTF-8.
-//! Every line must stay one JSON object holding the escaped name, one line per file.
+//! Texts from a malicious client in `zcp serve`'s logs: an engine name, `Get` paths, failed
+//! entries and notices in the server log, and file names made to break the transfer log
+//! (newlines, quotes, terminal escapes, bidirectional overrides, bytes that are not UTF-8).
+//! Every line stays one line, escaped; no control byte is written raw and no line forged.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
 
 use serde_json::Value;
+use zcp_wire::{ErrorCode, Message, Open};
 
+use crate::hostile::peer::*;
 use crate::util::*;
+
+/// Texts a client controls before and around a session, into the server log: an
+/// unauthenticated Error, an unknown engine name, Get paths, EntryFailed in a pull.
+#[test]
+fn log_injection_into_the_server_log() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("want.bin"), vec![1u8; 1000]).unwrap();
+    // The pulls below never open their data stream: the server waits for it no longer than
+    // the larger of the handshake and idle timeouts.
+    let srv = ServerProc::start(
+        &root,
+        &env.key,
+        &["--handshake-timeout", "1", "--idle-timeout", "1"],
+    );
+    let nasty = "\x1b[31m\r\nzcp: session 0000000000000000 finished: 9 files\x07";
+    let nasty = nasty.replace("\\x1b", "\x1b").replace("\\x07", "\x07");
+    let nasty = nasty.replace("\\r", "\r").replace("\\n", "\n");
+    // Unknown engine (in Open).
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    raw.send(&Message::Open(Open {
+        recv_engine: nasty.clone(),
+        ..base_open(false)
+    }));
+    let _ = error_from(&mut raw);
+    // Get paths.
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    raw.send(&open_message(true, 65536));
+    let _ = raw.recv();
+    raw.send(&Message::Get {
+        path: nasty.clone().into_bytes(),
+        dest: nasty.clone().into_bytes(),
+    });
+    raw.send(&Message::GetEnd);
+    let _ = error_from(&mut raw);
+    // A pull whose receiver reports failures and notices with the nasty text.
+    let (mut raw, _d) = raw_open(&srv, &env, true);
+    let id = next_put(&mut raw);
+    raw.send(&Message::FileFailed {
+        file_id: id,
+        code: ErrorCode::Io,
+        message: nasty.clone(),
+    });
+    raw.send(&Message::EntryFailed {
+        path: nasty.clone().into_bytes(),
+        code: ErrorCode::Io,
+        message: nasty.clone(),
+    });
+    raw.send(&Message::Notice {
+        message: nasty.clone(),
+    });
+    raw.send(&Message::Error {
+        code: ErrorCode::Internal,
+        message: nasty.clone(),
+    });
+    let _ = error_from(&mut raw);
+    std::thread::sleep(Duration::from_millis(500));
+    let log = srv.log();
+    eprintln!("{log}");
+    for b in ['\x1b', '\x07', '\r'] {
+        assert!(!log.contains(b), "GOT THROUGH: raw {b:?} in the log");
+    }
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("zcp: session 0000000000000000")),
+        "GOT THROUGH: forged line"
+    );
+}
 
 #[test]
 fn hostile_names_stay_one_escaped_json_line_each_in_the_transfer_log() {

@@ -1,34 +1,17 @@
-//! A malicious server that holds the key, against `zcp get`.
+//! Confinement against `zcp get`: a malicious server writes only what was asked for, beneath
+//! the destination, under the requested names; it cannot turn a name into a link or a
+//! directory of its choosing, climb out with `..`, links or spellings, replace the user's
+//! files, FIFOs or directories, or change a file outside the destination through a hard link.
 
 use std::io::Write;
-use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use zcp_wire::{ErrorCode, Message};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
-
-#[test]
-fn a_benign_pull_through_the_harness_stores_the_file() {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest.join("got.txt"), &[]);
-    assert_eq!(evil.gets, vec![(b"want.txt".to_vec(), b"got.txt".to_vec())]);
-    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-    assert!(matches!(
-        evil.send_file(0, b"got.txt", &body),
-        Message::FileCommitted { verified: true, .. }
-    ));
-    evil.finish();
-    let o = wait_output(child, 30);
-    assert!(o.status.success(), "{}", both(&o));
-    assert_eq!(std::fs::read(dest.join("got.txt")).unwrap(), body);
-    assert_eq!(mode(&dest.join("got.txt")), 0o755, "setuid dropped");
-    assert_eq!(tree(&dest), vec!["got.txt"]);
-}
 
 #[test]
 fn get_writes_only_what_it_asked_for() {
@@ -181,7 +164,6 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
     // Without -r: the user's existing file is neither swapped for a link nor for a directory,
     // nor given directory times. A link where nothing is (the remote path is a link) comes.
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = victim_dest(&env);
     std::fs::write(dest.join("notes.txt"), b"mine").unwrap();
     std::fs::set_permissions(
@@ -190,9 +172,7 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
     )
     .unwrap();
     mkfifo(&dest.join("pipe"));
-    let port = l.local_addr().unwrap().port();
-    let child = get(port, &env.key, &["notes.txt", "fresh", "pipe"], &dest, &[]);
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["notes.txt", "fresh", "pipe"], &dest, &[]);
     for (m, why) in [
         (
             Message::MakeLink {
@@ -255,8 +235,7 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
     // With -r: the requested directory is not replaced by a link either.
     let dest = env.mkdir("dest-r");
     std::fs::create_dir(dest.join("run42")).unwrap();
-    let child = get(port, &env.key, &["run42"], &dest, &["-r"]);
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["run42"], &dest, &["-r"]);
     evil.send(&Message::MakeLink {
         path: b"run42".to_vec(),
         target: b"/".to_vec(),
@@ -279,104 +258,14 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
 }
 
 #[test]
-fn texts_from_a_hostile_server_never_reach_the_terminal_raw() {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let (child, mut evil) = evil_get(&env, &["f"], &dest, &[]);
-    let nasty = "\x1b[2J\x07\rzcp: get: done\nzcp: forged line";
-    evil.send(&Message::Notice {
-        message: nasty.into(),
-    });
-    evil.send(&Message::EntryFailed {
-        path: b"\x1b]0;title\x07".to_vec(),
-        code: ErrorCode::Io,
-        message: nasty.into(),
-    });
-    evil.send(&Message::Error {
-        code: ErrorCode::Internal,
-        message: nasty.into(),
-    });
-    let o = wait_output(child, 30);
-    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
-    no_control_bytes(&o);
-    assert!(!text(&o.stderr).contains("\nzcp: forged"), "{}", both(&o));
-    assert!(both(&o).contains("\\u{1b}[2J"), "{}", both(&o));
-    assert_eq!(tree(&dest), Vec::<String>::new());
-}
-
-#[test]
-fn more_streams_than_asked_for_opens_none() {
-    let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let dest = env.mkdir("dest");
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["f"],
-        &dest,
-        &["-P", "1"],
-    );
-    let evil = Evil::accept(&l, &env.psk(), Some(200));
-    assert_eq!(evil.joined, 0, "the client opened data connections");
-    let o = wait_output(child, 30);
-    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
-    assert!(
-        both(&o).contains("more than the 1 asked for"),
-        "{}",
-        both(&o)
-    );
-}
-
-#[test]
-fn chatter_does_not_keep_a_pull_alive() {
-    let env = Env::new();
-    let dest = env.mkdir("dest");
-    let t = Instant::now();
-    let (child, mut evil) = evil_get(&env, &["f"], &dest, &["--idle-timeout", "2"]);
-    evil.put(0, b"f", b"", 1 << 20);
-    assert!(matches!(evil.next(), Message::FileReady { .. }));
-    // Notices forever (bounded here: until the client is gone, or 15 s), never a byte.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let chatter = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            for _ in 0..150 {
-                if done.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                evil.send(&Message::Notice {
-                    message: "still here".into(),
-                });
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
-    let o = wait_output(child, 30);
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    chatter.join().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
-    assert!(both(&o).contains("no progress"), "{}", both(&o));
-    assert!(t.elapsed() < Duration::from_secs(9), "{:?}", t.elapsed());
-    assert!(no_partials(&dest, 5));
-}
-
-#[test]
 fn escapes_planted_links_and_replays_from_a_server_are_refused() {
     let env = Env::new();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let dest = env.mkdir("dest");
     let outside = env.mkdir("outside");
     std::fs::write(outside.join("victim"), b"original").unwrap();
     // A link planted where the requested file goes: never followed, never replaced.
     std::os::unix::fs::symlink(outside.join("victim"), dest.join("want.txt")).unwrap();
-    let child = get(
-        l.local_addr().unwrap().port(),
-        &env.key,
-        &["want.txt", "tree"],
-        &dest,
-        &["-r"],
-    );
-    let mut evil = Evil::accept(&l, &env.psk(), None);
+    let (child, mut evil) = evil_get(&env, &["want.txt", "tree"], &dest, &["-r"]);
     for (i, d) in [
         &b"../escape"[..],
         b"/etc/zcp-evil",
@@ -430,4 +319,172 @@ fn escapes_planted_links_and_replays_from_a_server_are_refused() {
     assert_eq!(tree(&dest), vec!["tree", "tree/out", "want.txt"]);
     assert!(!env.dir.path().join("escape").exists());
     assert!(!Path::new("/etc/zcp-evil").exists());
+}
+
+/// Path spellings for a lone requested file (no -r): only the exact name, normalized, lands.
+#[test]
+fn pull_path_spellings_and_lookalikes() {
+    let env = Env::new();
+    let dest = victim_dest(&env);
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &[]);
+    let spellings: [&[u8]; 12] = [
+        b"want.txt/",
+        b"want.txt/.",
+        b"want.txt//x",
+        b"./want.txt/../keep.txt",
+        b"want.txt.",
+        b"WANT.TXT",
+        "want.txt\u{200b}".as_bytes(),
+        "w\u{0430}nt.txt".as_bytes(),
+        b"want.txt\xff",
+        b".",
+        b"./",
+        b".//.",
+    ];
+    for (i, d) in spellings.iter().enumerate() {
+        evil.put(10 + i as u32, d, b"", 5);
+        match evil.next() {
+            Message::FileFailed { .. } => {}
+            other => panic!("GOT THROUGH: {d:?} answered {other:?}"),
+        }
+    }
+    for m in [
+        Message::MakeDir {
+            path: b"./want.txt/".to_vec(),
+        },
+        Message::MakeLink {
+            path: b"./want.txt/x".to_vec(),
+            target: b"/".to_vec(),
+        },
+        Message::MakeLink {
+            path: b"keep.txt".to_vec(),
+            target: b"/".to_vec(),
+        },
+        Message::DirTimes {
+            path: b"./".to_vec(),
+            mode: 0o777,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        },
+    ] {
+        evil.send(&m);
+        match evil.next() {
+            Message::EntryFailed { .. } => {}
+            other => panic!("GOT THROUGH: {m:?} answered {other:?}"),
+        }
+    }
+    // A normalised spelling of the requested name is the requested name.
+    let a = evil.send_file(40, b"./want.txt", b"hello");
+    eprintln!("./want.txt: {a:?}");
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_ne!(o.status.code(), Some(0));
+    no_control_bytes(&o);
+    assert_eq!(
+        tree(&dest),
+        vec!["keep.txt", "private", "want.txt"],
+        "{}",
+        both(&o)
+    );
+    assert_eq!(mode(&dest), 0o750);
+    assert_eq!(
+        std::fs::read(dest.join("keep.txt")).unwrap(),
+        b"secret key material"
+    );
+}
+
+/// The user's FIFO (or socket) at a requested name: a link of the server's choosing must not
+/// replace it any more than it may replace a regular file.
+#[test]
+fn pull_link_never_replaces_the_users_fifo() {
+    let env = Env::new();
+    let dest = env.mkdir("dest");
+    let fifo = dest.join("want.pipe");
+    mkfifo(&fifo);
+    let (child, mut evil) = evil_get(&env, &["want.pipe"], &dest, &[]);
+    evil.send(&Message::MakeLink {
+        path: b"want.pipe".to_vec(),
+        target: b"/etc/passwd".to_vec(),
+    });
+    evil.finish();
+    let o = wait_output(child, 30);
+    let ft = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    eprintln!("exit {:?}: {}", o.status.code(), both(&o));
+    assert!(
+        !ft.is_symlink(),
+        "GOT THROUGH: the user's FIFO want.pipe was replaced by a link to /etc/passwd (exit {:?})",
+        o.status.code()
+    );
+}
+
+/// The same against `zcp get`: the user's `dest/want.bin` is a hard link of their private
+/// `keys/id.bin` (0600; say, a `cp -al` snapshot). A malicious server announces `want.bin`
+/// with the size of the user's file, keeps every chunk the client offers (`Go{keep}`, never
+/// having seen the bytes) and sends the digest over the client's own MACs: the client
+/// "commits" in place, and the private file elsewhere becomes 0755 with the server's mtime.
+/// A real replacement would rename a new file over `want.bin` and leave the other name alone.
+/// SAFE: the file outside the destination keeps its mode and mtime.
+#[test]
+fn pull_in_place_keep_chmods_the_users_hard_linked_file() {
+    let env = Env::new();
+    let dest = env.mkdir("dest");
+    let keys = env.mkdir("keys");
+    let private = keys.join("id.bin");
+    let body: Vec<u8> = (0..150_000u32).map(|i| (i % 239) as u8).collect();
+    hard_linked(&private, &body, &dest.join("want.bin"));
+    // The announced mtime: in a pull only an unchanged file is offered, so the link count
+    // alone decides here.
+    set_mtime(&private, 1_000_000);
+    let before = std::fs::metadata(&private).unwrap();
+    let (child, mut evil) = evil_get(&env, &["want.bin"], &dest, &[]);
+    let size = body.len() as u64;
+    evil.put(0, b"want.bin", b"", size);
+    let mut macs = vec![None; 3];
+    let offered = loop {
+        match evil.next() {
+            Message::Have(h) => {
+                for (i, mac) in h.entries {
+                    macs[i as usize] = Some(mac);
+                }
+            }
+            Message::FileReady { resumed, .. } => break resumed,
+            other => panic!("{other:?}"),
+        }
+    };
+    // Fixed: a file with other hard links is not offered in place at all.
+    if offered {
+        evil.send(&Message::Go {
+            file_id: 0,
+            restart: false,
+        });
+        let digest = evil.digest(0, size, &all_offered(&macs));
+        evil.send(&Message::FileEnd { file_id: 0, digest });
+    } else {
+        evil.send(&Message::FileAbort {
+            file_id: 0,
+            code: zcp_wire::ErrorCode::Io,
+            message: "not offered".into(),
+        });
+    }
+    let answer = offered.then(|| evil.next());
+    evil.finish();
+    let o = wait_output(child, 20);
+    let after = std::fs::metadata(&private).unwrap();
+    println!(
+        "answer {answer:?}; get exit {:?}; private file mode {:o} -> {:o}, mtime {} -> {}",
+        o.status.code(),
+        before.mode() & 0o7777,
+        after.mode() & 0o7777,
+        before.mtime(),
+        after.mtime()
+    );
+    assert_eq!(std::fs::read(&private).unwrap(), body);
+    assert!(
+        after.mode() & 0o7777 == 0o600 && after.mtime() == before.mtime(),
+        "GOT THROUGH: the user's private file outside the destination (hard-linked into it) \
+         went from mode {:o} to {:o}, mtime {}, by a server that never sent a byte",
+        before.mode() & 0o7777,
+        after.mode() & 0o7777,
+        after.mtime()
+    );
 }

@@ -1,13 +1,14 @@
-//! What a peer with the key can make the other side hold, or keep open: memory for chunk
-//! tables and offers is bounded per session whatever the files and chunk sizes, and a claim
-//! of progress is held to the file it is about.
+//! What a peer with the key can make the other side keep per session: chunk tables (files
+//! of the most chunks, the session's limit, a chunk plan past the per-file limit), offered
+//! chunks (`Have`) held to a byte budget however they are split, and floods of `Have`s that
+//! break the rules. Each ends the file or the session; the server serves on.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use zcp_wire::{ErrorCode, Have, Message, PutFile};
+use zcp_wire::{ErrorCode, Have, Message, Open, PutFile};
 
-use super::harness::*;
+use crate::hostile::peer::*;
 use crate::util::*;
 
 /// A sparse file of `size` bytes (no data blocks).
@@ -23,24 +24,16 @@ fn a_client_cannot_make_the_server_hold_chunk_tables_past_the_session_limit() {
     let srv = ServerProc::start(&root, &env.key, &[]);
     let mut raw = Raw::connect_with(srv.port, env.psk(), "null", 1);
     let before = srv.rss_kib();
+    let put = |raw: &mut Raw, id: u32| {
+        raw.send(&Message::PutFile(PutFile {
+            mtime_sec: 0,
+            ..put_file(id, format!("f{id}").as_bytes(), 16 << 30, 64 << 10)
+        }));
+        raw.recv().unwrap()
+    };
     // 16 GiB in 64 KiB chunks: 2^18 chunks, the most one file may have. Two fill the
     // session's 2^19; every file after that is refused until one is done.
-    let answers: Vec<Message> = (0..6u32)
-        .map(|id| {
-            raw.send(&Message::PutFile(PutFile {
-                file_id: id,
-                dest: format!("f{id}").into_bytes(),
-                name: Vec::new(),
-                size: 16 << 30,
-                mode: 0o644,
-                mtime_sec: 0,
-                mtime_nsec: 0,
-                chunk_size: 64 << 10,
-                sparse: false,
-            }));
-            raw.recv().unwrap()
-        })
-        .collect();
+    let answers: Vec<Message> = (0..6u32).map(|id| put(&mut raw, id)).collect();
     for (id, a) in answers.iter().enumerate() {
         match (id, a) {
             (0 | 1, Message::FileReady { .. }) => {}
@@ -61,20 +54,6 @@ fn a_client_cannot_make_the_server_hold_chunk_tables_past_the_session_limit() {
         code: ErrorCode::Io,
         message: "given up".into(),
     });
-    let put = |raw: &mut Raw, id: u32| {
-        raw.send(&Message::PutFile(PutFile {
-            file_id: id,
-            dest: format!("f{id}").into_bytes(),
-            name: Vec::new(),
-            size: 16 << 30,
-            mode: 0o644,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            chunk_size: 64 << 10,
-            sparse: false,
-        }));
-        raw.recv().unwrap()
-    };
     assert!(
         matches!(put(&mut raw, 6), Message::FileReady { file_id: 6, .. }),
         "room again after a file was given up"
@@ -138,24 +117,6 @@ fn offers_are_held_to_a_byte_budget_however_they_are_split() {
 }
 
 #[test]
-fn progress_past_a_files_size_ends_a_pull() {
-    let env = Env::new();
-    let root = env.mkdir("root");
-    std::fs::write(root.join("want.bin"), vec![1u8; 200_000]).unwrap();
-    let srv = ServerProc::start(&root, &env.key, &[]);
-    let (mut raw, _data) = raw_open(&srv, &env, true);
-    let id = next_put(&mut raw);
-    raw.send(&Message::Progress {
-        file_id: id,
-        bytes: 1 << 40,
-    });
-    let (code, why) = error_from(&mut raw).expect("an Error");
-    assert_eq!(code, ErrorCode::Protocol);
-    assert!(why.contains("Progress of"), "{why}");
-    assert_eq!(tree(&root), ["want.bin"]);
-}
-
-#[test]
 fn a_chunk_size_too_small_for_a_file_plans_nothing_for_it() {
     // The session's chunk size comes from the client; a chunk plan past the per-file limit
     // (here 4 KiB chunks of 16 GiB) is refused for that file, and the session goes on.
@@ -163,9 +124,15 @@ fn a_chunk_size_too_small_for_a_file_plans_nothing_for_it() {
     let root = env.mkdir("root");
     sparse(&root.join("want.bin"), 16 << 30);
     let srv = ServerProc::start(&root, &env.key, &[]);
-    let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&open_message(true, 4096));
-    match raw.recv().unwrap() {
+    let (mut raw, opened) = Raw::open_with(
+        srv.port,
+        env.psk(),
+        Open {
+            chunk_size: 4096,
+            ..base_open(true)
+        },
+    );
+    match opened {
         Message::Opened { .. } => {}
         Message::Error { message, .. } => {
             // Refused at Open is as good: nothing was planned.
@@ -174,11 +141,7 @@ fn a_chunk_size_too_small_for_a_file_plans_nothing_for_it() {
         }
         other => panic!("{other:?}"),
     }
-    raw.send(&Message::Get {
-        path: b"want.bin".to_vec(),
-        dest: Vec::new(),
-    });
-    raw.send(&Message::GetEnd);
+    raw.get_files(&[b"want.bin"]);
     let _data = raw.data(srv.port, 0).unwrap();
     let end = Instant::now() + Duration::from_secs(10);
     loop {
@@ -192,4 +155,59 @@ fn a_chunk_size_too_small_for_a_file_plans_nothing_for_it() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+#[test]
+fn have_floods_end_a_pull_session_and_the_server_serves_on() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("want.bin"), vec![1u8; 200_000]).unwrap();
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    type Entries = Vec<(u64, [u8; 32])>;
+    let cases: [(&str, Entries); 3] = [
+        ("duplicate", vec![(0, [0; 32]), (0, [0; 32])]),
+        ("out of range", vec![(4, [0; 32])]),
+        (
+            "more than the chunks",
+            (0..1500).map(|i| (i, [0; 32])).collect(),
+        ),
+    ];
+    for (what, entries) in cases {
+        let (mut raw, _data) = raw_open(&srv, &env, true);
+        let id = next_put(&mut raw);
+        for _ in 0..50 {
+            raw.send(&Message::Have(Have {
+                file_id: id,
+                client_nonce: [1; 32],
+                server_nonce: [2; 32],
+                old_file_id: 0,
+                entries: entries.clone(),
+            }));
+        }
+        let (code, why) = error_from(&mut raw).expect(what);
+        assert_eq!(code, ErrorCode::Protocol, "{what}: {why}");
+        assert!(
+            why.contains("Have") || why.contains("chunk"),
+            "{what}: {why}"
+        );
+    }
+    // A Have for a file never announced, and after its FileReady: refused as well.
+    let (mut raw, _data) = raw_open(&srv, &env, true);
+    raw.send(&Message::Have(Have {
+        file_id: 77,
+        client_nonce: [1; 32],
+        server_nonce: [2; 32],
+        old_file_id: 0,
+        entries: vec![(0, [0; 32])],
+    }));
+    let (_, why) = error_from(&mut raw).expect("unknown file");
+    assert!(why.contains("unknown file"), "{why}");
+    assert_eq!(tree(&root), vec!["want.bin"]);
+    let src = env.path("alive");
+    make_dense(&src, 100_000, 3);
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "alive", &["-i", "0"]),
+        20,
+    );
+    assert!(o.status.success(), "{}", both(&o));
 }

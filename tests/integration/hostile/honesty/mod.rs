@@ -1,0 +1,10 @@
+//! Exit honesty: exit codes and reports tell the truth on both sides, never 0 when a
+//! requested entry was not stored and verified, and never on the peer's word alone; what a
+//! peer claims (`Progress`) is held to what it can be. `get`: a malicious server against
+//! `zcp get`'s exit code; `once`: `zcp serve --once`'s exit code; `claims`: `Progress` from
+//! either side. Tests of `zcp send`'s exit code against a malicious receiver go here too
+//! (as `send.rs`).
+
+mod claims;
+mod get;
+mod once;

@@ -1,0 +1,10 @@
+//! Resource bounds: what a peer with the key can make the other side hold is bounded by the
+//! victim's own budget, whatever the peer claims or floods. `memory`: resident memory
+//! (queued frames, engine buffers, bookkeeping); `tables`: chunk tables and offers per
+//! session; `descriptors`: file descriptors and part files held; `logs`: the server log's
+//! growth. Memory a peer can make the UDP path hold goes here too (as `udp_memory.rs`).
+
+mod descriptors;
+mod logs;
+mod memory;
+mod tables;
