@@ -706,7 +706,8 @@ fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStat
     let u = stats.report(mode);
     let message = format!(
         "udp {} ({}, {} B payloads): {} datagrams sent, {} received, {} lost, {} re-sent, \
-         {} receiver drops, {} refused, {} duplicates, {} rate cuts",
+         {} receiver drops, {} refused, {} duplicates, {} rate cuts; chunk buffers at most {} \
+         of {} bytes",
         u.mode,
         u.engines,
         u.payload,
@@ -717,7 +718,9 @@ fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStat
         u.receiver_drops,
         u.rejected,
         u.duplicates,
-        u.cuts
+        u.cuts,
+        stats.memory.peak(),
+        stats.memory.limit(),
     );
     ctx.reporter.event(&ServerEvent::Note {
         session: session.hex.clone(),

@@ -13,6 +13,7 @@
 //! TCP transport does: its keyed MAC, then its write by the engine the placement names.
 //! Roles, MACs, acknowledgements, journal and commit do not change.
 
+pub(crate) mod budget;
 pub(crate) mod rate;
 pub(crate) mod recv;
 pub(crate) mod send;
