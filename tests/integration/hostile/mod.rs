@@ -30,4 +30,5 @@ mod round4;
 mod round5;
 mod sparse;
 mod udp;
+mod udp_memory;
 mod verify;

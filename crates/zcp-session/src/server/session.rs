@@ -673,7 +673,11 @@ fn serve_pull(
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: g.send,
-            block: g.block,
+            // The client's block sizes the `rw` engine's buffer and the `splice` engine's
+            // pipe on every stream: held to the session's 128 MiB as a receiver's are.
+            block: g
+                .block
+                .min(crate::recv::BUFFER_BUDGET / u64::from(g.streams.max(1))),
             chunk_size: crate::transport::udp::chunk_for(g.transport, g.chunk_size),
             idle: g.idle,
             verify: g.verify,
