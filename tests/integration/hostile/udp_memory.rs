@@ -358,7 +358,7 @@ fn send_whole(side: &mut Side, udp: &UdpSocket, tag: [u8; 8], file: u32, len: u6
         let _ = udp.send(&gram(tag, file, g * PAYLOAD, &body[..n]));
         // About 1 MiB a millisecond: a socket buffer of any size drains between bursts.
         sent += 1;
-        if sent % 16 == 0 {
+        if sent.is_multiple_of(16) {
             std::thread::sleep(Duration::from_millis(1));
         }
     };
