@@ -5,7 +5,9 @@
 //!   2^64 − 1 and never answers an announcement with `Ready` (`zcp serve` must not read on);
 //! - a server a real `zcp send --transport udp --chunk-size 16M` pushes to does the same;
 //! - a client announces chunks of growing sizes and sends each whole, so `zcp serve` would
-//!   keep a buffer of every size for reuse.
+//!   keep a buffer of every size for reuse;
+//! - and over TCP, a client pulls on 16 streams with 64 MiB blocks for the server's `rw`
+//!   engine and reads none of them.
 //!
 //! Each measures the victim's resident memory (`VmRSS` sampled, and `VmHWM`, its peak, so a
 //! short spike between samples counts too) and ends its attack as soon as the growth passes
@@ -13,8 +15,9 @@
 //! budget, 128 MiB, and a 32 MiB margin: what else a session allocates beside chunk buffers
 //! (the receive batch of 64 × 64 KiB datagrams, thread stacks, side-channel and frame buffers,
 //! allocator arenas of the new threads). Measured with the fix: growth of 129 to 133 MiB in
-//! each test, 1 to 5 MiB beside the buffers; before it, each test passed the bound within a
-//! second and stopped there (at 160 to 193 MiB, still climbing).
+//! the UDP tests, 1 to 5 MiB beside the buffers, and 144 MiB in the TCP one (16 MiB beside
+//! them over its 16 streams, not broken down further); before it, each test passed the bound
+//! within a second and stopped there (at 160 to 393 MiB, still climbing).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -462,4 +465,71 @@ fn chunks_of_growing_sizes_do_not_make_the_server_keep_every_size() {
     );
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
     assert!(same_file(&src, &root.join("h.bin")));
+}
+
+/// The same class over TCP: a pull's client chooses the block size of the server's sending
+/// engine, which sizes the `rw` engine's buffer on every stream. 16 streams of 64 MiB
+/// blocks were 1 GiB of the server's memory; they are held to 128 MiB per session.
+#[test]
+fn a_pull_asking_for_huge_blocks_on_every_stream_holds_the_server_to_its_budget() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    // Allocated, not sparse (over TCP a hole crosses as a few bytes and is never read), and
+    // written nowhere: reading it costs no disk either.
+    make_file(&root.join("big.bin"), 2 << 30, 1 << 30, 3);
+    let mut srv = ServerProc::start(&root, &env.key, &[]);
+    let mut raw = Raw::authenticate(srv.port, env.psk());
+    raw.send(&Message::Open(Open {
+        pull: true,
+        recursive: false,
+        streams: 16,
+        idle_ms: 0,
+        recv_engine: "mem".into(),
+        send_engine: "rw".into(),
+        block_size: (64 * MIB) as u32,
+        chunk_size: 64 * MIB,
+        rate: 0,
+        verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
+        export: String::new(),
+    }));
+    let Message::Opened { streams, .. } = raw.recv().unwrap() else {
+        panic!("expected Opened")
+    };
+    raw.send(&Message::Get {
+        path: b"big.bin".to_vec(),
+        dest: Vec::new(),
+    });
+    raw.send(&Message::GetEnd);
+    // Every stream joins, and none is ever read: each sender blocks with its buffer full.
+    let data: Vec<TcpStream> = (0..streams)
+        .map(|i| raw.data(srv.port, i).unwrap())
+        .collect();
+    let id = next_put(&mut raw);
+    let (base, _) = memory(srv.pid());
+    raw.send(&Message::FileReady {
+        file_id: id,
+        engine: "mem".into(),
+        note: String::new(),
+        target: b"big.bin".to_vec(),
+        resumed: false,
+    });
+    let (grew, _) = watch(srv.pid(), base, 3, || 0);
+    eprintln!(
+        "zcp serve grew by {} KiB over {streams} streams",
+        grew >> 10
+    );
+    assert!(
+        grew <= BUDGET + MARGIN,
+        "the server grew by {} MiB over {streams} streams",
+        grew / MIB
+    );
+    drop(data);
+    drop(raw);
+    assert_eq!(
+        std::fs::metadata(root.join("big.bin")).unwrap().len(),
+        2 << 30
+    );
+    assert!(srv.alive(), "{}", srv.log());
 }
