@@ -44,6 +44,33 @@ impl AlignedBuf {
             });
         AlignedBuf { ptr, len }
     }
+
+    /// Lets the pages from `at` (rounded up to a page) to the end go: they cost no memory
+    /// again until written, and read as zeros. How a buffer kept for reuse serves a smaller
+    /// chunk without holding on to what a larger one wrote.
+    pub fn release_from(&mut self, at: usize) {
+        let at = at.div_ceil(ALIGN) * ALIGN;
+        if at >= self.len {
+            return;
+        }
+        // SAFETY: the range is page-aligned and lies within this buffer's own private
+        // anonymous mapping (made in `new`, still mapped); &mut self means no slice of it is
+        // alive. MADV_DONTNEED on such a mapping only replaces those pages with zero-fill
+        // ones, so every byte stays initialised (as zeros).
+        #[allow(unsafe_code)]
+        let r = unsafe {
+            rustix::mm::madvise(
+                self.ptr.as_ptr().add(at).cast(),
+                self.len - at,
+                rustix::mm::Advice::LinuxDontNeed,
+            )
+        };
+        if r.is_err() {
+            // Not expected on an anonymous mapping; zeros written keep the promise above,
+            // though not the memory.
+            self[at..].fill(0);
+        }
+    }
 }
 
 impl Deref for AlignedBuf {
@@ -97,6 +124,21 @@ mod tests {
         assert!(b.iter().all(|x| *x == 0));
         b[8191] = 1;
         assert_eq!(b[8191], 1);
+    }
+
+    #[test]
+    fn released_pages_read_as_zeros() {
+        let mut b = AlignedBuf::new(64 << 20);
+        b.fill(7);
+        b.release_from(5000);
+        assert!(b[..5000].iter().all(|x| *x == 7));
+        assert!(
+            b[5000..8192].iter().all(|x| *x == 7),
+            "the page holding `at` stays"
+        );
+        assert!(b[8192..].iter().all(|x| *x == 0));
+        b.release_from(64 << 20);
+        assert_eq!(b[8191], 7, "nothing past the end to let go");
     }
 
     #[test]

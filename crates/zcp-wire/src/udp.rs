@@ -166,7 +166,9 @@ pub enum UdpFrame {
         port: u16,
         /// Payload bytes per datagram (sender).
         payload: u16,
-        /// Bytes of announced, unfinished chunks the receiver holds at most (receiver).
+        /// Bytes of announced, unfinished chunks the receiver holds at most, each counted in
+        /// whole 4096-byte pages (receiver). A claim only ever lowers what the sender holds:
+        /// it keeps to its own budget whatever this says.
         budget: u64,
     },
     /// Sender: a chunk's datagrams follow (a `Data` chunk header).

@@ -176,10 +176,13 @@ impl StreamReceiver {
                 let max = budget / DIRECT_DEPTH as u64;
                 block.min((max.max(DIRECT_ALIGN) / DIRECT_ALIGN * DIRECT_ALIGN) as usize)
             }
-            // One buffer, filled by each read as far as the socket holds.
-            RecvEngine::ReadWrite | RecvEngine::Mem => block.min(budget.max(4096) as usize),
-            // A pipe: at most fs.pipe-max-size, in the kernel.
-            RecvEngine::Splice | RecvEngine::Null | RecvEngine::Auto => block,
+            // One buffer, filled by each read as far as the socket holds; or a pipe, whose
+            // pages are kernel memory: fs.pipe-max-size bounds it only for a process without
+            // CAP_SYS_RESOURCE (a server run as root may size it to any block a peer asks).
+            RecvEngine::ReadWrite | RecvEngine::Mem | RecvEngine::Splice | RecvEngine::Null => {
+                block.min(budget.max(4096) as usize)
+            }
+            RecvEngine::Auto => block,
         }
     }
 

@@ -149,6 +149,8 @@ pub(crate) struct Outcome {
     pub(crate) fired: bool,
     /// Over UDP: what the sending and the receiving side counted.
     pub(crate) udp: Option<(crate::UdpReport, crate::UdpReport)>,
+    /// Over UDP: the most chunk-buffer memory the sending and the receiving side held.
+    pub(crate) udp_memory: (u64, u64),
 }
 
 impl Outcome {
@@ -345,6 +347,7 @@ impl Pair {
                 let r = |s: &UdpStats| s.report(c.mode);
                 (r(&udp_stats.0), r(&udp_stats.1))
             }),
+            udp_memory: (udp_stats.0.memory.peak(), udp_stats.1.memory.peak()),
         }
     }
 

@@ -125,3 +125,44 @@ fn a_tree_of_many_small_files_goes_over_two_streams() {
     assert_eq!(out.received.committed(), 303);
     assert!(p.same("t/a/f299") && p.same("t/a/b/g2") && p.same("t/a/f1"));
 }
+
+#[test]
+fn each_side_holds_its_chunk_buffers_within_the_session_budget() {
+    // 16 streams of 8 MiB chunks: each stream's share (128 MiB / 16) is exactly one chunk,
+    // which the sender's window must still let through, one at a time.
+    let p = Pair::new();
+    p.file("f", (40 << 20) + 12_345, 21);
+    let o = Opts {
+        streams: 16,
+        chunk_size: Some(8 << 20),
+        ..udp(None)
+    };
+    let out = p.push(&["f"], ".", &o);
+    out.assert_clean();
+    assert!(p.same("f"));
+    let (sent, got) = out.udp_memory;
+    let budget = crate::transport::udp::budget::UDP_BUDGET;
+    assert!(sent > 0 && sent <= budget, "sender held {sent}");
+    assert!(got > 0 && got <= budget, "receiver held {got}");
+}
+
+#[test]
+fn a_chunk_over_a_streams_share_is_refused_by_the_sender_before_it_is_read() {
+    // 16 MiB chunks on 16 streams: a share is 8 MiB, so no chunk may be held at all.
+    let p = Pair::new();
+    p.file("f", 17 << 20, 22);
+    let o = Opts {
+        streams: 16,
+        chunk_size: Some(16 << 20),
+        ..udp(None)
+    };
+    let out = p.push(&["f"], ".", &o);
+    assert!(!out.clean(), "{out:?}");
+    assert!(
+        format!("{out:?}").contains("choose a smaller --chunk-size"),
+        "{out:?}"
+    );
+    // The file's last chunk (1 MiB) fits a share and may have gone; no 16 MiB one was read.
+    assert!(out.udp_memory.0 < 16 << 20, "{:?}", out.udp_memory);
+    assert!(!p.dst("f").exists());
+}

@@ -673,7 +673,11 @@ fn serve_pull(
     let setup = SendSetup {
         cfg: SenderConfig {
             engine: g.send,
-            block: g.block,
+            // The client's block sizes the `rw` engine's buffer and the `splice` engine's
+            // pipe on every stream: held to the session's 128 MiB as a receiver's are.
+            block: g
+                .block
+                .min(crate::recv::BUFFER_BUDGET / u64::from(g.streams.max(1))),
             chunk_size: crate::transport::udp::chunk_for(g.transport, g.chunk_size),
             idle: g.idle,
             verify: g.verify,
@@ -706,7 +710,8 @@ fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStat
     let u = stats.report(mode);
     let message = format!(
         "udp {} ({}, {} B payloads): {} datagrams sent, {} received, {} lost, {} re-sent, \
-         {} receiver drops, {} refused, {} duplicates, {} rate cuts",
+         {} receiver drops, {} refused, {} duplicates, {} rate cuts; chunk buffers at most {} \
+         of {} bytes",
         u.mode,
         u.engines,
         u.payload,
@@ -717,7 +722,9 @@ fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStat
         u.receiver_drops,
         u.rejected,
         u.duplicates,
-        u.cuts
+        u.cuts,
+        stats.memory.peak(),
+        stats.memory.limit(),
     );
     ctx.reporter.event(&ServerEvent::Note {
         session: session.hex.clone(),

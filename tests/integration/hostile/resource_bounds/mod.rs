@@ -2,9 +2,10 @@
 //! victim's own budget, whatever the peer claims or floods. `memory`: resident memory
 //! (queued frames, engine buffers, bookkeeping); `tables`: chunk tables and offers per
 //! session; `descriptors`: file descriptors and part files held; `logs`: the server log's
-//! growth. Memory a peer can make the UDP path hold goes here too (as `udp_memory.rs`).
+//! growth; `udp_memory`: the chunk buffers a UDP peer (and a pull's block size over TCP) can make either side hold.
 
 mod descriptors;
 mod logs;
 mod memory;
 mod tables;
+mod udp_memory;

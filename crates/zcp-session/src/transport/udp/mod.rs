@@ -7,12 +7,14 @@
 //! The sender ([`send`]) reads a chunk into memory once, announces it, paces its datagrams
 //! out ([`rate::RateControl`]), re-sends what the receiver NAKs before new data, and keeps the
 //! chunk until the receiver says it is done, with at most the receiver's memory budget of
-//! chunks in flight. The receiver ([`recv`]) assembles each announced chunk in an aligned
+//! chunks in flight. Each side holds its chunk buffers to its own 128 MiB per session
+//! ([`budget`]), whatever the peer claims. The receiver ([`recv`]) assembles each announced chunk in an aligned
 //! buffer with a bitmap of its datagrams, NAKs the gaps every feedback interval (each
 //! datagram at most once per round trip), and hands a whole chunk to the role exactly as the
 //! TCP transport does: its keyed MAC, then its write by the engine the placement names.
 //! Roles, MACs, acknowledgements, journal and commit do not change.
 
+pub(crate) mod budget;
 pub(crate) mod rate;
 pub(crate) mod recv;
 pub(crate) mod send;

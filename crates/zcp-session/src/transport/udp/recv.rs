@@ -18,6 +18,7 @@ use zcp_wire::udp::{
 };
 use zcp_wire::{ChunkHeader, ErrorCode, SessionKeys};
 
+use super::budget::{Share, cost};
 use super::{
     FEEDBACK, SideReader, UdpStats, bind_beside, connect_peer, micros, read_hello, write_frame,
 };
@@ -27,7 +28,7 @@ use crate::transport::Landing;
 
 /// NAK frames per chunk per feedback interval at most (the rest wait for the next).
 const NAK_FRAMES: usize = 8;
-/// Chunk buffers kept for reuse, per stream.
+/// Chunk buffers kept for reuse, per stream (within its share).
 const SPARE: usize = 4;
 /// Receive batches taken per poll before the timers are looked at.
 const BATCHES: usize = 32;
@@ -51,6 +52,9 @@ struct Assembly {
     /// 0: never).
     naked: Vec<u32>,
     buf: AlignedBuf,
+    /// What the buffer is charged to the share: the chunk's [`cost`], the most of it that
+    /// can hold memory (pages past it were let go when it was taken).
+    charge: u64,
     engine: RecvEngine,
     target: Option<Target>,
     verify: bool,
@@ -102,11 +106,13 @@ struct Receiver<'a> {
     reader: SideReader,
     payload: usize,
     tag: [u8; 8],
-    budget: u64,
+    /// What this stream may hold in chunk buffers (open and kept for reuse), its part of
+    /// the session's budget; what its `Hello` tells the sender.
+    share: Share,
     open: Vec<Assembly>,
     /// Buffers of finished chunks, kept for the next ones (no mapping and page faults per
-    /// chunk); at most [`SPARE`].
-    spare: Vec<AlignedBuf>,
+    /// chunk), each with its charge; at most [`SPARE`].
+    spare: Vec<(AlignedBuf, u64)>,
     stats: &'a UdpStats,
     counter: Arc<AtomicU64>,
     stream: usize,
@@ -137,7 +143,11 @@ impl<'a> Receiver<'a> {
         stream: usize,
     ) -> Result<(Receiver<'a>, RecvBatch), Refusal> {
         let udp = bind_beside(&sock, offload)?;
-        let budget = landing.memory_limit().max(zcp_wire::MIN_CHUNK);
+        // The session's ledger, lowered to this stream's part of the receive memory.
+        let share = stats
+            .memory
+            .share(1, Some(landing.memory_limit().max(zcp_wire::MIN_CHUNK)));
+        let budget = share.limit();
         let port = udp
             .port()
             .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
@@ -173,7 +183,7 @@ impl<'a> Receiver<'a> {
                 udp,
                 reader,
                 payload: usize::from(payload),
-                budget,
+                share,
                 open: Vec::new(),
                 spare: Vec::new(),
                 stats,
@@ -278,19 +288,21 @@ impl<'a> Receiver<'a> {
     /// A chunk announced: placed by the role (checked against its file's plan, claimed),
     /// then held in memory within the budget. A chunk of a file given up is done at once.
     fn announce(&mut self, h: &ChunkHeader) -> Result<(), Refusal> {
-        let held: u64 = self.open.iter().map(|a| a.len).sum();
+        // Chunks count in whole pages, as the sender counts them.
+        let held: u64 = self.open.iter().map(|a| cost(a.len)).sum();
         if self.open.len() >= MAX_OPEN_CHUNKS {
             return Err(Refusal::protocol(format!(
                 "more than {MAX_OPEN_CHUNKS} UDP chunks announced and unfinished on a stream"
             )));
         }
-        if h.len > self.budget || held >= self.budget {
+        let budget = self.share.limit();
+        if held.saturating_add(cost(h.len)) > budget {
             return Err(Refusal::new(
                 ErrorCode::Limit,
                 format!(
-                    "a UDP chunk of {} bytes over the receiver's budget of {} bytes per \
+                    "a UDP chunk of {} bytes over the receiver's budget of {budget} bytes per \
                      stream ({held} held; choose a smaller -c)",
-                    h.len, self.budget
+                    h.len
                 ),
             ));
         }
@@ -306,7 +318,7 @@ impl<'a> Receiver<'a> {
                     self.landing.hashed(file, index, [0; 32]);
                 }
                 let grams = h.len.div_ceil(self.payload as u64) as u32;
-                let buf = self.buffer(h.len as usize);
+                let (buf, charge) = self.buffer(h.len)?;
                 self.open.push(Assembly {
                     file,
                     index,
@@ -320,6 +332,7 @@ impl<'a> Receiver<'a> {
                     sent_at: None,
                     naked: vec![0; grams as usize],
                     buf,
+                    charge,
                     engine,
                     target,
                     verify,
@@ -418,15 +431,47 @@ impl<'a> Receiver<'a> {
         self.last_data = Instant::now();
     }
 
-    /// A whole chunk: its MAC to the role, its bytes written, and the sender told.
-    /// A buffer of at least `len` bytes: a spare one if it is large enough.
-    fn buffer(&mut self, len: usize) -> AlignedBuf {
-        match self.spare.iter().position(|b| b.len() >= len) {
-            Some(i) => self.spare.swap_remove(i),
-            None => AlignedBuf::new(len),
+    /// A buffer for a chunk of `len` bytes and its charge: the smallest kept one that holds
+    /// it, its pages past the chunk let go (so a chunk never holds what a larger one
+    /// wrote), else a new one; charged to the share, letting kept buffers go to make room.
+    /// The announcement was checked against the share, so room is always found once every
+    /// kept buffer is gone; the session's ledger refuses it if not.
+    fn buffer(&mut self, len: u64) -> Result<(AlignedBuf, u64), Refusal> {
+        let need = cost(len);
+        let fits = (self.spare.iter().enumerate())
+            .filter(|(_, (b, _))| b.len() as u64 >= need)
+            .min_by_key(|(_, (b, _))| b.len())
+            .map(|(i, _)| i);
+        let (buf, had) = match fits {
+            Some(i) => {
+                let (mut b, had) = self.spare.swap_remove(i);
+                if had > need {
+                    b.release_from(need as usize);
+                    self.share.give(had - need);
+                }
+                (Some(b), had.min(need))
+            }
+            None => (None, 0),
+        };
+        while !self.share.take(need - had) {
+            let Some((_, c)) = self.spare.pop() else {
+                self.share.give(had);
+                return Err(Refusal::new(
+                    ErrorCode::Limit,
+                    format!(
+                        "a UDP chunk of {len} bytes finds no room in the session's receive \
+                         memory ({} of {} bytes held)",
+                        self.share.held(),
+                        self.share.limit()
+                    ),
+                ));
+            };
+            self.share.give(c);
         }
+        Ok((buf.unwrap_or_else(|| AlignedBuf::new(len as usize)), need))
     }
 
+    /// A whole chunk: its MAC to the role, its bytes written, and the sender told.
     fn finish(&mut self, mut a: Assembly) -> Result<(), Refusal> {
         let len = a.len as usize;
         // O_DIRECT writes whole blocks: the last one's tail is zeros, not an earlier chunk's.
@@ -445,7 +490,9 @@ impl<'a> Receiver<'a> {
             r.as_ref().map(|_| ()).map_err(WriteFailure::from),
         );
         if self.spare.len() < SPARE {
-            self.spare.push(a.buf);
+            self.spare.push((a.buf, a.charge));
+        } else {
+            self.share.give(a.charge);
         }
         write_frame(
             &mut self.sock,

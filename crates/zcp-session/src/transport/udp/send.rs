@@ -16,6 +16,7 @@ use zcp_engine::{EngineError, Usage};
 use zcp_wire::udp::{DatagramHeader, FLAG_RETRANSMIT, MAX_OPEN_CHUNKS, UdpFrame};
 use zcp_wire::{ChunkHeader, ErrorCode};
 
+use super::budget::{Share, UDP_BUDGET, cost};
 use super::rate::{Feedback, RateControl, uncapped};
 use super::{
     SideReader, UdpConfig, UdpStats, bind_beside, connect_peer, micros, payload_for, read_hello,
@@ -30,6 +31,8 @@ const BATCH: usize = 64;
 const HELLO_WAIT: Duration = Duration::from_secs(60);
 /// NAK frames held for the sending thread at most (more are dropped: they come again).
 const MAX_HEARD_NAKS: usize = 4096;
+/// Buffers of chunks done kept for the next ones, per stream (within its share).
+const SPARE: usize = 4;
 
 /// A NAK as heard: the chunk (file, offset) and its ranges.
 type Nak = (u32, u64, Vec<(u32, u32)>);
@@ -110,9 +113,14 @@ struct Sender<'a> {
     progress: &'a AtomicU64,
     inbox: Arc<Inbox>,
     flights: Vec<Flight>,
-    /// Buffers of chunks done, kept for the next ones (at most 4).
+    /// Buffers of chunks done, kept for the next ones (at most [`SPARE`]).
     spare: Vec<Vec<u8>>,
-    budget: u64,
+    /// What this stream may hold in chunk buffers (flights and spares, each charged
+    /// [`held`] bytes): its part of the session's [`UDP_BUDGET`], lowered to the receiver's
+    /// budget if that is less. The receiver's claim never raises it.
+    share: Share,
+    /// A chunk taken from the queue that waits for room in the share.
+    pending: Option<OutChunk>,
     rate: RateControl,
     bucket: TokenBucket,
     rtt: Duration,
@@ -130,7 +138,7 @@ fn run(
     stats: &UdpStats,
 ) -> Result<(), Refusal> {
     let mut reader = SideReader::default();
-    let (port, _, budget) = read_hello(&mut sock, &mut reader, HELLO_WAIT)?;
+    let (port, _, claim) = read_hello(&mut sock, &mut reader, HELLO_WAIT)?;
     let udp = bind_beside(&sock, cfg.offload)?;
     connect_peer(&udp, &sock, port)?;
     let _ = udp.set_timeout(Duration::from_secs(30));
@@ -178,7 +186,8 @@ fn run(
         inbox,
         flights: Vec::new(),
         spare: Vec::new(),
-        budget: budget.max(1),
+        share: stats.memory.share(streams, Some(claim)),
+        pending: None,
         rtt: tcp_info(sock.as_fd()).map_or(Duration::from_millis(1), |i| {
             Duration::from_micros(u64::from(i.rtt_us.max(100)))
         }),
@@ -274,20 +283,21 @@ impl Sender<'_> {
             }
             // Announce the next chunk as soon as the window has room, so the receiver is
             // ready for it when this one's datagrams are out.
-            let in_flight: u64 = self.flights.iter().map(|f| f.buf.len() as u64).sum();
-            if self.flights.is_empty() {
-                match self.side.chunks.pop() {
-                    Some(job) => self.start(job)?,
-                    None => break,
-                }
-                continue;
+            if self.pending.is_none() && self.flights.len() < MAX_OPEN_CHUNKS {
+                self.pending = if self.flights.is_empty() {
+                    match self.side.chunks.pop() {
+                        Some(job) => Some(job),
+                        None => break,
+                    }
+                } else {
+                    self.side.chunks.try_pop()
+                };
             }
-            if in_flight < self.budget
-                && self.flights.len() < MAX_OPEN_CHUNKS
-                && let Some(job) = self.side.chunks.try_pop()
-            {
-                self.start(job)?;
-                continue;
+            if let Some(job) = self.pending.take() {
+                self.pending = self.start(job)?;
+                if self.pending.is_none() {
+                    continue;
+                }
             }
             if self.send_new()? {
                 continue;
@@ -322,9 +332,7 @@ impl Sender<'_> {
                 .position(|f| (f.file, f.offset) == (file, offset));
             if let Some(i) = done {
                 let f = self.flights.remove(i);
-                if self.spare.len() < 4 {
-                    self.spare.push(f.buf);
-                }
+                self.keep(f.buf);
             }
         }
         for (file, offset) in heard.ready {
@@ -514,20 +522,60 @@ impl Sender<'_> {
         Ok(())
     }
 
-    /// Reads a chunk into memory (hashing a staged one) and announces it. A source that
-    /// ended early gives the file up; the chunk is never announced.
-    fn start(&mut self, job: OutChunk) -> Result<(), Refusal> {
-        if job.cancelled.load(Ordering::Relaxed) || job.len == 0 {
-            return Ok(());
+    /// A buffer for a chunk of `len` bytes within the share: the smallest kept one that
+    /// holds it (charged already), else a new one charged now, letting kept ones go to make
+    /// room; `None` while the chunks in flight leave no room.
+    fn buffer(&mut self, len: usize) -> Option<Vec<u8>> {
+        let fits = (self.spare.iter().enumerate())
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = fits {
+            return Some(self.spare.swap_remove(i));
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
+        while !self.share.take(cost(len as u64)) {
+            let b = self.spare.pop()?;
+            self.share.give(held(&b));
+        }
+        // `vec!` of zeros: exactly `len` of capacity, its pages untouched until read into.
+        Some(vec![0; len])
+    }
+
+    /// Reads a chunk into memory (hashing a staged one) and announces it; or gives it back
+    /// while the receiver's budget or this stream's share has no room for it. A source that
+    /// ended early gives the file up; the chunk is never announced.
+    fn start(&mut self, job: OutChunk) -> Result<Option<OutChunk>, Refusal> {
+        if job.cancelled.load(Ordering::Relaxed) || job.len == 0 {
+            return Ok(None);
+        }
+        let limit = self.share.limit();
+        if cost(job.len) > limit {
+            return Err(Refusal::new(
+                ErrorCode::Limit,
+                format!(
+                    "a UDP chunk of {} bytes is over the {limit} bytes a stream may hold (the \
+                     session's {UDP_BUDGET} over its streams, or the receiver's budget if \
+                     less); choose a smaller --chunk-size",
+                    job.len
+                ),
+            ));
+        }
+        // The receiver's budget counts the chunks announced and not done, in whole pages.
+        let window: u64 = self.flights.iter().map(|f| cost(f.buf.len() as u64)).sum();
+        if window + cost(job.len) > limit {
+            return Ok(Some(job));
+        }
+        let Some(mut buf) = self.buffer(job.len as usize) else {
+            return Ok(Some(job));
+        };
         buf.resize(job.len as usize, 0);
         if let Err(e) = read_at(job.file.as_fd(), &mut buf, job.offset) {
             (self.side.report)(Departure::SourceFailed {
                 file: job.file_id,
                 why: e.to_string(),
             });
-            return Ok(());
+            self.keep(buf);
+            return Ok(None);
         }
         if job.staged {
             let mut h = self
@@ -560,6 +608,21 @@ impl Sender<'_> {
             want: vec![0; (grams as usize).div_ceil(64)],
             wanted: 0,
         });
-        Ok(())
+        Ok(None)
     }
+
+    /// A buffer no chunk uses: kept for the next (still charged), or let go.
+    fn keep(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < SPARE {
+            self.spare.push(buf);
+        } else {
+            self.share.give(held(&buf));
+        }
+    }
+}
+
+/// What a chunk buffer is charged: its capacity (not its length) in whole pages.
+#[allow(clippy::ptr_arg)]
+fn held(buf: &Vec<u8>) -> u64 {
+    cost(buf.capacity() as u64)
 }

@@ -1,10 +1,12 @@
 //! What a UDP session's streams counted, shared with the reports.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use zcp_engine::sync::Locked;
 use zcp_wire::udp::UdpMode;
+
+use super::budget::Ledger;
 
 /// Counters of one side's UDP streams together (atomics: each stream adds its own).
 #[derive(Debug, Default)]
@@ -36,6 +38,8 @@ pub(crate) struct UdpStats {
     pub(crate) engines: Mutex<String>,
     /// Payload bytes per datagram.
     pub(crate) payload: AtomicU64,
+    /// The chunk-buffer memory this side's streams hold, together ([`Ledger`]).
+    pub(crate) memory: Arc<Ledger>,
 }
 
 /// What the UDP transport reports in interval lines and the summary.
