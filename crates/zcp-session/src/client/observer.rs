@@ -55,6 +55,10 @@ pub(super) struct ClientObserver<'a> {
     verified: bool,
     stored: bool,
     verify_mode: zcp_wire::VerifyMode,
+    /// What the session asked every file to be, before the peer said anything: verified
+    /// (`--verify blake3` with an engine that reads the bytes) and stored (an engine that
+    /// stores). A file done as anything else counts as failed.
+    asked: (bool, bool),
     digest: Option<[u8; 32]>,
     pub(super) receiver_engine: Option<String>,
     pub(super) sender_engine: Option<String>,
@@ -99,6 +103,9 @@ impl<'a> ClientObserver<'a> {
             .collect();
         let now = Instant::now();
         let verify_mode = start.verify_mode;
+        // `Start` still holds what was asked: the engines that ran replace it later.
+        let stores = RecvEngine::parse(&start.receiver_engine).is_none_or(RecvEngine::stores);
+        let asked = (start.verify, stores);
         ClientObserver {
             reporter,
             start: Some(start),
@@ -117,6 +124,7 @@ impl<'a> ClientObserver<'a> {
             verified: true,
             stored: true,
             verify_mode,
+            asked,
             digest: None,
             receiver_engine: None,
             sender_engine: None,
@@ -314,7 +322,12 @@ impl Observer for ClientObserver<'_> {
         self.flush_start();
     }
 
-    fn file_done(&mut self, done: FileOutcome) {
+    fn file_done(&mut self, mut done: FileOutcome) {
+        if done.failure.is_none() && (done.verified, done.stored) != self.asked {
+            // The role proves what it reports; this is the last word on it: a file done as
+            // less (or more) than the session asked for is not done.
+            done.failure = Some(not_as_asked(&done, self.asked));
+        }
         match done.failure {
             Some(mut f) => {
                 if f.path.is_empty() {
@@ -392,6 +405,23 @@ impl Observer for ClientObserver<'_> {
                 signal_name(signal as i32)
             )
         })
+    }
+}
+
+/// The failure of a file reported done, but not verified and stored as `asked`.
+fn not_as_asked(done: &FileOutcome, asked: (bool, bool)) -> Failure {
+    let word = |b: bool| if b { "" } else { "not " };
+    Failure {
+        path: String::new(),
+        code: "verify",
+        message: format!(
+            "reported {}verified and {}stored, where the session asked for it {}verified \
+             and {}stored",
+            word(done.verified),
+            word(done.stored),
+            word(asked.0),
+            word(asked.1)
+        ),
     }
 }
 

@@ -7,6 +7,8 @@
 //!   scheduled, acknowledged, sent again, files ended; the idle clock; outputs.
 //! - `frames.rs`: each message from the receiver (offers, ready, acknowledgements, commits).
 //! - `hash.rs`: the hash workers and the resume check.
+//! - `proof.rs`: whether a receiver's `FileReady` and `FileCommitted` prove a file stored and
+//!   verified as the session asked; nothing else is reported done.
 //!
 //! This file is the thin loop around them, on one thread that alone owns the state machine:
 //! it feeds it the walk, the receiver's frames (from the control reader thread), and what the
@@ -16,6 +18,7 @@
 
 mod frames;
 mod hash;
+pub(crate) mod proof;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
