@@ -14,6 +14,8 @@
 //! to fifth independent attackers' cases.
 
 mod bounds;
+mod evil_receiver;
+mod exit_honesty;
 mod exports;
 mod harness;
 mod logs;
