@@ -300,18 +300,16 @@ fn a_retried_file_the_receiver_claims_to_hold_is_still_proved() {
     // Attempt 1: the file is announced, then the connection is lost.
     let mut first = EvilRx::accept(&l, &env.psk(), honest_opened);
     let put = loop {
-        match first.recv().unwrap() {
-            Message::PutFile(p) => break p,
-            _ => {}
+        if let Message::PutFile(p) = first.recv().unwrap() {
+            break p;
         }
     };
     first.join();
     // Attempt 2: everything is "already there".
     let mut second = EvilRx::accept(&l, &env.psk(), honest_opened);
     let put2 = loop {
-        match second.recv().unwrap() {
-            Message::PutFile(p) => break p,
-            _ => {}
+        if let Message::PutFile(p) = second.recv().unwrap() {
+            break p;
         }
     };
     assert_eq!((put2.size, put2.chunk_size), (put.size, put.chunk_size));
@@ -331,9 +329,8 @@ fn a_retried_file_the_receiver_claims_to_hold_is_still_proved() {
         resumed: true,
     });
     let restart = loop {
-        match second.recv().unwrap() {
-            Message::Go { restart, .. } => break restart,
-            _ => {}
+        if let Message::Go { restart, .. } = second.recv().unwrap() {
+            break restart;
         }
     };
     assert!(restart, "the made-up offers were believed");
@@ -375,9 +372,13 @@ fn over_udp_a_null_engine_or_another_digest_fails_the_file() {
     }
 }
 
+/// The client's extra flags, the server's answer to its `Open`, and the word the refusal
+/// names.
+type Downgrade = (&'static [&'static str], fn(&Open) -> Message, &'static str);
+
 /// A server whose `Opened` answers another verify mode or transport than asked: refused
 /// before any data stream, by `send` as by `get`.
-fn downgrades() -> [(&'static [&'static str], fn(&Open) -> Message, &'static str); 3] {
+fn downgrades() -> [Downgrade; 3] {
     [
         (&[], |o| with(o, "none", "tcp"), "verify mode"),
         (

@@ -289,6 +289,13 @@ impl Sending {
         let Some(f) = self.open.get_mut(&file_id) else {
             return Ok(false);
         };
+        if matches!(f.state, State::Announced | State::Checking) {
+            // Nothing of it was sent: an acknowledgement would keep a chunk from ever being
+            // sent, a refusal would send one before the receiver made the file ready.
+            return Err(proto(format!(
+                "ChunkAck for file {file_id} before any of its chunks was sent"
+            )));
+        }
         if index >= f.plan.count() {
             return Err(proto(format!(
                 "ChunkAck for chunk {index} of a {}-chunk file",

@@ -16,8 +16,8 @@
 //! takes chunks from one shared queue, so one large file spreads over every stream and many
 //! small files keep every stream busy.
 
-mod frames;
-mod hash;
+pub(crate) mod frames;
+pub(crate) mod hash;
 pub(crate) mod proof;
 pub(crate) mod state;
 #[cfg(test)]

@@ -207,7 +207,8 @@ fn a_commit_with_this_sides_digest_after_file_end_is_done() {
 /// fails as a verification failure, is not counted, and its size is not the receiver's.
 #[test]
 fn a_commit_that_proves_less_than_was_asked_fails_the_file() {
-    let cases: [(&str, bool, fn([u8; 32]) -> Message); 4] = [
+    type Case = (&'static str, bool, fn([u8; 32]) -> Message);
+    let cases: [Case; 4] = [
         ("before FileEnd", false, |_| commit([7; 32], true, true)),
         ("not verified", true, |d| commit(d, false, true)),
         ("another digest", true, |d| {
