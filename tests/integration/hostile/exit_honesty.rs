@@ -6,7 +6,8 @@
 //! the session in `Opened`; claims a retried file is all there. Each fails the file (exit 5)
 //! or the session, says so without claiming what was not done, and leaves the source as it
 //! was. The same for `get` (a malicious server's `Opened` and commits), trees, `--retry` and
-//! `--transport udp`.
+//! `--transport udp`; and, mirrored, for `zcp serve` sending to a pulling client that names
+//! an engine it did not ask for.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -513,5 +514,56 @@ fn a_get_whose_server_proves_nothing_stores_nothing() {
             .collect();
         assert_eq!(theirs, ["keep.txt", "private"], "{}", both(&o));
         assert!(!dest.join("want.bin").exists());
+    }
+}
+
+/// The mirror on `zcp serve` in a pull, where the server is the sender: a client that asked
+/// for a storing engine and names `null` (or `mem`) in its `FileReady` gets the file failed
+/// at once (no byte, no MAC sent), and the server logs it failed, not sent. The source is
+/// untouched, and the server serves an honest `get` afterwards.
+#[test]
+fn a_pulling_client_naming_an_engine_it_did_not_ask_for_gets_nothing() {
+    for named in ["null", "mem"] {
+        let env = Env::new();
+        let root = env.mkdir("root");
+        let want: Vec<u8> = (0..100_000u32).map(|i| (i % 239) as u8).collect();
+        std::fs::write(root.join("want.bin"), &want).unwrap();
+        let srv = ServerProc::start(&root, &env.key, &[]);
+        let (mut raw, mut data) = raw_open(&srv, &env, true);
+        let id = next_put(&mut raw);
+        raw.send(&Message::FileReady {
+            file_id: id,
+            engine: named.into(),
+            note: String::new(),
+            target: b"want.bin".to_vec(),
+            resumed: false,
+        });
+        let abort = wait_for(&mut raw, 10, "FileAbort", |m| {
+            matches!(m, Message::FileAbort { .. } | Message::ChunkMac { .. })
+        });
+        let Message::FileAbort { code, message, .. } = abort else {
+            panic!("{named}: a MAC before the abort: {abort:?}")
+        };
+        assert_eq!(code, ErrorCode::Verify, "{named}: {message}");
+        assert!(message.contains("stores nothing"), "{named}: {message}");
+        assert!(srv.wait_log("stores nothing", 10), "{}", srv.log());
+        // Not a byte of the file on the data stream: at most the end marker.
+        data.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut data, &mut got);
+        assert!(got.len() <= 28, "{named}: {} bytes sent", got.len());
+        drop(data);
+        drop(raw);
+        assert_eq!(std::fs::read(root.join("want.bin")).unwrap(), want);
+        let out = env.path("got.bin");
+        let mut c = zcp();
+        c.args(["get", "-p", &srv.port.to_string(), "--key-file"])
+            .arg(&env.key)
+            .arg("127.0.0.1:want.bin")
+            .arg(&out);
+        let o = run(c, 30);
+        assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
+        assert_eq!(std::fs::read(&out).unwrap(), want);
     }
 }
