@@ -434,3 +434,85 @@ pub(crate) fn signal_name(signal: i32) -> String {
         n => format!("signal {n}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Collect;
+
+    fn start(verify_mode: zcp_wire::VerifyMode, receiver: &str) -> Start {
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().expect("an address");
+        Start {
+            local: addr,
+            remote: addr,
+            session: String::new(),
+            direction: "send",
+            source: String::new(),
+            target: String::new(),
+            size: None,
+            chunk_size: 0,
+            block_size: 0,
+            streams: 1,
+            sender_engine: "sendfile".into(),
+            sender_note: None,
+            receiver_engine: receiver.into(),
+            receiver_note: None,
+            verify: verify_mode.checks() && receiver != "null",
+            verify_mode,
+            limit_rate: None,
+        }
+    }
+
+    fn done(verified: bool, stored: bool) -> FileOutcome {
+        FileOutcome {
+            path: "f".into(),
+            bytes: 10,
+            skipped: 0,
+            seconds: 0.0,
+            engine: "rw".into(),
+            verified,
+            stored,
+            digest: [0; 32],
+            failure: None,
+        }
+    }
+
+    /// The last check before a file counts: done as the session asked (verified and stored
+    /// by default; not verified with `--verify none`; neither with `null`), or failed.
+    #[test]
+    fn a_file_done_as_other_than_asked_counts_as_failed() {
+        use zcp_wire::VerifyMode::{Blake3, None as Unverified};
+        let cases = [
+            (Blake3, "auto", (true, true), true),
+            (Blake3, "auto", (false, true), false),
+            (Blake3, "auto", (true, false), false),
+            (Blake3, "null", (false, false), true),
+            (Blake3, "null", (true, true), false),
+            (Blake3, "mem", (true, false), true),
+            (Unverified, "rw", (false, true), true),
+            (Unverified, "rw", (false, false), false),
+        ];
+        for (mode, engine, (verified, stored), ok) in cases {
+            let mut events = Collect::default();
+            let mut obs = ClientObserver::new(
+                &mut events,
+                start(mode, engine),
+                None,
+                &[],
+                Vec::new(),
+                None,
+            );
+            obs.file_done(done(verified, stored));
+            let what = format!("{mode:?} {engine} {verified} {stored}");
+            assert_eq!(
+                (obs.files, obs.failed),
+                (u64::from(ok), u64::from(!ok)),
+                "{what}"
+            );
+            if !ok {
+                assert_eq!(obs.failures[0].code, "verify", "{what}");
+                assert_eq!(obs.failures[0].path, "f", "{what}");
+            }
+        }
+    }
+}
