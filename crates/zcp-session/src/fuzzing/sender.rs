@@ -612,6 +612,24 @@ mod tests {
         }
     }
 
+    /// What libFuzzer found in a second each, from an empty corpus, with the proof taken
+    /// out of the sending role (issue 24, class 1): an engine not asked for reported as the
+    /// receiver's, and files done on a commit before their `FileEnd`.
+    #[test]
+    fn the_scripts_that_found_class_1_keep_the_rules() {
+        for hex in [
+            "9300064a0a27ed9300064206",
+            "c3010000caff000805f7f6",
+            "0af9ffdfffff009e020101",
+        ] {
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                .collect();
+            sender_script(&bytes);
+        }
+    }
+
     #[test]
     fn scripts_reach_commits_and_failures() {
         // Enough random scripts commit a file, and fail one on a commit, that the checks
