@@ -205,12 +205,15 @@ impl<W: Write> Human<W> {
         let what = match (s.stored, s.verified) {
             _ if s.files == 0 => "nothing committed",
             (true, true) => "stored durably and verified",
-            (true, false) => "stored durably, not verified (--verify none)",
+            // "--verify none" only where the user asked for it.
+            (true, false) if unverified => "stored durably, not verified (--verify none)",
+            (true, false) => "stored durably, not verified",
             (false, true) => "received into memory and verified",
             (false, false) if unverified && s.receiver_engine != "null" => {
                 "received into memory, not verified (--verify none)"
             }
-            (false, false) => "discarded by the receiver",
+            (false, false) if s.receiver_engine == "null" => "discarded by the receiver",
+            (false, false) => "neither stored nor verified",
         };
         writeln!(
             o,
@@ -299,7 +302,10 @@ impl<W: Write> Human<W> {
                 o,
                 "Verified: no (--verify none): no chunk MAC or file digest was computed or checked"
             )?,
-            _ => writeln!(o, "Verified: no (the null receiver never reads the bytes)")?,
+            _ if s.receiver_engine == "null" => {
+                writeln!(o, "Verified: no (the null receiver never reads the bytes)")?
+            }
+            _ => writeln!(o, "Verified: no")?,
         }
         if s.stored {
             writeln!(

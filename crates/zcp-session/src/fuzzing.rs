@@ -15,7 +15,8 @@
 //! - no panic, whatever the order.
 //!
 //! `cargo fuzz run receiver_script` runs it under libFuzzer (the `fuzzing` feature exposes it);
-//! the unit test below runs it on seeded random scripts in the suite.
+//! the unit test below runs it on seeded random scripts in the suite. The sending role's
+//! driver, [`sender_script`], plays a malicious receiver (`fuzzing/sender.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -28,6 +29,9 @@ use crate::error::Refusal;
 use crate::recv::chunks::{FileSpec, JournalState};
 use crate::recv::frames::{FsDone, FsJob, Offer, Prepared, Step};
 use crate::recv::state::{Placement, Receiving, RxConfig, RxJob};
+
+mod sender;
+pub use sender::sender_script;
 
 /// Reads the script: each call takes what it needs, and zeros once the bytes run out.
 struct Script<'a> {

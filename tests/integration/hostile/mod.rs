@@ -4,17 +4,20 @@
 //! that something was refused.
 //!
 //! The peers: `peer/` (see its doc) is the one malicious server (`peer/server.rs`: `Evil`,
-//! for `zcp get` and `zcp send`) and the one malicious client (`peer/client.rs`: `Raw`
+//! for `zcp get` and `zcp send`, scripted as a lying receiver in `peer/receiver.rs`) and the
+//! one malicious client (`peer/client.rs`: `Raw`
 //! sessions against `zcp serve`) every class uses, with `peer/observe.rs` for what a test
 //! looks at afterwards; `harness` re-exports them under the names of earlier rounds.
 //!
 //! The classes:
 //! - `confinement/`: writes beyond the root, destination or export; names, links, modes,
 //!   hard links (`get`, `serve`, `exports`);
-//! - `honesty/`: exit codes and claims: `get`'s and `serve --once`'s exit codes, `Progress`
-//!   from either side (`get`, `once`, `claims`);
+//! - `honesty/`: exit codes and claims: `send`'s against a lying receiver, `get`'s and
+//!   `serve --once`'s exit codes, `Progress` from either side (`send`, `get`, `once`,
+//!   `claims`);
 //! - `resource_bounds/`: what a peer can make the other side hold: memory, chunk tables and
-//!   offers, descriptors, the server log (`memory`, `tables`, `descriptors`, `logs`);
+//!   offers, descriptors, the server log, UDP chunk buffers (`memory`, `tables`,
+//!   `descriptors`, `logs`, `udp_memory`);
 //! - `idle_clock/`: sessions held without progress (`serve`, `get`);
 //! - `preauth/`: before or during the handshake: a cut handshake, the monitor's listener
 //!   (`handshake`, `monitor`);

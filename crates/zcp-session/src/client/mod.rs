@@ -338,6 +338,7 @@ fn send_once(
             chunk_size: crate::transport::udp::chunk_for(t.transport, t.chunk_size),
             idle,
             verify: t.verify,
+            recv_engine: t.recv_engine,
         },
         ctl: Arc::new(ControlWriter::new(tx)),
         rx,

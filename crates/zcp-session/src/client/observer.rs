@@ -55,6 +55,10 @@ pub(super) struct ClientObserver<'a> {
     verified: bool,
     stored: bool,
     verify_mode: zcp_wire::VerifyMode,
+    /// What the session asked every file to be, before the peer said anything: verified
+    /// (`--verify blake3` with an engine that reads the bytes) and stored (an engine that
+    /// stores). A file done as anything else counts as failed.
+    asked: (bool, bool),
     digest: Option<[u8; 32]>,
     pub(super) receiver_engine: Option<String>,
     pub(super) sender_engine: Option<String>,
@@ -99,6 +103,9 @@ impl<'a> ClientObserver<'a> {
             .collect();
         let now = Instant::now();
         let verify_mode = start.verify_mode;
+        // `Start` still holds what was asked: the engines that ran replace it later.
+        let stores = RecvEngine::parse(&start.receiver_engine).is_none_or(RecvEngine::stores);
+        let asked = (start.verify, stores);
         ClientObserver {
             reporter,
             start: Some(start),
@@ -117,6 +124,7 @@ impl<'a> ClientObserver<'a> {
             verified: true,
             stored: true,
             verify_mode,
+            asked,
             digest: None,
             receiver_engine: None,
             sender_engine: None,
@@ -314,7 +322,12 @@ impl Observer for ClientObserver<'_> {
         self.flush_start();
     }
 
-    fn file_done(&mut self, done: FileOutcome) {
+    fn file_done(&mut self, mut done: FileOutcome) {
+        if done.failure.is_none() && (done.verified, done.stored) != self.asked {
+            // The role proves what it reports; this is the last word on it: a file done as
+            // less (or more) than the session asked for is not done.
+            done.failure = Some(not_as_asked(&done, self.asked));
+        }
         match done.failure {
             Some(mut f) => {
                 if f.path.is_empty() {
@@ -395,6 +408,23 @@ impl Observer for ClientObserver<'_> {
     }
 }
 
+/// The failure of a file reported done, but not verified and stored as `asked`.
+fn not_as_asked(done: &FileOutcome, asked: (bool, bool)) -> Failure {
+    let word = |b: bool| if b { "" } else { "not " };
+    Failure {
+        path: String::new(),
+        code: "verify",
+        message: format!(
+            "reported {}verified and {}stored, where the session asked for it {}verified \
+             and {}stored",
+            word(done.verified),
+            word(done.stored),
+            word(asked.0),
+            word(asked.1)
+        ),
+    }
+}
+
 /// `SIGINT`, `SIGTERM`, ... for the signals a client stops on.
 pub(crate) fn signal_name(signal: i32) -> String {
     match signal {
@@ -402,5 +432,87 @@ pub(crate) fn signal_name(signal: i32) -> String {
         15 => "SIGTERM".into(),
         1 => "SIGHUP".into(),
         n => format!("signal {n}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Collect;
+
+    fn start(verify_mode: zcp_wire::VerifyMode, receiver: &str) -> Start {
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().expect("an address");
+        Start {
+            local: addr,
+            remote: addr,
+            session: String::new(),
+            direction: "send",
+            source: String::new(),
+            target: String::new(),
+            size: None,
+            chunk_size: 0,
+            block_size: 0,
+            streams: 1,
+            sender_engine: "sendfile".into(),
+            sender_note: None,
+            receiver_engine: receiver.into(),
+            receiver_note: None,
+            verify: verify_mode.checks() && receiver != "null",
+            verify_mode,
+            limit_rate: None,
+        }
+    }
+
+    fn done(verified: bool, stored: bool) -> FileOutcome {
+        FileOutcome {
+            path: "f".into(),
+            bytes: 10,
+            skipped: 0,
+            seconds: 0.0,
+            engine: "rw".into(),
+            verified,
+            stored,
+            digest: [0; 32],
+            failure: None,
+        }
+    }
+
+    /// The last check before a file counts: done as the session asked (verified and stored
+    /// by default; not verified with `--verify none`; neither with `null`), or failed.
+    #[test]
+    fn a_file_done_as_other_than_asked_counts_as_failed() {
+        use zcp_wire::VerifyMode::{Blake3, None as Unverified};
+        let cases = [
+            (Blake3, "auto", (true, true), true),
+            (Blake3, "auto", (false, true), false),
+            (Blake3, "auto", (true, false), false),
+            (Blake3, "null", (false, false), true),
+            (Blake3, "null", (true, true), false),
+            (Blake3, "mem", (true, false), true),
+            (Unverified, "rw", (false, true), true),
+            (Unverified, "rw", (false, false), false),
+        ];
+        for (mode, engine, (verified, stored), ok) in cases {
+            let mut events = Collect::default();
+            let mut obs = ClientObserver::new(
+                &mut events,
+                start(mode, engine),
+                None,
+                &[],
+                Vec::new(),
+                None,
+            );
+            obs.file_done(done(verified, stored));
+            let what = format!("{mode:?} {engine} {verified} {stored}");
+            assert_eq!(
+                (obs.files, obs.failed),
+                (u64::from(ok), u64::from(!ok)),
+                "{what}"
+            );
+            if !ok {
+                assert_eq!(obs.failures[0].code, "verify", "{what}");
+                assert_eq!(obs.failures[0].path, "f", "{what}");
+            }
+        }
     }
 }

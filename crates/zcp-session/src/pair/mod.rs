@@ -260,6 +260,7 @@ impl Pair {
                 chunk_size: o.chunk_size,
                 idle: o.idle,
                 verify: o.verify,
+                recv_engine: o.recv_engine,
             },
             ctl: Arc::new(control_tx(&c_s, &keys, Side::Client)),
             rx: control_rx(c_s, &keys, Side::Client),

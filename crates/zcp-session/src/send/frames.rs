@@ -5,9 +5,11 @@
 
 use std::time::Instant;
 
+use zcp_engine::RecvEngine;
 use zcp_wire::{ErrorCode, Have, Message, escape, escape_text};
 
 use super::hash::HashJob;
+use super::proof::{self, Claim};
 use super::state::{MAX_COMMIT_WAIT, MAX_RETRIES, Sending, State, proto};
 use crate::control::keepalive_every;
 use crate::error::SessionError;
@@ -41,10 +43,8 @@ impl Sending {
                 resumed,
                 target,
             } => {
-                // Where the first file lands, for the summary (shown escaped).
-                self.totals.stored_as.get_or_insert(target);
                 let (engine, note) = (escape_text(&engine), escape_text(&note));
-                self.on_ready(file_id, &engine, &note, resumed)?;
+                self.on_ready(file_id, (&engine, &note), resumed, target, now)?;
                 true
             }
             Message::FileFailed {
@@ -67,7 +67,12 @@ impl Sending {
                 verified,
                 stored,
             } => {
-                self.on_committed(file_id, digest, verified, stored, now)?;
+                let claim = Claim {
+                    digest,
+                    verified,
+                    stored,
+                };
+                self.on_committed(file_id, claim, now)?;
                 true
             }
             Message::EntryFailed {
@@ -191,13 +196,9 @@ impl Sending {
         Ok(())
     }
 
-    fn on_ready(
-        &mut self,
-        file_id: u32,
-        engine: &str,
-        note: &str,
-        resumed: bool,
-    ) -> Result<(), SessionError> {
+    /// The receiver's engine for a file, of the class asked for: the first names the
+    /// receiver's engine in the reports; a note not heard before is passed on (at most 64).
+    fn engine_named(&mut self, engine: &str, note: &str) {
         if self.totals.receiver_engine.is_none() {
             self.totals.receiver_engine = Some(engine.to_string());
             self.report(Report::Engines {
@@ -213,14 +214,41 @@ impl Sending {
         {
             self.report(Report::Notice(None, Some(format!("receiver: {note}"))));
         }
+    }
+
+    /// A file is ready on the receiver: with an engine of the class the session asked for
+    /// (else the file fails: `proof::engine_fits`), its offers to check or its chunks to send.
+    fn on_ready(
+        &mut self,
+        file_id: u32,
+        (engine, note): (&str, &str),
+        resumed: bool,
+        target: Vec<u8>,
+        now: Instant,
+    ) -> Result<(), SessionError> {
+        match self.open.get(&file_id) {
+            None => return Err(proto(format!("FileReady for unknown file {file_id}"))),
+            Some(f) if f.state != State::Announced => {
+                return Err(proto(format!("a second FileReady for file {file_id}")));
+            }
+            Some(_) => {}
+        }
+        let named = match proof::engine_fits(self.cfg.recv_engine, engine) {
+            Ok(e) => e,
+            Err(why) => {
+                self.fail_file(file_id, ErrorCode::Verify, why, true, now);
+                return Ok(());
+            }
+        };
+        // Where the first file lands, for the summary (shown escaped).
+        self.totals.stored_as.get_or_insert(target);
+        self.engine_named(engine, note);
         let nonces = self.nonces;
         let Some(f) = self.open.get_mut(&file_id) else {
-            return Err(proto(format!("FileReady for unknown file {file_id}")));
+            return Ok(());
         };
-        if f.state != State::Announced {
-            return Err(proto(format!("a second FileReady for file {file_id}")));
-        }
-        f.verify = self.cfg.verify.checks() && engine != zcp_engine::RecvEngine::Null.name();
+        f.verify = self.cfg.verify.checks() && named != RecvEngine::Null;
+        f.stores = named.stores();
         f.engine = engine.to_string();
         if !resumed {
             // Offers without `resumed` are dropped unanswered.
@@ -261,6 +289,13 @@ impl Sending {
         let Some(f) = self.open.get_mut(&file_id) else {
             return Ok(false);
         };
+        if matches!(f.state, State::Announced | State::Checking) {
+            // Nothing of it was sent: an acknowledgement would keep a chunk from ever being
+            // sent, a refusal would send one before the receiver made the file ready.
+            return Err(proto(format!(
+                "ChunkAck for file {file_id} before any of its chunks was sent"
+            )));
+        }
         if index >= f.plan.count() {
             return Err(proto(format!(
                 "ChunkAck for chunk {index} of a {}-chunk file",
@@ -299,33 +334,42 @@ impl Sending {
         Ok(true)
     }
 
+    /// The receiver committed file `file_id`: done only if what it says proves the file
+    /// stored and verified as the session asked (`proof::judge`); otherwise the file fails
+    /// (class `verify`), whatever the receiver made of it. The size and the digest reported
+    /// are this side's own: a receiver's word, even one holding the key, does not go into a
+    /// report or a server's transfer log as fact.
     fn on_committed(
         &mut self,
         file_id: u32,
-        digest: [u8; 32],
-        verified: bool,
-        stored: bool,
+        claim: Claim,
         now: Instant,
     ) -> Result<(), SessionError> {
-        let Some(f) = self.remove(file_id) else {
+        let Some(f) = self.open.get(&file_id) else {
             return Err(proto(format!("FileCommitted for unknown file {file_id}")));
+        };
+        let proved = match proof::judge(f, claim) {
+            Ok(p) => p,
+            Err(why) => {
+                // The receiver takes the file for committed: nothing to tell it.
+                self.fail_file(file_id, ErrorCode::Verify, why, false, now);
+                return Ok(());
+            }
+        };
+        let Some(f) = self.remove(file_id) else {
+            return Ok(());
         };
         self.totals.files += 1;
         self.totals.last_commit = Some(now);
-        // What the receiver says is a claim: the file is verified only when this side hashed
-        // it, sent its digest in `FileEnd`, and the receiver's digest is that one; the size and
-        // the digest reported are this side's own (a receiver's word, even one holding the
-        // key, does not go into a server's transfer log as fact).
-        let proved = f.verify && verified && f.sent_digest == Some(digest);
         self.report(Report::FileDone(FileOutcome {
             path: f.display,
             bytes: f.plan.size(),
             skipped: f.skipped,
             seconds: now.saturating_duration_since(f.started).as_secs_f64(),
             engine: f.engine,
-            verified: proved,
-            stored,
-            digest: if proved { digest } else { [0; 32] },
+            verified: proved.verified,
+            stored: proved.stored,
+            digest: proved.digest,
             failure: None,
         }));
         Ok(())

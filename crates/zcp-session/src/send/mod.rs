@@ -7,6 +7,8 @@
 //!   scheduled, acknowledged, sent again, files ended; the idle clock; outputs.
 //! - `frames.rs`: each message from the receiver (offers, ready, acknowledgements, commits).
 //! - `hash.rs`: the hash workers and the resume check.
+//! - `proof.rs`: whether a receiver's `FileReady` and `FileCommitted` prove a file stored and
+//!   verified as the session asked; nothing else is reported done.
 //!
 //! This file is the thin loop around them, on one thread that alone owns the state machine:
 //! it feeds it the walk, the receiver's frames (from the control reader thread), and what the
@@ -14,8 +16,9 @@
 //! takes chunks from one shared queue, so one large file spreads over every stream and many
 //! small files keep every stream busy.
 
-mod frames;
-mod hash;
+pub(crate) mod frames;
+pub(crate) mod hash;
+pub(crate) mod proof;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,9 @@
 //! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks and
 //! `ChunkMac`s → every chunk acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends the chunk
 //! again, up to [`MAX_RETRIES`] times; a file of one chunk skips the acknowledgement) →
-//! source unchanged? → `FileEnd` → `FileCommitted`.
+//! source unchanged? → `FileEnd` → `FileCommitted`. A file is reported done only when
+//! `proof.rs` finds its `FileReady` and `FileCommitted` prove it stored and verified as the
+//! session asked; otherwise it fails.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use zcp_engine::fs::Meta;
 use zcp_engine::send::STAGED_MAX;
-use zcp_engine::{SendEngine, Usage};
+use zcp_engine::{RecvEngine, SendEngine, Usage};
 use zcp_wire::{
     ChunkPlan, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats, VerifyMode,
 };
@@ -52,6 +54,9 @@ pub(crate) struct SenderConfig {
     /// How the session proves its data: with [`VerifyMode::None`] no chunk MAC and no file
     /// digest is computed.
     pub(crate) verify: VerifyMode,
+    /// The receiver engine the session asked for (the client's, in `Open`): every
+    /// `FileReady` must name one of its class (`super::proof::engine_fits`).
+    pub(crate) recv_engine: RecvEngine,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -91,9 +96,12 @@ pub(crate) struct OutFile {
     pub(crate) started: Instant,
     pub(crate) engine: String,
     /// Whether the file is proved: the session verifies (`--verify blake3`) and the
-    /// receiver's engine reads the bytes (every engine but `null`). Otherwise no chunk MAC and
-    /// no file digest is computed.
+    /// receiver's engine reads the bytes (every engine but `null`, which only a session that
+    /// asked for it accepts). Otherwise no chunk MAC and no file digest is computed.
     pub(crate) verify: bool,
+    /// Whether the receiver's engine stores the file (every engine but `null` and `mem`):
+    /// what its `FileCommitted` must then say.
+    pub(crate) stores: bool,
 }
 
 /// What a finished sending role reports.
@@ -417,6 +425,7 @@ impl Sending {
             started: now,
             engine: String::new(),
             verify: true,
+            stores: true,
         };
         self.open.insert(id, f);
     }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use zcp_engine::SendEngine;
+use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{Message, Psk, SessionKeys, VerifyMode};
 
 use super::HashJob;
@@ -14,12 +14,19 @@ use crate::manifest::Entry;
 /// a hash worker), one stream, and one announced 6 MiB file (id 0) the receiver made ready
 /// with `rw`. Returns the outputs of that.
 fn ready(verify: VerifyMode) -> (Sending, SendOut) {
+    ready_with(verify, RecvEngine::Auto, "rw")
+}
+
+/// [`ready`], for a session that asked for the receiver engine `asked`, whose receiver
+/// named `named` in its `FileReady`.
+fn ready_with(verify: VerifyMode, asked: RecvEngine, named: &str) -> (Sending, SendOut) {
     let cfg = SenderConfig {
         engine: SendEngine::Sendfile,
         block: 0,
         chunk_size: Some(2 << 20),
         idle: Duration::from_secs(30),
         verify,
+        recv_engine: asked,
     };
     let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
     let now = Instant::now();
@@ -48,7 +55,7 @@ fn ready(verify: VerifyMode) -> (Sending, SendOut) {
     s.handle_frame(
         Message::FileReady {
             file_id: 0,
-            engine: "rw".into(),
+            engine: named.into(),
             note: String::new(),
             target: b"f".to_vec(),
             resumed: false,
@@ -132,29 +139,247 @@ fn without_verification_nothing_is_hashed_and_the_digest_is_zero() {
     assert_eq!(done, [(false, true)]);
 }
 
-/// A receiver's `FileCommitted` is a claim: before `FileEnd` (no digest of this side's to
-/// match), with a digest that is not the one sent, or with any byte count, the file is
-/// reported with this side's size and not as verified.
-#[test]
-fn a_receivers_commit_claims_nothing_this_side_did_not_prove() {
-    let (mut s, _out) = ready(VerifyMode::Blake3);
+/// The file's outcomes reported so far: (verified, stored, digest, failure class).
+fn outcomes(s: &mut Sending) -> Vec<(bool, bool, [u8; 32], Option<&'static str>)> {
+    (s.take_out().reports.into_iter())
+        .filter_map(|r| match r {
+            Report::FileDone(d) => {
+                Some((d.verified, d.stored, d.digest, d.failure.map(|f| f.code)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs file 0 of `s` (just made ready) to its `FileEnd`: each chunk hashed (MACs of the
+/// source, all zeros here), acknowledged, the source unchanged. Returns the digest sent.
+fn to_file_end(s: &mut Sending, out: &SendOut) -> [u8; 32] {
     let now = Instant::now();
-    let committed = Message::FileCommitted {
+    for h in &out.hashes {
+        if let HashJob::Chunk { index, .. } = h {
+            s.hashed(0, *index, [*index as u8; 32], now);
+        }
+    }
+    for index in 0..out.chunks.len() as u64 {
+        let ack = Message::ChunkAck {
+            file_id: 0,
+            index,
+            ok: true,
+        };
+        s.handle_frame(ack, now).expect("ack");
+    }
+    let checks = s.take_out().checks;
+    assert_eq!(checks.len(), 1, "the source check");
+    s.source_checked(0, None, now);
+    let frames = s.take_out().frames;
+    (frames.iter())
+        .find_map(|m| match m {
+            Message::FileEnd { digest, .. } => Some(*digest),
+            _ => None,
+        })
+        .expect("FileEnd")
+}
+
+fn commit(digest: [u8; 32], verified: bool, stored: bool) -> Message {
+    Message::FileCommitted {
         file_id: 0,
-        bytes: u64::MAX,
-        digest: [7; 32],
+        bytes: 6 << 20,
+        digest,
+        verified,
+        stored,
+    }
+}
+
+#[test]
+fn a_commit_with_this_sides_digest_after_file_end_is_done() {
+    let (mut s, out) = ready(VerifyMode::Blake3);
+    let sent = to_file_end(&mut s, &out);
+    assert_ne!(sent, [0; 32]);
+    s.handle_frame(commit(sent, true, true), Instant::now())
+        .expect("committed");
+    assert_eq!(outcomes(&mut s), [(true, true, sent, None)]);
+    assert_eq!(s.totals.files, 1);
+}
+
+/// Issue 24, class 1: a receiver's `FileCommitted` is a claim. Before `FileEnd` (no digest
+/// of this side's to match; the receiver cannot have had the data), not verified in a
+/// session that verifies, with another digest, or not stored by a storing engine: the file
+/// fails as a verification failure, is not counted, and its size is not the receiver's.
+#[test]
+fn a_commit_that_proves_less_than_was_asked_fails_the_file() {
+    type Case = (&'static str, bool, fn([u8; 32]) -> Message);
+    let cases: [Case; 4] = [
+        ("before FileEnd", false, |_| commit([7; 32], true, true)),
+        ("not verified", true, |d| commit(d, false, true)),
+        ("another digest", true, |d| {
+            let mut other = d;
+            other[0] ^= 1;
+            commit(other, true, true)
+        }),
+        ("not stored", true, |d| commit(d, true, false)),
+    ];
+    for (what, ended, claim) in cases {
+        let (mut s, out) = ready(VerifyMode::Blake3);
+        let sent = if ended {
+            to_file_end(&mut s, &out)
+        } else {
+            [0; 32]
+        };
+        s.handle_frame(claim(sent), Instant::now())
+            .expect("the session goes on");
+        assert_eq!(
+            outcomes(&mut s),
+            [(false, false, [0; 32], Some("verify"))],
+            "{what}"
+        );
+        assert_eq!(s.totals.files, 0, "{what}");
+        assert!(s.idle_files(), "{what}: the file is over");
+    }
+}
+
+/// Issue 24, class 1: a `FileReady` naming an engine outside the class the session asked
+/// for (`null` or `mem` for a storing request, anything but the engine asked for `null` or
+/// `mem`, a name no engine has) fails the file at once: no chunk, no hash, no MAC, the
+/// receiver told, nothing reported as its engine.
+#[test]
+fn a_file_ready_with_an_engine_not_asked_for_fails_the_file() {
+    let cases = [
+        (RecvEngine::Auto, "null"),
+        (RecvEngine::Auto, "mem"),
+        (RecvEngine::ReadWrite, "null"),
+        (RecvEngine::Direct, "auto"),
+        (RecvEngine::Auto, "tape"),
+        (RecvEngine::Mem, "null"),
+        (RecvEngine::Mem, "rw"),
+        (RecvEngine::Null, "mem"),
+    ];
+    for (asked, named) in cases {
+        let (mut s, out) = ready_with(VerifyMode::Blake3, asked, named);
+        let what = format!("{named} for {}", asked.name());
+        assert!(out.chunks.is_empty() && out.hashes.is_empty(), "{what}");
+        assert!(
+            (out.frames.iter()).any(|m| matches!(
+                m,
+                Message::FileAbort {
+                    file_id: 0,
+                    code: zcp_wire::ErrorCode::Verify,
+                    ..
+                }
+            )),
+            "{what}: {:?}",
+            out.frames
+        );
+        let done: Vec<_> = (out.reports.iter())
+            .filter_map(|r| match r {
+                Report::FileDone(d) => Some((d.verified, d.stored, d.failure.clone())),
+                Report::Engines { .. } => panic!("{what}: reported as the engine"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(done.len(), 1, "{what}");
+        let f = done[0].2.as_ref().expect("a failure");
+        assert_eq!(f.code, "verify", "{what}");
+        assert!(f.message.contains(asked.name()), "{what}: {}", f.message);
+        assert!(s.totals.receiver_engine.is_none(), "{what}");
+        // A commit for it afterwards is for a file no longer open.
+        assert!(
+            s.handle_frame(commit([0; 32], true, true), Instant::now())
+                .is_err()
+        );
+    }
+}
+
+/// What the user asked for is what a commit is held to: `--recv-engine null` (nothing
+/// stored, nothing read, so nothing verified), `mem` (verified, not stored), `--verify none`
+/// (stored, not verified). Each is done once committed after `FileEnd`, and never reported
+/// as more than it was, whatever the receiver claims.
+#[test]
+fn engines_and_modes_asked_for_are_done_as_asked() {
+    let cases = [
+        (VerifyMode::Blake3, RecvEngine::Null, (false, false)),
+        (VerifyMode::Blake3, RecvEngine::Mem, (true, false)),
+        (VerifyMode::None, RecvEngine::Auto, (false, true)),
+        (VerifyMode::None, RecvEngine::Mem, (false, false)),
+    ];
+    for (verify, asked, (verified, stored)) in cases {
+        let named = if asked == RecvEngine::Auto {
+            "splice"
+        } else {
+            asked.name()
+        };
+        let (mut s, out) = ready_with(verify, asked, named);
+        assert_eq!(out.hashes.is_empty(), !verified, "{asked:?}");
+        let sent = to_file_end(&mut s, &out);
+        // The receiver claims everything: verified, stored, its digest.
+        s.handle_frame(commit(sent, true, true), Instant::now())
+            .expect("committed");
+        let digest = if verified { sent } else { [0; 32] };
+        assert_eq!(
+            outcomes(&mut s),
+            [(verified, stored, digest, None)],
+            "{verify:?} {asked:?}"
+        );
+    }
+}
+
+/// `--retry`: a later attempt's receiver that offers every chunk (`Have`, `FileReady
+/// {resumed}`) and commits before the resume check answered proves nothing: the chunks kept
+/// are only those this side recomputed, and the file is done only after its `FileEnd`.
+#[test]
+fn a_commit_during_the_resume_check_fails_the_file() {
+    let (mut s, _) = ready_with(VerifyMode::Blake3, RecvEngine::Auto, "rw");
+    // A second file, offered whole for resume.
+    let now = Instant::now();
+    let file = tempfile::tempfile().expect("a temporary file");
+    file.set_len(4 << 20).expect("its size");
+    let meta = zcp_engine::fs::stat_fd(&file).expect("stat");
+    s.take_entry(
+        Entry::File {
+            dest: b"g".to_vec(),
+            name: Vec::new(),
+            file,
+            meta,
+            display: "g".into(),
+        },
+        now,
+    );
+    let have = zcp_wire::Have {
+        file_id: 1,
+        client_nonce: [5; 32],
+        server_nonce: [6; 32],
+        old_file_id: 0,
+        entries: vec![(0, [1; 32]), (1, [2; 32])],
+    };
+    s.handle_frame(Message::Have(have), now).expect("have");
+    let ready = Message::FileReady {
+        file_id: 1,
+        engine: "rw".into(),
+        note: String::new(),
+        target: b"g".to_vec(),
+        resumed: true,
+    };
+    s.handle_frame(ready, now).expect("ready");
+    let out = s.take_out();
+    assert!(
+        (out.hashes.iter()).any(|h| matches!(h, HashJob::Resume { file_id: 1, .. })),
+        "the offers are checked against the source"
+    );
+    let claim = Message::FileCommitted {
+        file_id: 1,
+        bytes: 4 << 20,
+        digest: [9; 32],
         verified: true,
         stored: true,
     };
-    s.handle_frame(committed, now).expect("committed");
-    let done: Vec<(bool, u64, [u8; 32])> = (s.take_out().reports.into_iter())
+    s.handle_frame(claim, now).expect("the session goes on");
+    let done: Vec<_> = (s.take_out().reports.into_iter())
         .filter_map(|r| match r {
-            Report::FileDone(d) if d.failure.is_none() => Some((d.verified, d.bytes, d.digest)),
+            Report::FileDone(d) => Some(d.failure.map(|f| f.code)),
             _ => None,
         })
         .collect();
-    assert_eq!(done.len(), 1);
-    assert!(!done[0].0, "not verified: {done:?}");
-    assert_ne!(done[0].1, u64::MAX, "the size is this side's: {done:?}");
-    assert_eq!(done[0].2, [0; 32], "no digest claimed: {done:?}");
+    assert_eq!(done, [Some("verify")]);
+    // The check's answer, late, finds the file gone.
+    s.resume_checked(1, Some(vec![(0, [1; 32]), (1, [2; 32])]), now);
+    assert!(s.take_out().chunks.is_empty());
 }

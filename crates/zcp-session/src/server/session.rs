@@ -681,6 +681,7 @@ fn serve_pull(
             chunk_size: crate::transport::udp::chunk_for(g.transport, g.chunk_size),
             idle: g.idle,
             verify: g.verify,
+            recv_engine: g.recv,
         },
         ctl: c.ctl.clone(),
         rx: c.rx,

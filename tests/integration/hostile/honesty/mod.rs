@@ -2,9 +2,11 @@
 //! requested entry was not stored and verified, and never on the peer's word alone; what a
 //! peer claims (`Progress`) is held to what it can be. `get`: a malicious server against
 //! `zcp get`'s exit code; `once`: `zcp serve --once`'s exit code; `claims`: `Progress` from
-//! either side. Tests of `zcp send`'s exit code against a malicious receiver go here too
-//! (as `send.rs`).
+//! either side; `send`: `zcp send`'s exit code against a malicious receiver (an engine not
+//! asked for, a commit unverified, with another digest or before the data), in trees, with
+//! `--retry` and over UDP, and `zcp serve`'s own verdict in a pull.
 
 mod claims;
 mod get;
 mod once;
+mod send;

@@ -256,7 +256,8 @@ fn bad_feedback_in_a_get(junk: Option<Vec<u8>>, why: &str) {
     let mut buf = Vec::new();
     frame_until(&mut data, &mut buf, |f| matches!(f, UdpFrame::Hello { .. }));
     let id = next_put(&mut raw);
-    raw.ready(id, "mem");
+    // The engine its `Open` asked for: any other fails the file at once (issue 24).
+    raw.ready(id, "rw");
     let UdpFrame::Announce(h) =
         frame_until(&mut data, &mut buf, |f| matches!(f, UdpFrame::Announce(_)))
     else {

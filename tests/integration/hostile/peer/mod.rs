@@ -2,6 +2,9 @@
 //! zcp-wire and able to send any frame in any order, with the key:
 //! - [`server`]: a malicious *server* ([`Evil`]) for a real `zcp get` or `zcp send`: it runs
 //!   the server's handshake, answers `Open` as it likes and plays the session's other side;
+//! - [`receiver`]: the same server scripted as a lying *receiver* for a real `zcp send`
+//!   ([`EvilRx`], each [`Lie`] an attack on the sender's proof that a file was stored and
+//!   verified: engines, verified flags, digests, early commits, over TCP and UDP);
 //! - [`client`]: a malicious *client* ([`Raw`], from `util.rs`, and its sessions) against a
 //!   real `zcp serve`: sessions opened with any `Open`, files announced, chunks and MACs sent
 //!   right or wrong, answers awaited;
@@ -13,6 +16,7 @@
 
 pub mod client;
 pub mod observe;
+pub mod receiver;
 pub mod server;
 
 pub use client::*;

@@ -1,0 +1,274 @@
+//! A malicious *receiver*: a server holding the key that a real `zcp send` pushes to. It
+//! runs the real server handshake (zcp-wire's, as [`super::server::Evil`] does for `zcp
+//! get`), answers `Open` as it pleases, takes the data connections (a TCP stream is read and
+//! discarded; a UDP side channel says `Hello` and claims every chunk announced, `Ready` then
+//! `Done`), and answers the control frames as a [`Lie`] says: the attacks of issue 24,
+//! class 1, on the sending side's proof that a file was stored and verified.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zcp_wire::udp::UdpFrame;
+use zcp_wire::{Accepted, Established, Message, Open, Pacing, Psk, SideStats};
+
+use super::server::{accept_within, read_timeout};
+use crate::util::*;
+
+/// What the malicious receiver claims for every file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lie {
+    /// Tells the truth: `rw`, commits after `FileEnd` with its digest, verified, stored.
+    None,
+    /// Names an engine in `FileReady` (`null`, `mem`), then commits as that engine would.
+    Engine(&'static str),
+    /// Commits with `verified = false`.
+    Unverified,
+    /// Commits with a digest other than the one `FileEnd` carried.
+    WrongDigest,
+    /// Commits with `stored = false` from a storing engine.
+    NotStored,
+    /// Commits right after `FileReady`, before any data, with the right digest (a key holder
+    /// that knows the source can compute it).
+    Early,
+}
+
+/// A malicious server with an authenticated push session from one `zcp send`.
+pub struct EvilRx {
+    pub s: TcpStream,
+    pub est: Established,
+    /// What the client asked for.
+    pub open: Open,
+    /// Data connections joined.
+    pub joined: usize,
+    /// Threads holding the data connections until the client closes them.
+    data: Vec<JoinHandle<()>>,
+}
+
+/// The `Opened` an honest server would answer to `open` (a push: no pacing of its own).
+pub fn honest_opened(open: &Open) -> Message {
+    Message::Opened {
+        streams: open.streams,
+        idle_ms: 60_000,
+        pacing: Pacing::None,
+        verify: open.verify.clone(),
+        transport: open.transport.clone(),
+        udp_mode: open.udp_mode.clone(),
+    }
+}
+
+impl EvilRx {
+    /// Runs the real server handshake for one client on `l`, answers its `Open` with what
+    /// `opened` makes of it, and takes the data connections that come within 2 s.
+    pub fn accept(l: &TcpListener, psk: &Psk, opened: impl FnOnce(&Open) -> Message) -> EvilRx {
+        let mut s = accept_within(l, 10).expect("the client connects");
+        let hello = read_plain(&mut s).unwrap();
+        let (state, reply) = zcp_wire::accept(psk, hello, [9; 32]).unwrap();
+        s.write_all(&reply.encode_frame()).unwrap();
+        let Accepted::Control(aw) = state else {
+            panic!("expected a control connection")
+        };
+        let proof = read_plain(&mut s).unwrap();
+        let (mut est, welcome) = aw.on_proof(proof, [0x5a; 16], 16).unwrap();
+        s.write_all(&welcome).unwrap();
+        let (h, p) = read_msg(&mut s).unwrap();
+        let Ok(Message::Open(open)) = est.opener.open(h, &p) else {
+            panic!("expected Open")
+        };
+        let answer = opened(&open);
+        let streams = match &answer {
+            Message::Opened { streams, .. } => usize::from(*streams),
+            _ => 0,
+        };
+        let udp = matches!(&answer, Message::Opened { transport, .. } if transport == "udp");
+        s.write_all(&est.sealer.seal(&answer)).unwrap();
+        let mut evil = EvilRx {
+            s,
+            est,
+            open,
+            joined: 0,
+            data: Vec::new(),
+        };
+        while evil.joined < streams {
+            let Some(mut d) = accept_within(l, 2) else {
+                break;
+            };
+            evil.joined += 1;
+            let hello = read_plain(&mut d).unwrap();
+            let (state, reply) = zcp_wire::accept(psk, hello, [8; 32]).unwrap();
+            d.write_all(&reply.encode_frame()).unwrap();
+            let Accepted::Data(aw) = state else {
+                panic!("expected a data connection")
+            };
+            let req = aw.on_join(read_plain(&mut d).unwrap()).unwrap();
+            req.verify(&evil.est.keys).unwrap();
+            d.write_all(&Message::DataAccept.encode_frame()).unwrap();
+            let run = if udp { side_channel } else { drain };
+            evil.data.push(std::thread::spawn(move || run(d)));
+        }
+        evil
+    }
+
+    pub fn send(&mut self, m: &Message) {
+        let f = self.est.sealer.seal(m);
+        let _ = self.s.write_all(&f);
+    }
+
+    pub fn recv(&mut self) -> std::io::Result<Message> {
+        let (h, p) = read_msg(&mut self.s)?;
+        self.est
+            .opener
+            .open(h, &p)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    /// Plays the receiver of a push to its end, lying as `lie` says about every file whose
+    /// destination ends with `only` (every file when empty; honest about the others);
+    /// `early` is the source's content, for [`Lie::Early`]'s digest. Returns the frames the
+    /// client sent (`FileAbort`s, `ChunkMac`s, `FileEnd`s are what the tests look at), once it
+    /// closed.
+    pub fn serve(&mut self, lie: Lie, only: &str, early: &[u8]) -> Vec<Message> {
+        let mut lies: HashMap<u32, Lie> = HashMap::new();
+        let mut seen = Vec::new();
+        let end = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < end {
+            let Ok(m) = self.recv() else {
+                break;
+            };
+            match &m {
+                Message::PutFile(p) => {
+                    let lie = if p.dest.ends_with(only.as_bytes()) {
+                        lie
+                    } else {
+                        Lie::None
+                    };
+                    lies.insert(p.file_id, lie);
+                    let engine = match lie {
+                        Lie::Engine(e) => e,
+                        _ => "rw",
+                    };
+                    self.send(&Message::FileReady {
+                        file_id: p.file_id,
+                        engine: engine.into(),
+                        note: String::new(),
+                        target: p.dest.clone(),
+                        resumed: false,
+                    });
+                    if lie == Lie::Early {
+                        let digest = digest_of(&self.est, p.file_id, early, p.chunk_size);
+                        self.commit(p.file_id, p.size, digest, lie);
+                    }
+                }
+                Message::ChunkMac { file_id, index, .. } => self.send(&Message::ChunkAck {
+                    file_id: *file_id,
+                    index: *index,
+                    ok: true,
+                }),
+                Message::FileEnd { file_id, digest } => {
+                    let lie = lies.get(file_id).copied().unwrap_or(Lie::None);
+                    if lie != Lie::Early {
+                        self.commit(*file_id, 0, *digest, lie);
+                    }
+                }
+                Message::Finish => self.send(&Message::Stats(SideStats::default())),
+                _ => {}
+            }
+            seen.push(m);
+        }
+        seen
+    }
+
+    /// `FileCommitted` for `file_id`, as `lie` has it.
+    pub fn commit(&mut self, file_id: u32, bytes: u64, digest: [u8; 32], lie: Lie) {
+        let mut digest = digest;
+        if lie == Lie::WrongDigest {
+            digest[0] ^= 0x80;
+        }
+        let engine_stores = !matches!(lie, Lie::Engine(_));
+        self.send(&Message::FileCommitted {
+            file_id,
+            bytes,
+            digest,
+            verified: !matches!(lie, Lie::Unverified | Lie::Engine("null")),
+            stored: engine_stores && lie != Lie::NotStored,
+        });
+    }
+
+    /// Waits for the data connections' threads (they end when the client closes them).
+    pub fn join(self) {
+        drop(self.s);
+        for t in self.data {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The digest an honest sender computes for `body` as file `id` of this session.
+pub fn digest_of(est: &Established, id: u32, body: &[u8], chunk_size: u64) -> [u8; 32] {
+    let plan = zcp_wire::ChunkPlan::new(body.len() as u64, chunk_size).unwrap();
+    let mut d = est.keys.file_digest(id, plan.size(), plan.chunk_size());
+    for i in 0..plan.count() {
+        let (off, len) = plan.chunk(i);
+        let mut h = est.keys.chunk_hasher(id, off, len);
+        h.update(&body[off as usize..(off + len) as usize]);
+        d.push(h.finalize().as_bytes());
+    }
+    d.finish()
+}
+
+/// A TCP data stream: read and discarded until the client closes it.
+fn drain(mut d: TcpStream) {
+    read_timeout(&d);
+    let mut buf = vec![0u8; 1 << 16];
+    let end = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < end {
+        match d.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A UDP side channel: `Hello` with a socket that takes (and drops) the datagrams; every
+/// chunk announced is claimed `Ready` and then `Done`, until the sender's `End`.
+fn side_channel(mut d: TcpStream) {
+    read_timeout(&d);
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let hello = UdpFrame::Hello {
+        port: udp.local_addr().unwrap().port(),
+        payload: 0,
+        budget: 64 << 20,
+    };
+    d.write_all(&hello.encode()).unwrap();
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    let end = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < end {
+        while let Ok(Some((f, used))) = UdpFrame::decode(&buf) {
+            buf.drain(..used);
+            match f {
+                UdpFrame::Announce(h) => {
+                    let (file_id, offset) = (h.file_id, h.offset);
+                    let _ = d.write_all(&UdpFrame::Ready { file_id, offset }.encode());
+                    let _ = d.write_all(&UdpFrame::Done { file_id, offset }.encode());
+                }
+                UdpFrame::End => {
+                    // Hold the channel until the client closes it, as a receiver does.
+                    let _ = d.read_to_end(&mut Vec::new());
+                    return;
+                }
+                _ => {}
+            }
+        }
+        match d.read(&mut tmp) {
+            Ok(0) => return,
+            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
