@@ -80,6 +80,32 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             }
         }
         ServerEvent::Rejected { peer, reason, .. } => format!("zcp: refused {peer}: {reason}"),
+        ServerEvent::Shed {
+            evicted,
+            expired,
+            descriptors,
+            pending,
+            max,
+            busiest,
+        } => {
+            let mut line = format!(
+                "zcp: closed {} connection{} in their handshake: {evicted} evicted for newer ones, \
+                 {expired} past their deadline",
+                evicted + expired,
+                if evicted + expired == 1 { "" } else { "s" }
+            );
+            if *descriptors > 0 {
+                line += &format!(
+                    "; out of file descriptors {descriptors} time{}",
+                    if *descriptors == 1 { "" } else { "s" }
+                );
+            }
+            line += &format!("; {pending} of at most {max} pending");
+            if let Some((source, n)) = busiest {
+                line += &format!(", {n} from {source}");
+            }
+            line
+        }
         ServerEvent::Engines {
             session,
             sender,

@@ -139,6 +139,15 @@ impl Monitor {
                 let cause = metrics::cause_name(cause);
                 m.refused.get_or_create(&Cause { cause }).inc();
             }
+            // Pending handshakes shed: evicted ones count as busy, expired ones as limit.
+            ServerEvent::Shed {
+                evicted, expired, ..
+            } => {
+                let busy = Cause { cause: "busy" };
+                m.refused.get_or_create(&busy).inc_by(*evicted);
+                let limit = Cause { cause: "limit" };
+                m.refused.get_or_create(&limit).inc_by(*expired);
+            }
             ServerEvent::SessionStart { .. } => inner.start(event, now),
             ServerEvent::Engines {
                 session,
