@@ -41,7 +41,8 @@ pub use event::{
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{
     AccessConfig, DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_SOURCE, ExportSpec, IdentitySpec,
-    Permission, Reloader, SINGLE_EXPORT, SINGLE_IDENTITY, Server, ServerConfig, check_name,
+    PendingId, PendingLimits, PendingSource, PendingTable, Permission, Reloader, SINGLE_EXPORT,
+    SINGLE_IDENTITY, Server, ServerConfig, check_name,
 };
 pub use transport::udp::UdpReport;
 pub use zcp_wire::VerifyMode;

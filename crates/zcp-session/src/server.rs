@@ -17,6 +17,10 @@ mod handshake;
 mod pending;
 mod session;
 
+pub use pending::{
+    Id as PendingId, Limits as PendingLimits, PendingTable, Source as PendingSource,
+};
+
 pub use access::{
     AccessConfig, ExportSpec, IdentitySpec, Permission, SINGLE_EXPORT, SINGLE_IDENTITY, check_name,
 };

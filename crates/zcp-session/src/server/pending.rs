@@ -16,14 +16,14 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-/// A pending connection's number in the table.
-pub(crate) type Id = u64;
+/// A pending connection's number in the table (never reused).
+pub type Id = u64;
 
 /// Where a connection comes from, as the per-source cap counts it: an IPv4 address, or an
 /// IPv6 /64 (one host usually holds a whole /64). An IPv4-mapped IPv6 address (a dual-stack
 /// listener's IPv4 client) counts as its IPv4 address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Source {
+pub enum Source {
     /// An IPv4 address.
     V4([u8; 4]),
     /// The first 64 bits of an IPv6 address.
@@ -31,7 +31,8 @@ pub(crate) enum Source {
 }
 
 impl Source {
-    pub(crate) fn of(ip: IpAddr) -> Source {
+    /// The source of a peer at `ip`.
+    pub fn of(ip: IpAddr) -> Source {
         match ip {
             IpAddr::V4(a) => Source::V4(a.octets()),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
@@ -60,20 +61,20 @@ impl fmt::Display for Source {
 
 /// The table's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// Most connections in their handshake at once.
-    pub(crate) max: usize,
+    pub max: usize,
     /// Most of them from one [`Source`].
-    pub(crate) per_source: usize,
+    pub per_source: usize,
     /// The time a connection has to finish its handshake.
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
 }
 
 impl Limits {
     /// The deadline while the table is three quarters full or more: a quarter of the
     /// timeout, but at least a second (a handshake takes two round trips), and never more
     /// than the timeout.
-    pub(crate) fn pressed(&self) -> Duration {
+    pub fn pressed(&self) -> Duration {
         (self.timeout / 4)
             .max(Duration::from_secs(1))
             .min(self.timeout)
@@ -99,7 +100,7 @@ pub(crate) enum Shed {
 
 /// The pending connections.
 #[derive(Debug)]
-pub(crate) struct PendingTable {
+pub struct PendingTable {
     limits: Limits,
     entries: HashMap<Id, Entry>,
     /// Per source, its connections in eviction order: least advanced, then oldest.
@@ -112,7 +113,8 @@ pub(crate) struct PendingTable {
 }
 
 impl PendingTable {
-    pub(crate) fn new(limits: Limits) -> PendingTable {
+    /// An empty table (a `max` or `per_source` of 0 counts as 1).
+    pub fn new(limits: Limits) -> PendingTable {
         PendingTable {
             limits: Limits {
                 max: limits.max.max(1),
@@ -127,23 +129,24 @@ impl PendingTable {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// How many connections are pending.
+    pub fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// How many connections `source` holds.
-    pub(crate) fn held_by(&self, source: Source) -> usize {
+    pub fn held_by(&self, source: Source) -> usize {
         self.by_source.get(&source).map_or(0, BTreeSet::len)
     }
 
     /// The source holding the most connections, and how many.
-    pub(crate) fn busiest(&self) -> Option<(Source, usize)> {
+    pub fn busiest(&self) -> Option<(Source, usize)> {
         self.counts.last().map(|&(n, s)| (s, n))
     }
 
     /// Takes in a newcomer from `source` at `now`: its id, and the connection it evicted to
     /// make room, if one had to go (already out of the table; the caller closes it).
-    pub(crate) fn admit(&mut self, now: Instant, source: Source) -> (Id, Option<Id>) {
+    pub fn admit(&mut self, now: Instant, source: Source) -> (Id, Option<Id>) {
         let victim = if self.held_by(source) >= self.limits.per_source {
             self.least_advanced(source)
         } else if self.entries.len() >= self.limits.max {
@@ -171,14 +174,14 @@ impl PendingTable {
 
     /// Takes out the least advanced connection of the busiest source (to free its
     /// descriptor); which, if any was pending.
-    pub(crate) fn evict_one(&mut self) -> Option<Id> {
+    pub fn evict_one(&mut self) -> Option<Id> {
         let victim = self.busiest().and_then(|(s, _)| self.least_advanced(s))?;
         self.remove(victim);
         Some(victim)
     }
 
     /// Records that connection `id` has received `stage` handshake frames.
-    pub(crate) fn progress(&mut self, id: Id, stage: u8) {
+    pub fn progress(&mut self, id: Id, stage: u8) {
         let Some(e) = self.entries.get_mut(&id) else {
             return;
         };
@@ -191,7 +194,7 @@ impl PendingTable {
     }
 
     /// Takes connection `id` out (its handshake ended, either way); whether it was in.
-    pub(crate) fn remove(&mut self, id: Id) -> bool {
+    pub fn remove(&mut self, id: Id) -> bool {
         let Some(e) = self.entries.remove(&id) else {
             return false;
         };
@@ -203,7 +206,7 @@ impl PendingTable {
     }
 
     /// The deadline in force now: the handshake timeout, or the shorter one under pressure.
-    pub(crate) fn limit(&self) -> Duration {
+    pub fn limit(&self) -> Duration {
         if self.entries.len() * 4 >= self.limits.max * 3 {
             self.limits.pressed()
         } else {
@@ -214,7 +217,7 @@ impl PendingTable {
     /// Takes out every connection whose deadline has passed at `now`, oldest first. The
     /// deadline is the one in force before any leaves: under pressure, every connection
     /// older than the shorter one goes.
-    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Id> {
+    pub fn expire(&mut self, now: Instant) -> Vec<Id> {
         let limit = self.limit();
         let mut gone = Vec::new();
         while let Some(&(started, id)) = self.by_age.first() {
@@ -228,7 +231,7 @@ impl PendingTable {
     }
 
     /// When the next deadline falls, if anything is pending (under the limit in force now).
-    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+    pub fn next_deadline(&self) -> Option<Instant> {
         self.by_age
             .first()
             .map(|&(started, _)| started + self.limit())
