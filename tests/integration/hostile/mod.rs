@@ -9,13 +9,15 @@
 //! open; `sparse`: holes claimed over data, extent tables that break the rules; `plan`: absurd
 //! or flooded totals; `exports`: a key holder reaching beyond its export; `rate`: the rate cap from either side; `verify`: the verify mode from
 //! either side, and unverified bytes within every bound; `raw`: a sender on `zcp recv`'s
-//! bare stream, which needs no key; `logs`: names made to break the transfer log; `review`, `round3`, `round4` and
+//! bare stream, which needs no key; `logs`: names made to break the transfer log; `lockout`: connections held in their
+//! handshake (and on the monitor) that must not keep a client out; `review`, `round3`, `round4` and
 //! `round5`: the second
 //! to fifth independent attackers' cases.
 
 mod bounds;
 mod exports;
 mod harness;
+mod lockout;
 mod logs;
 pub(crate) mod monitor;
 mod partials;

@@ -92,7 +92,7 @@ impl<'a> Gate<'a> {
         let now = Instant::now();
         self.wake_listeners(now);
         let mut wait = TICK;
-        for at in [self.table.next_deadline(), self.resting]
+        for at in [self.table.next_deadline(now), self.resting]
             .into_iter()
             .flatten()
         {
@@ -229,7 +229,10 @@ impl<'a> Gate<'a> {
                 self.tally.expired += 1;
                 (
                     ErrorCode::Limit,
-                    format!("handshake not finished within {:?}", self.table.limit()),
+                    format!(
+                        "handshake not finished within {:?}",
+                        self.table.limit(Instant::now())
+                    ),
                 )
             }
         };

@@ -9,7 +9,9 @@
 //! a silent or byte-a-second connection from its first moment, and it is the youngest of its
 //! stage. Whoever holds connections open (from one address or many, or the client's own
 //! address) only ever pushes out its own. Under pressure (the table three quarters full) the
-//! deadline shortens ([`Limits::pressed`]), so held connections turn over faster.
+//! deadline shortens ([`Limits::pressed`]), so held connections turn over faster; it stays
+//! short until the table has been below that mark for a whole handshake timeout, so every
+//! connection that was pending under pressure meets the same deadline.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -110,6 +112,8 @@ pub struct PendingTable {
     /// Every connection by its start (the deadline counts from there).
     by_age: BTreeSet<(Instant, Id)>,
     next: Id,
+    /// The shorter deadline is in force until then.
+    pressed_until: Option<Instant>,
 }
 
 impl PendingTable {
@@ -126,6 +130,7 @@ impl PendingTable {
             counts: BTreeSet::new(),
             by_age: BTreeSet::new(),
             next: 0,
+            pressed_until: None,
         }
     }
 
@@ -169,6 +174,9 @@ impl PendingTable {
         self.reindex(source, |set| {
             set.insert((0, now, id));
         });
+        if self.entries.len() * 4 >= self.limits.max * 3 {
+            self.pressed_until = Some(now + self.limits.timeout);
+        }
         (id, victim)
     }
 
@@ -205,20 +213,19 @@ impl PendingTable {
         true
     }
 
-    /// The deadline in force now: the handshake timeout, or the shorter one under pressure.
-    pub fn limit(&self) -> Duration {
-        if self.entries.len() * 4 >= self.limits.max * 3 {
+    /// The deadline in force at `now`: the handshake timeout, or the shorter one under
+    /// pressure (and for a handshake timeout after it).
+    pub fn limit(&self, now: Instant) -> Duration {
+        if self.pressed_until.is_some_and(|t| now < t) {
             self.limits.pressed()
         } else {
             self.limits.timeout
         }
     }
 
-    /// Takes out every connection whose deadline has passed at `now`, oldest first. The
-    /// deadline is the one in force before any leaves: under pressure, every connection
-    /// older than the shorter one goes.
+    /// Takes out every connection whose deadline has passed at `now`, oldest first.
     pub fn expire(&mut self, now: Instant) -> Vec<Id> {
-        let limit = self.limit();
+        let limit = self.limit(now);
         let mut gone = Vec::new();
         while let Some(&(started, id)) = self.by_age.first() {
             if now.saturating_duration_since(started) < limit {
@@ -230,11 +237,11 @@ impl PendingTable {
         gone
     }
 
-    /// When the next deadline falls, if anything is pending (under the limit in force now).
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.by_age
-            .first()
-            .map(|&(started, _)| started + self.limit())
+    /// When the next deadline falls, if anything is pending (under the limit in force at
+    /// `now`).
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        let limit = self.limit(now);
+        self.by_age.first().map(|&(started, _)| started + limit)
     }
 
     /// The least advanced (then oldest) connection of `source`.
@@ -383,26 +390,32 @@ mod tests {
     fn deadlines_shorten_under_pressure() {
         let (mut t, t0) = table(8, 8);
         let first = t.admit(t0, v4(9)).0;
-        assert_eq!(t.limit(), Duration::from_secs(10));
-        assert_eq!(t.next_deadline(), Some(t0 + Duration::from_secs(10)));
+        assert_eq!(t.limit(t0), Duration::from_secs(10));
+        assert_eq!(t.next_deadline(t0), Some(t0 + Duration::from_secs(10)));
         assert!(t.expire(t0 + Duration::from_secs(5)).is_empty());
+        let t1 = t0 + Duration::from_secs(5);
         for i in 1..6 {
-            t.admit(t0 + i * MS, v4(9));
+            t.admit(t1 + i * MS, v4(9));
         }
-        // 6 of 8: three quarters full.
-        assert_eq!(t.limit(), Duration::from_millis(2500));
-        let gone = t.expire(t0 + Duration::from_millis(2503));
-        assert_eq!(gone.len(), 4, "{gone:?}");
-        assert_eq!(gone[0], first);
-        // Two left: the full timeout again.
+        // 6 of 8: three quarters full. The first one is past the shorter deadline.
+        assert_eq!(t.limit(t1), Duration::from_millis(2500));
+        assert_eq!(t.expire(t1 + 6 * MS), vec![first]);
+        // Five left, below the mark, but the short deadline holds for all who were there.
+        let gone = t.expire(t1 + Duration::from_millis(2503));
+        assert_eq!(gone.len(), 3, "{gone:?}");
         assert_eq!(t.len(), 2);
         assert_eq!(
-            t.next_deadline(),
-            Some(t0 + 4 * MS + Duration::from_secs(10))
+            t.next_deadline(t1 + Duration::from_millis(2503)),
+            Some(t1 + 4 * MS + Duration::from_millis(2500))
         );
-        assert_eq!(t.expire(t0 + Duration::from_secs(11)).len(), 2);
-        assert_eq!(t.next_deadline(), None);
+        assert_eq!(t.expire(t1 + Duration::from_millis(2506)).len(), 2);
+        assert_eq!(t.next_deadline(t1), None);
         assert_eq!(t.busiest(), None);
+        // A whole timeout after the last pressure, the full deadline again.
+        let t2 = t1 + 5 * MS + Duration::from_secs(10);
+        assert_eq!(t.limit(t2), Duration::from_secs(10));
+        t.admit(t2, v4(1));
+        assert!(t.expire(t2 + Duration::from_secs(3)).is_empty());
     }
 
     #[test]
