@@ -83,16 +83,17 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
         ServerEvent::Shed {
             evicted,
             expired,
+            gave_up,
             descriptors,
             pending,
             max,
             busiest,
         } => {
+            let all = evicted + expired + gave_up;
             let mut line = format!(
-                "zcp: closed {} connection{} in their handshake: {evicted} evicted for newer ones, \
-                 {expired} past their deadline",
-                evicted + expired,
-                if evicted + expired == 1 { "" } else { "s" }
+                "zcp: {all} connection{} ended in their handshake: {evicted} evicted for newer \
+                 ones, {expired} past their deadline, {gave_up} closed by their peer",
+                if all == 1 { "" } else { "s" }
             );
             if *descriptors > 0 {
                 line += &format!(

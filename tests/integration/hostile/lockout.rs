@@ -157,9 +157,9 @@ fn mixed(n: usize) -> Vec<Hold> {
         .collect()
 }
 
-/// The sums of the server's shed summaries: (evicted, expired).
-fn shed_counts(log: &str) -> (u64, u64) {
-    let mut sum = (0, 0);
+/// The sums of the server's shed summaries: (evicted, expired, closed by their peer).
+fn shed_counts(log: &str) -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
     for line in log.lines().filter(|l| l.contains("in their handshake: ")) {
         let num = |before: &str| -> u64 {
             let head = line.split(before).next().unwrap_or_default();
@@ -170,13 +170,14 @@ fn shed_counts(log: &str) -> (u64, u64) {
         };
         sum.0 += num(" evicted for newer ones");
         sum.1 += num(" past their deadline");
+        sum.2 += num(" closed by their peer");
     }
     sum
 }
 
 /// Waits (up to 5 s: summaries come at most once a second) until the log's summaries
 /// account for `evicted` evictions; the sums then.
-fn shed_settles(srv: &ServerProc, evicted: u64) -> (u64, u64) {
+fn shed_settles(srv: &ServerProc, evicted: u64) -> (u64, u64, u64) {
     let end = Instant::now() + Duration::from_secs(5);
     loop {
         let sums = shed_counts(&srv.log());
@@ -245,7 +246,7 @@ fn a_full_table_never_locks_out_a_client_at_the_attackers_address() {
     assert!(!still.is_empty());
     assert!(opened > 24, "the attacker reconnected");
     // Every eviction is in the log, counted; nothing was refused for being one too many.
-    let (evicted, expired) = shed_settles(&srv, closed.len() as u64);
+    let (evicted, expired, _) = shed_settles(&srv, closed.len() as u64);
     let log = srv.log();
     assert!(
         evicted >= closed.len() as u64,
@@ -319,9 +320,21 @@ fn a_source_is_held_to_its_share() {
         before.1,
         during.1
     );
-    let (evicted, _) = shed_settles(&srv, 7);
+    let (evicted, _, _) = shed_settles(&srv, 7);
     let log = srv.log();
     assert_eq!(evicted, 7, "{log}");
+    // The crowd lets go: 400 closes, counted in the summaries, not a line each.
+    drop(crowd);
+    let end = Instant::now() + Duration::from_secs(5);
+    while shed_counts(&srv.log()).2 < 400 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = srv.log();
+    assert!(shed_counts(&log).2 >= 400, "{log}");
+    assert!(
+        !log.contains("closed the connection during the handshake"),
+        "{log}"
+    );
     // The busiest source holds its share and no more (.2 and .4 tie at 4).
     assert!(log.contains(", 4 from 127.0.0."), "{log}");
     assert_eq!(tree(&root), vec!["f.bin"]);
@@ -361,7 +374,7 @@ fn under_pressure_the_deadline_shortens() {
     while shed_counts(&srv.log()).1 < 7 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(shed_counts(&srv.log()), (0, 7), "{}", srv.log());
+    assert_eq!(shed_counts(&srv.log()), (0, 7, 0), "{}", srv.log());
     assert!(tree(&root).is_empty());
 }
 

@@ -139,14 +139,19 @@ impl Monitor {
                 let cause = metrics::cause_name(cause);
                 m.refused.get_or_create(&Cause { cause }).inc();
             }
-            // Pending handshakes shed: evicted ones count as busy, expired ones as limit.
+            // Pending handshakes ended: evicted ones count as busy, expired ones as limit,
+            // those their peer closed as protocol (as when each was logged on its own).
             ServerEvent::Shed {
-                evicted, expired, ..
+                evicted,
+                expired,
+                gave_up,
+                ..
             } => {
-                let busy = Cause { cause: "busy" };
-                m.refused.get_or_create(&busy).inc_by(*evicted);
-                let limit = Cause { cause: "limit" };
-                m.refused.get_or_create(&limit).inc_by(*expired);
+                for (cause, n) in [("busy", evicted), ("limit", expired), ("protocol", gave_up)] {
+                    if *n > 0 {
+                        m.refused.get_or_create(&Cause { cause }).inc_by(*n);
+                    }
+                }
             }
             ServerEvent::SessionStart { .. } => inner.start(event, now),
             ServerEvent::Engines {

@@ -4,9 +4,11 @@
 //! A pending connection costs a descriptor, a table entry and at most a frame's bytes, never
 //! a thread: only an authenticated connection gets one (its session's, or its data stream's).
 //! A newcomer is always admitted; when the table or its source's share is full, it evicts a
-//! connection that got less far (see [`super::pending`]). Deadlines are the table's; evictions
-//! and expiries are logged as a summary at most once a second ([`ServerEvent::Shed`]), since
-//! whoever holds connections open decides how many there are. Out of file descriptors
+//! connection that got less far (see [`super::pending`]). Deadlines are the table's; evictions,
+//! expiries and connections their peer closed before a whole handshake are logged as a
+//! summary at most once a second ([`ServerEvent::Shed`]), since whoever opens and holds
+//! connections decides how many there are; a handshake that fails on what the peer sent (a
+//! bad frame, a wrong key) is still logged on its own line. Out of file descriptors
 //! (`EMFILE`), a pending connection is shed to make room; with none to shed, the listeners
 //! rest for [`REST`] instead of spinning on a backlog the loop cannot take.
 
@@ -21,7 +23,7 @@ use zcp_engine::poller::{Poller, Ready};
 use zcp_engine::sync::Locked;
 use zcp_wire::{ErrorCode, Message};
 
-use super::handshake::Pending;
+use super::handshake::{PEER_CLOSED, Pending};
 use super::pending::{Id, Limits, PendingTable, Shed, Source};
 use super::{Ctx, Joined, session};
 use crate::event::ServerEvent;
@@ -43,6 +45,7 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 struct Tally {
     evicted: u64,
     expired: u64,
+    gave_up: u64,
     descriptors: u64,
     last: Option<Instant>,
 }
@@ -195,6 +198,10 @@ impl<'a> Gate<'a> {
                 let p = self.take(id);
                 hand_off(self.ctx, p, joined, ended);
             }
+            Err(r) if r.message == PEER_CLOSED => {
+                self.take(id);
+                self.tally.gave_up += 1;
+            }
             Err(r) => {
                 let mut p = self.take(id);
                 super::reject(self.ctx, &mut p.stream, p.peer, r.code, r.message);
@@ -246,7 +253,7 @@ impl<'a> Gate<'a> {
     /// Reports the sheds since the last summary, at most once every [`SUMMARY_EVERY`].
     fn summarize(&mut self, now: Instant) {
         let t = &mut self.tally;
-        if t.evicted + t.expired + t.descriptors == 0
+        if t.evicted + t.expired + t.gave_up + t.descriptors == 0
             || t.last
                 .is_some_and(|l| now.duration_since(l) < SUMMARY_EVERY)
         {
@@ -256,6 +263,7 @@ impl<'a> Gate<'a> {
         self.ctx.reporter.event(&ServerEvent::Shed {
             evicted: t.evicted,
             expired: t.expired,
+            gave_up: t.gave_up,
             descriptors: t.descriptors,
             pending: self.table.len(),
             max: self.ctx.cfg.max_pending,

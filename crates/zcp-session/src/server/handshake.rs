@@ -21,6 +21,10 @@ use crate::error::Refusal;
 /// Most payload bytes of a frame before the handshake has finished.
 pub(super) const PRE_AUTH_MAX: usize = 1024;
 
+/// Why a handshake ends when the peer closes before finishing it (counted, not logged one by
+/// one: whoever opens and closes connections decides how many there are).
+pub(super) const PEER_CLOSED: &str = "closed the connection during the handshake";
+
 /// Where a handshake stands.
 enum Step {
     /// Waiting for the `Hello`.
@@ -101,11 +105,7 @@ impl Pending {
             let mut chunk = [0u8; HEADER_LEN + PRE_AUTH_MAX];
             let room = want - self.buf.len();
             match self.stream.read(&mut chunk[..room]) {
-                Ok(0) => {
-                    return Err(Refusal::protocol(
-                        "closed the connection during the handshake",
-                    ));
-                }
+                Ok(0) => return Err(Refusal::protocol(PEER_CLOSED)),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
