@@ -84,6 +84,7 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             evicted,
             expired,
             gave_up,
+            refused,
             descriptors,
             pending,
             max,
@@ -95,6 +96,11 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
                  ones, {expired} past their deadline, {gave_up} closed by their peer",
                 if all == 1 { "" } else { "s" }
             );
+            if *refused > 0 {
+                line += &format!(
+                    "; {refused} more refused (not logged one by one: 20 a second at most)"
+                );
+            }
             if *descriptors > 0 {
                 line += &format!(
                     "; out of file descriptors {descriptors} time{}",

@@ -396,6 +396,9 @@ pub enum ServerEvent {
         expired: u64,
         /// Closed by their peer before a whole handshake (a port scan, a client giving up).
         gave_up: u64,
+        /// Refused (a bad frame, a wrong key, ...) beyond the ones logged on their own line
+        /// ([`ServerEvent::Rejected`], at most 20 a second).
+        refused: u64,
         /// Times accepting found the process out of file descriptors.
         descriptors: u64,
         /// Connections in their handshake now.

@@ -420,3 +420,46 @@ fn a_scraper_gets_through_a_held_monitor() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&src, &root.join("f.bin")));
 }
+
+/// Three hundred connections that each send an HTTP request instead of a `Hello`, as fast as
+/// they can. SAFE: each is refused, but the server writes at most 20 such lines a second
+/// (the thread that takes connections must not spend itself on its log); the summary counts
+/// the rest, so every one is accounted for, and a client still gets through.
+#[test]
+fn a_flood_of_garbage_is_counted_not_logged_line_by_line() {
+    let env = Env::new();
+    let root = env.mkdir("in");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    for _ in 0..300 {
+        let mut s = connect_from(Ipv4Addr::new(127, 0, 0, 7), srv.port).unwrap();
+        let _ = s.write_all(b"GET / HTTP/1.1\r\n\x1b[31m: x\r\n\r\n");
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let counted = |log: &str| -> u64 {
+        log.lines()
+            .filter_map(|l| {
+                l.split(" more refused")
+                    .next()
+                    .filter(|_| l.contains(" more refused"))
+            })
+            .filter_map(|head| head.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let lines = |log: &str| log.matches("not a zcp client").count() as u64;
+    let end = Instant::now() + Duration::from_secs(10);
+    while lines(&srv.log()) + counted(&srv.log()) < 300 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = srv.log();
+    assert_eq!(lines(&log) + counted(&log), 300, "{log}");
+    assert!(
+        counted(&log) > 0,
+        "every refusal got a line of its own: {log}"
+    );
+    assert!(!log.contains('\x1b'), "raw escapes in the log");
+    let src = env.path("f.bin");
+    make_file(&src, 1 << 20, 1 << 16, 3);
+    let o = run(send_cmd(srv.port, &env.key, &src, "f.bin", &["-q"]), 30);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &root.join("f.bin")));
+}

@@ -8,7 +8,8 @@
 //! expiries and connections their peer closed before a whole handshake are logged as a
 //! summary at most once a second ([`ServerEvent::Shed`]), since whoever opens and holds
 //! connections decides how many there are; a handshake that fails on what the peer sent (a
-//! bad frame, a wrong key) is still logged on its own line. Out of file descriptors
+//! bad frame, a wrong key) is logged on its own line, up to [`LINES_PER_SUMMARY`] a second,
+//! and counted in the summary beyond that. Out of file descriptors
 //! (`EMFILE`), a pending connection is shed to make room; with none to shed, the listeners
 //! rest for [`REST`] instead of spinning on a backlog the loop cannot take.
 
@@ -39,6 +40,9 @@ const TICK: Duration = Duration::from_millis(100);
 pub(super) const REST: Duration = Duration::from_millis(100);
 /// Shortest time between two [`ServerEvent::Shed`] summaries.
 const SUMMARY_EVERY: Duration = Duration::from_secs(1);
+/// Failed handshakes logged one by one per [`SUMMARY_EVERY`]; the rest are counted in the
+/// summary (this thread must not spend itself writing a flood of lines).
+const LINES_PER_SUMMARY: u64 = 20;
 
 /// Sheds since the last summary.
 #[derive(Debug, Default)]
@@ -47,6 +51,9 @@ struct Tally {
     expired: u64,
     gave_up: u64,
     descriptors: u64,
+    /// Failed handshakes logged on their own line, and the ones beyond that only counted.
+    logged: u64,
+    unlogged: u64,
     last: Option<Instant>,
 }
 
@@ -204,7 +211,20 @@ impl<'a> Gate<'a> {
             }
             Err(r) => {
                 let mut p = self.take(id);
-                super::reject(self.ctx, &mut p.stream, p.peer, r.code, r.message);
+                if self.tally.logged < LINES_PER_SUMMARY {
+                    self.tally.logged += 1;
+                    super::reject(self.ctx, &mut p.stream, p.peer, r.code, r.message);
+                } else {
+                    self.tally.unlogged += 1;
+                    let _ = p.stream.write(
+                        &Message::Error {
+                            code: r.code,
+                            message: r.message,
+                        }
+                        .encode_frame(),
+                    );
+                    let _ = p.stream.shutdown(Shutdown::Both);
+                }
             }
         }
     }
@@ -253,10 +273,17 @@ impl<'a> Gate<'a> {
     /// Reports the sheds since the last summary, at most once every [`SUMMARY_EVERY`].
     fn summarize(&mut self, now: Instant) {
         let t = &mut self.tally;
-        if t.evicted + t.expired + t.gave_up + t.descriptors == 0
-            || t.last
-                .is_some_and(|l| now.duration_since(l) < SUMMARY_EVERY)
+        if t.last
+            .is_some_and(|l| now.duration_since(l) < SUMMARY_EVERY)
         {
+            return;
+        }
+        if t.evicted + t.expired + t.gave_up + t.descriptors + t.unlogged == 0 {
+            // Nothing to report: a new second for the failed handshakes' own lines.
+            *t = Tally {
+                last: Some(now),
+                ..Tally::default()
+            };
             return;
         }
         let busiest = self.table.busiest().map(|(s, n)| (s.to_string(), n));
@@ -264,6 +291,7 @@ impl<'a> Gate<'a> {
             evicted: t.evicted,
             expired: t.expired,
             gave_up: t.gave_up,
+            refused: t.unlogged,
             descriptors: t.descriptors,
             pending: self.table.len(),
             max: self.ctx.cfg.max_pending,
