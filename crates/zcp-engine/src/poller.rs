@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn reports_readable_listeners_and_sockets_by_token() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut p = Poller::new(8).unwrap();
+        let p = Poller::new(8).unwrap();
         p.add(&l, 7).unwrap();
         let mut out = Vec::new();
         p.wait(Duration::from_millis(10), &mut out).unwrap();

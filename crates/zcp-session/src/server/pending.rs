@@ -139,6 +139,11 @@ impl PendingTable {
         self.entries.len()
     }
 
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// How many connections `source` holds.
     pub fn held_by(&self, source: Source) -> usize {
         self.by_source.get(&source).map_or(0, BTreeSet::len)
