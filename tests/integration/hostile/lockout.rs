@@ -463,3 +463,58 @@ fn a_flood_of_garbage_is_counted_not_logged_line_by_line() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&src, &root.join("f.bin")));
 }
+
+/// The limits come from the config file (`max_pending`, `max_pending_per_source`), the flags
+/// override them, and 0 is refused naming the key.
+#[test]
+fn pending_limits_from_the_config_file_and_the_flags() {
+    let env = Env::new();
+    let dir = env.mkdir("in");
+    let config = env.path("zcp.toml");
+    let write = |pending: u32| {
+        std::fs::write(
+            &config,
+            format!(
+                "listen = [\"127.0.0.1:0\"]\nmax_pending = {pending}\n\
+                 max_pending_per_source = 8\n[export.in]\npath = {:?}\n\
+                 [identity.a]\nkey_file = {:?}\naccess = {{ in = \"write\" }}\n",
+                dir.display().to_string(),
+                env.key.display().to_string()
+            ),
+        )
+        .unwrap();
+    };
+    let check = |extra: &[&str]| {
+        let mut c = zcp();
+        c.args(["serve", "--check-config", "--config"])
+            .arg(&config)
+            .args(extra);
+        run(c, 10)
+    };
+    write(32);
+    let o = check(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    assert!(
+        text(&o.stdout).contains("pending handshakes: at most 32, 8 per source"),
+        "{}",
+        both(&o)
+    );
+    let o = check(&["--max-pending", "64", "--max-pending-per-source", "2"]);
+    assert!(
+        text(&o.stdout).contains("pending handshakes: at most 64, 2 per source"),
+        "{}",
+        both(&o)
+    );
+    write(0);
+    let o = check(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("max_pending"), "{}", both(&o));
+    write(32);
+    let o = check(&["--max-pending", "16", "--max-pending-per-source", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(
+        text(&o.stderr).contains("--max-pending-per-source must be at least 1"),
+        "{}",
+        both(&o)
+    );
+}
