@@ -201,6 +201,11 @@ pub fn is_fd_limit(e: &io::Error) -> bool {
         .is_some_and(|n| n == Errno::MFILE || n == Errno::NFILE)
 }
 
+/// The soft limit on open files in force now (`RLIMIT_NOFILE`); `None` when unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
 /// Raises the soft limit on open files to the hard limit and returns the limit now in force.
 ///
 /// A receiver may hold a thousand part files of one session open, and a server several

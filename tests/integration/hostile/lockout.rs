@@ -518,3 +518,53 @@ fn pending_limits_from_the_config_file_and_the_flags() {
         both(&o)
     );
 }
+
+/// A server whose descriptor limit is 64 (hard and soft) and 60 silent connections from
+/// three addresses. SAFE: pending connections take at most half the descriptors (the table
+/// shrinks to 32 whatever --max-pending says), so the server never runs out while a client's
+/// session still needs its connections and files: the client's send succeeds, byte-exact.
+#[test]
+fn pending_connections_leave_descriptors_for_the_sessions() {
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP: prlimit (util-linux) is not installed");
+        return;
+    }
+    let env = Env::new();
+    let root = env.mkdir("in");
+    let mut c = std::process::Command::new("prlimit");
+    c.env_remove("ZCP_KEY_FILE")
+        .arg("--nofile=64:64")
+        .arg(env!("CARGO_BIN_EXE_zcp"))
+        .args(["serve", "--bind", "127.0.0.1"]);
+    let srv = ServerProc::spawn(c, &root, &env.key, &["--handshake-timeout", "30"]);
+    let held: Vec<Holder> = (2..5)
+        .map(|d| {
+            Holder::start(
+                srv.port,
+                Ipv4Addr::new(127, 0, 0, d),
+                &[Hold::Silent; 20],
+                false,
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let src = env.path("f.bin");
+    make_file(&src, 4 << 20, 1 << 16, 64);
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "f.bin", &["-P", "2", "-q"]),
+        30,
+    );
+    let closed: usize = held.into_iter().map(|h| h.finish().1.len()).sum();
+    assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
+    assert!(same_file(&src, &root.join("f.bin")));
+    assert!(closed >= 28, "{closed} of 60 closed");
+    let (evicted, _, _) = shed_settles(&srv, closed as u64);
+    let log = srv.log();
+    assert!(evicted >= closed as u64, "{log}");
+    assert!(log.contains("of at most 32 pending"), "{log}");
+    assert!(!log.contains("out of file descriptors"), "{log}");
+}

@@ -68,6 +68,8 @@ pub(super) struct Gate<'a> {
     /// The listeners are out of the poller until then (out of descriptors).
     resting: Option<Instant>,
     tally: Tally,
+    /// The table's size: `--max-pending`, or half the descriptor limit when that is less.
+    max: usize,
 }
 
 impl<'a> Gate<'a> {
@@ -79,8 +81,11 @@ impl<'a> Gate<'a> {
         for (i, l) in listeners.iter().enumerate() {
             poller.add(l, LISTENER | i as u64)?;
         }
+        // Pending connections may take at most half the descriptors: the sessions need the
+        // rest (their connections, part files and journals).
+        let fd_share = zcp_engine::sys::open_files_limit().map_or(usize::MAX, |n| n as usize / 2);
         let limits = Limits {
-            max: ctx.cfg.max_pending,
+            max: ctx.cfg.max_pending.min(fd_share),
             per_source: ctx.cfg.max_pending_per_source,
             timeout: ctx.cfg.handshake_timeout,
         };
@@ -93,6 +98,7 @@ impl<'a> Gate<'a> {
             ready: Vec::new(),
             resting: None,
             tally: Tally::default(),
+            max: limits.max,
         })
     }
 
@@ -294,7 +300,7 @@ impl<'a> Gate<'a> {
             refused: t.unlogged,
             descriptors: t.descriptors,
             pending: self.table.len(),
-            max: self.ctx.cfg.max_pending,
+            max: self.max,
             busiest,
         });
         *t = Tally {
