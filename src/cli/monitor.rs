@@ -5,22 +5,34 @@
 //!
 //! It has no authentication: it belongs on loopback or a management network. It is bounded
 //! so that it can neither take down nor slow the transfer server: at most
-//! [`MAX_CONNECTIONS`] connections at once (more are answered 503 and closed), one request
-//! per connection, a request head of at most [`MAX_HEAD`] bytes that must arrive within
-//! [`HEAD_DEADLINE`], and [`IO_TIMEOUT`] on every read and write. Requests are parsed by
-//! `httparse`.
+//! [`MAX_CONNECTIONS`] connections at once, one request per connection, a request head of at
+//! most [`MAX_HEAD`] bytes that must arrive within [`HEAD_DEADLINE`], and [`IO_TIMEOUT`] on
+//! every read and write. Requests are parsed by `httparse`.
+//!
+//! Nobody can lock a scraper out by holding connections: the connections are kept in the
+//! server's [`PendingTable`], so a newcomer is never refused for want of room but evicts one
+//! that got less far (no whole request head yet, then the oldest) from the source holding the
+//! most; an evicted connection is shut down, which ends its thread's read or write at once.
+//! While six of the eight are taken, a connection has [`PendingLimits::pressed`] (2 s) to be
+//! served. Only when threads still winding down from evictions reach [`MAX_THREADS`] is a
+//! newcomer answered 503.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use zcp_engine::sync::Locked;
 use zcp_report::Monitor;
 use zcp_report::monitor::{APP_CSS, APP_JS, FAVICON_SVG, INDEX_HTML};
+use zcp_session::{PendingId, PendingLimits, PendingSource, PendingTable};
 
-/// Connections served at once, at most.
+/// Connections served at once, at most (a newer one evicts one of them).
 pub(crate) const MAX_CONNECTIONS: usize = 8;
+/// Threads at once, at most, counting those still ending after their connection was evicted.
+pub(crate) const MAX_THREADS: usize = 2 * MAX_CONNECTIONS;
 /// The largest request head (request line and headers) read.
 pub(crate) const MAX_HEAD: usize = 8192;
 /// The time a connection has to send its whole request head.
@@ -50,11 +62,60 @@ pub(crate) fn spawn(listener: TcpListener, monitor: Arc<Monitor>) -> std::io::Re
     Ok(())
 }
 
+/// The connections being served: the table decides who goes, the map holds a handle to shut
+/// each down.
+struct Slots {
+    table: PendingTable,
+    conns: HashMap<PendingId, TcpStream>,
+}
+
+impl Slots {
+    fn new() -> Slots {
+        Slots {
+            table: PendingTable::new(PendingLimits {
+                max: MAX_CONNECTIONS,
+                per_source: MAX_CONNECTIONS,
+                timeout: HEAD_DEADLINE + IO_TIMEOUT,
+            }),
+            conns: HashMap::new(),
+        }
+    }
+
+    /// Takes in a connection, shutting down the ones it evicts and those past their time.
+    fn admit(&mut self, stream: &TcpStream, peer: SocketAddr) -> Option<PendingId> {
+        let now = Instant::now();
+        let mut gone = self.table.expire(now);
+        let (id, evicted) = self.table.admit(now, PendingSource::of(peer.ip()));
+        gone.extend(evicted);
+        for g in gone {
+            if let Some(s) = self.conns.remove(&g) {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        match stream.try_clone() {
+            Ok(s) => {
+                self.conns.insert(id, s);
+                Some(id)
+            }
+            Err(_) => {
+                self.table.remove(id);
+                None
+            }
+        }
+    }
+
+    fn done(&mut self, id: PendingId) {
+        self.table.remove(id);
+        self.conns.remove(&id);
+    }
+}
+
 fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
-    let busy = Arc::new(AtomicUsize::new(0));
+    let threads = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Mutex::new(Slots::new()));
     loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept() {
+            Ok(s) => s,
             // Out of descriptors, or a connection reset before it was accepted: wait a
             // little rather than spin.
             Err(_) => {
@@ -62,8 +123,8 @@ fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
                 continue;
             }
         };
-        if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            busy.fetch_sub(1, Ordering::AcqRel);
+        if threads.fetch_add(1, Ordering::AcqRel) >= MAX_THREADS {
+            threads.fetch_sub(1, Ordering::AcqRel);
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = respond(
                 &stream,
@@ -72,19 +133,24 @@ fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
             );
             continue;
         }
-        let slot = Slot(busy.clone());
-        let monitor = monitor.clone();
-        // A thread that cannot start drops the connection (and its slot) with the closure.
+        let thread = Slot(threads.clone());
+        let Some(id) = slots.locked().admit(&stream, peer) else {
+            continue;
+        };
+        let (monitor, slots) = (monitor.clone(), slots.clone());
+        // A thread that cannot start drops the connection (and its count) with the closure;
+        // its table entry goes when a later connection finds it past its time.
         let _ = std::thread::Builder::new()
             .name("zcp-monitor-conn".into())
             .spawn(move || {
-                let _slot = slot;
-                serve(stream, &monitor);
+                let _thread = thread;
+                serve(stream, &monitor, || slots.locked().table.progress(id, 1));
+                slots.locked().done(id);
             });
     }
 }
 
-/// One of the [`MAX_CONNECTIONS`], given back when dropped.
+/// One of the [`MAX_THREADS`], given back when dropped.
 struct Slot(Arc<AtomicUsize>);
 
 impl Drop for Slot {
@@ -115,8 +181,9 @@ impl Reply {
     }
 }
 
-/// Reads one request and answers it; any failure just closes the connection.
-fn serve(stream: TcpStream, monitor: &Monitor) {
+/// Reads one request and answers it (`headed` is called once its head is in); any failure
+/// just closes the connection.
+fn serve(stream: TcpStream, monitor: &Monitor, headed: impl FnOnce()) {
     let _ = stream.set_nodelay(true);
     if stream.set_write_timeout(Some(IO_TIMEOUT)).is_err() {
         return;
@@ -124,6 +191,7 @@ fn serve(stream: TcpStream, monitor: &Monitor) {
     let Some(head) = read_head(&stream) else {
         return;
     };
+    headed();
     let (reply, with_body) = match parse(&head) {
         Ok((method, path)) => (route(&method, &path, monitor), method != "HEAD"),
         Err(reply) => (reply, true),

@@ -82,6 +82,14 @@ pub(crate) struct ServeArgs {
     /// Seconds a new connection has to authenticate [default: 10].
     #[arg(long, value_name = "SECONDS")]
     handshake_timeout: Option<u64>,
+    /// Most connections still in their handshake at once; a newer one evicts the one that
+    /// got least far, so a full table never refuses a client [default: 4096].
+    #[arg(long, value_name = "N")]
+    max_pending: Option<usize>,
+    /// Most connections in their handshake from one source (an IPv4 address, an IPv6 /64);
+    /// beyond it a newer one evicts that source's own [default: 256].
+    #[arg(long, value_name = "N")]
+    max_pending_per_source: Option<usize>,
     /// Least grave events logged: error, warn, info, debug or trace [default: info, or the
     /// config's log_level]; -v raises it.
     #[arg(long, value_enum, value_name = "LEVEL", hide_possible_values = true)]
@@ -172,12 +180,24 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
     );
     let idle_timeout = pick(a.idle_timeout, f.and_then(|c| c.idle_timeout), 60);
     let handshake_timeout = pick(a.handshake_timeout, f.and_then(|c| c.handshake_timeout), 10);
+    let max_pending = pick(
+        a.max_pending.map(|n| n as u64),
+        f.and_then(|c| c.max_pending),
+        zcp_session::DEFAULT_MAX_PENDING as u64,
+    );
+    let max_pending_per_source = pick(
+        a.max_pending_per_source.map(|n| n as u64),
+        f.and_then(|c| c.max_pending_per_source),
+        zcp_session::DEFAULT_MAX_PENDING_PER_SOURCE as u64,
+    );
     let metrics = a.metrics.or(f.and_then(|c| c.metrics));
     for (flag, v) in [
         ("--max-streams", max_streams),
         ("--max-sessions", max_sessions),
         ("--idle-timeout", idle_timeout),
         ("--handshake-timeout", handshake_timeout),
+        ("--max-pending", max_pending),
+        ("--max-pending-per-source", max_pending_per_source),
     ] {
         if v == 0 {
             super::usage!("{flag} must be at least 1");
@@ -203,6 +223,9 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
         println!(
             "limits: {max_streams} streams per session, {max_sessions} sessions, idle timeout {idle_timeout} s, handshake timeout {handshake_timeout} s"
         );
+        println!(
+            "pending handshakes: at most {max_pending}, {max_pending_per_source} per source (newer ones evict older)"
+        );
         println!("{}", logs.summary());
         match metrics {
             Some(m) => println!("metrics: http://{m}/metrics, status page http://{m}/"),
@@ -217,6 +240,8 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
     cfg.max_sessions = max_sessions as usize;
     cfg.idle_timeout = Duration::from_secs(idle_timeout);
     cfg.handshake_timeout = Duration::from_secs(handshake_timeout);
+    cfg.max_pending = max_pending as usize;
+    cfg.max_pending_per_source = max_pending_per_source as usize;
     let transfer_log = logs.open_transfer_log()?;
     // Every event goes to each of these, in order.
     let mut reporters: Vec<Arc<dyn ServerReporter>> = vec![Arc::new(zcp_report::ServerTrace::new(

@@ -21,6 +21,8 @@ struct FileToml {
     max_sessions: Option<Spanned<i64>>,
     idle_timeout: Option<Spanned<i64>>,
     handshake_timeout: Option<Spanned<i64>>,
+    max_pending: Option<Spanned<i64>>,
+    max_pending_per_source: Option<Spanned<i64>>,
     log_level: Option<Spanned<String>>,
     log_format: Option<Spanned<String>>,
     transfer_log: Option<Spanned<PathBuf>>,
@@ -55,6 +57,8 @@ pub(crate) struct ServeConfig {
     pub(crate) max_sessions: Option<usize>,
     pub(crate) idle_timeout: Option<u64>,
     pub(crate) handshake_timeout: Option<u64>,
+    pub(crate) max_pending: Option<u64>,
+    pub(crate) max_pending_per_source: Option<u64>,
     pub(crate) log_level: Option<LogLevel>,
     pub(crate) log_format: Option<LogFormat>,
     /// The transfer log's path (absolute).
@@ -140,6 +144,12 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
     let max_sessions = number(&file.max_sessions, "max_sessions", 1 << 20)?;
     let idle_timeout = number(&file.idle_timeout, "idle_timeout", 86_400 * 365)?;
     let handshake_timeout = number(&file.handshake_timeout, "handshake_timeout", 3600)?;
+    let max_pending = number(&file.max_pending, "max_pending", 1 << 20)?;
+    let max_pending_per_source = number(
+        &file.max_pending_per_source,
+        "max_pending_per_source",
+        1 << 20,
+    )?;
     let (log_level, log_format, transfer_log) = log_keys(&file, &err)?;
 
     let mut exports = Vec::new();
@@ -253,6 +263,8 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
         max_sessions: max_sessions.map(|n| n as usize),
         idle_timeout,
         handshake_timeout,
+        max_pending,
+        max_pending_per_source,
         log_level,
         log_format,
         transfer_log,

@@ -21,6 +21,7 @@ pub mod fs;
 pub mod map;
 pub mod pace;
 pub mod packet;
+pub mod poller;
 pub mod probe;
 pub mod recv;
 pub mod send;

@@ -192,6 +192,20 @@ pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> bool {
     matches!(poll(&mut polled, Some(&ts)), Ok(n) if n > 0)
 }
 
+/// Whether `e` says the process (`EMFILE`) or the system (`ENFILE`) is out of file
+/// descriptors.
+pub fn is_fd_limit(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    e.raw_os_error()
+        .map(Errno::from_raw_os_error)
+        .is_some_and(|n| n == Errno::MFILE || n == Errno::NFILE)
+}
+
+/// The soft limit on open files in force now (`RLIMIT_NOFILE`); `None` when unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
 /// Raises the soft limit on open files to the hard limit and returns the limit now in force.
 ///
 /// A receiver may hold a thousand part files of one session open, and a server several

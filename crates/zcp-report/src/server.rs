@@ -80,6 +80,39 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             }
         }
         ServerEvent::Rejected { peer, reason, .. } => format!("zcp: refused {peer}: {reason}"),
+        ServerEvent::Shed {
+            evicted,
+            expired,
+            gave_up,
+            refused,
+            descriptors,
+            pending,
+            max,
+            busiest,
+        } => {
+            let all = evicted + expired + gave_up;
+            let mut line = format!(
+                "zcp: {all} connection{} ended in their handshake: {evicted} evicted for newer \
+                 ones, {expired} past their deadline, {gave_up} closed by their peer",
+                if all == 1 { "" } else { "s" }
+            );
+            if *refused > 0 {
+                line += &format!(
+                    "; {refused} more refused (not logged one by one: 20 a second at most)"
+                );
+            }
+            if *descriptors > 0 {
+                line += &format!(
+                    "; out of file descriptors {descriptors} time{}",
+                    if *descriptors == 1 { "" } else { "s" }
+                );
+            }
+            line += &format!("; {pending} of at most {max} pending");
+            if let Some((source, n)) = busiest {
+                line += &format!(", {n} from {source}");
+            }
+            line
+        }
         ServerEvent::Engines {
             session,
             sender,

@@ -46,6 +46,7 @@ pub fn level(event: &ServerEvent) -> Level {
     match event {
         ServerEvent::Reloaded { ok: false, .. } => Level::ERROR,
         ServerEvent::Rejected { .. }
+        | ServerEvent::Shed { .. }
         | ServerEvent::FileFailed { .. }
         | ServerEvent::Leftovers { .. }
         | ServerEvent::SessionEnd { ok: false, .. } => Level::WARN,

@@ -80,6 +80,7 @@ impl Sessions {
             | ServerEvent::Stopping { .. }
             | ServerEvent::Leftovers { .. }
             | ServerEvent::Rejected { .. }
+            | ServerEvent::Shed { .. }
             | ServerEvent::Reloaded { .. } => None,
         }
     }

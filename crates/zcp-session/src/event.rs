@@ -386,6 +386,29 @@ pub enum ServerEvent {
         /// `protocol`, `version`, ...), for counting.
         cause: &'static str,
     },
+    /// Connections that ended before they finished their handshake, since the last such
+    /// summary (at most one a second): evicted to admit newer ones, past their deadline,
+    /// closed by their peer, or shed because the process ran out of file descriptors.
+    Shed {
+        /// Evicted to admit newcomers (the table or their source's share was full).
+        evicted: u64,
+        /// Past their handshake deadline.
+        expired: u64,
+        /// Closed by their peer before a whole handshake (a port scan, a client giving up).
+        gave_up: u64,
+        /// Refused (a bad frame, a wrong key, ...) beyond the ones logged on their own line
+        /// ([`ServerEvent::Rejected`], at most 20 a second).
+        refused: u64,
+        /// Times accepting found the process out of file descriptors.
+        descriptors: u64,
+        /// Connections in their handshake now.
+        pending: usize,
+        /// The most there may be (`--max-pending`).
+        max: usize,
+        /// The source (an IPv4 address or an IPv6 /64) holding the most of them now, and how
+        /// many.
+        busiest: Option<(String, usize)>,
+    },
     /// A session authenticated.
     SessionStart {
         /// Who connected.

@@ -40,8 +40,9 @@ pub use event::{
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{
-    AccessConfig, ExportSpec, IdentitySpec, Permission, Reloader, SINGLE_EXPORT, SINGLE_IDENTITY,
-    Server, ServerConfig, check_name,
+    AccessConfig, DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_SOURCE, ExportSpec, IdentitySpec,
+    PendingId, PendingLimits, PendingSource, PendingTable, Permission, Reloader, SINGLE_EXPORT,
+    SINGLE_IDENTITY, Server, ServerConfig, check_name,
 };
 pub use transport::udp::UdpReport;
 pub use zcp_wire::VerifyMode;

@@ -1,41 +1,44 @@
 //! The server: accepts connections, authenticates them, and runs each session's role —
 //! receiving beneath its root for a push, sending from beneath its root for a pull.
 //!
-//! Threads: the accept loop polls the listener; every connection gets a thread that runs its
-//! handshake under a deadline. An authenticated control connection becomes a session: its
-//! thread reads `Open`, grants limits (a client may only tighten them) and runs the role. An
-//! authenticated data connection joins its session: for a push its thread receives the stream
-//! ([`crate::receiver::data_loop`]); for a pull it hands the socket to the sending role and
-//! ends. A stalled or hostile connection only ever holds its own thread, so it cannot block
-//! other sessions. Nothing here prints: events go to a [`ServerReporter`].
+//! Threads: one thread ([`gate`]) waits on the listeners and on every connection still in its
+//! handshake, advancing each handshake as its bytes arrive ([`handshake`]) under a bounded
+//! table that evicts rather than refuses ([`pending`]). Only an authenticated connection gets
+//! a thread. A control connection becomes a session: its thread reads `Open`, grants limits
+//! (a client may only tighten them) and runs the role. A data connection joins its session:
+//! for a push its thread receives the stream; for a pull it hands the socket to the sending
+//! role and ends. A stalled or hostile connection holds at most a table entry (pending) or its
+//! own thread (authenticated, so it holds a key), so it cannot block other sessions. Nothing
+//! here prints: events go to a [`ServerReporter`].
 
 mod access;
+mod gate;
+mod handshake;
+mod pending;
 mod session;
+
+pub use pending::{
+    Id as PendingId, Limits as PendingLimits, PendingTable, Source as PendingSource,
+};
 
 pub use access::{
     AccessConfig, ExportSpec, IdentitySpec, Permission, SINGLE_EXPORT, SINGLE_IDENTITY, check_name,
 };
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
-use zcp_engine::IoClass;
 use zcp_engine::sync::{Locked, Waits};
 
 use zcp_engine::fs::Root;
 use zcp_engine::sys::random;
-use zcp_wire::{
-    Accepted, Deadline, ErrorCode, Message, Opener, Psk, Sealer, SessionId, SessionKeys,
-    escape_text,
-};
+use zcp_wire::{ErrorCode, Message, Opener, Psk, Sealer, SessionId, SessionKeys, escape_text};
 
-use crate::conn::read_plain;
-use crate::error::{FrameIoError, Refusal, SessionError};
+use crate::error::{Refusal, SessionError};
 use crate::event::{ServerEvent, ServerReporter};
 use crate::recv::RxCore;
 use crate::transport::Landing;
@@ -44,6 +47,13 @@ use access::Live;
 /// Most directory entries the start-up count of partial files looks at
 /// ([`ServerEvent::Leftovers`]).
 pub(crate) const LEFTOVER_SCAN_CAP: u64 = 100_000;
+
+/// Default [`ServerConfig::max_pending`]: a pending connection costs a descriptor and a
+/// few hundred bytes, no thread.
+pub const DEFAULT_MAX_PENDING: usize = 4096;
+/// Default [`ServerConfig::max_pending_per_source`]: room for many clients behind one NAT
+/// address, each opening its control and data connections at once.
+pub const DEFAULT_MAX_PENDING_PER_SOURCE: usize = 256;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -55,9 +65,13 @@ pub struct ServerConfig {
     pub max_streams: u16,
     /// Most sessions at once.
     pub max_sessions: usize,
-    /// Most connections still in their handshake at once.
+    /// Most connections still in their handshake at once; a newcomer beyond it evicts one
+    /// that got less far.
     pub max_pending: usize,
-    /// Time a connection has to finish its handshake.
+    /// Most of them from one source (an IPv4 address or an IPv6 /64).
+    pub max_pending_per_source: usize,
+    /// Time a connection has to finish its handshake (a quarter of it, at least 1 s, while
+    /// the pending table is three quarters full).
     pub handshake_timeout: Duration,
     /// A session with no traffic for this long is ended.
     pub idle_timeout: Duration,
@@ -80,7 +94,8 @@ impl ServerConfig {
             access,
             max_streams: 16,
             max_sessions: 16,
-            max_pending: 64,
+            max_pending: DEFAULT_MAX_PENDING,
+            max_pending_per_source: DEFAULT_MAX_PENDING_PER_SOURCE,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             v6only: false,
@@ -95,7 +110,6 @@ struct Ctx {
     /// handshake and keeps it; a reload replaces it for later sessions.
     live: Mutex<Arc<Live>>,
     sessions: Mutex<HashMap<SessionId, Arc<Session>>>,
-    pending: AtomicUsize,
     reporter: Arc<dyn ServerReporter>,
     /// `serve --once`: the server runs one session; set once it is taken.
     single: AtomicBool,
@@ -107,6 +121,8 @@ struct Ctx {
 /// A bound server.
 pub struct Server {
     listeners: Vec<TcpListener>,
+    /// What the accept loop waits on ([`gate`]).
+    poller: Mutex<Option<zcp_engine::poller::Poller>>,
     ctx: Arc<Ctx>,
 }
 
@@ -154,13 +170,18 @@ impl Server {
         if listeners.is_empty() {
             return Err(crate::SessionError::Usage("no address to listen on".into()));
         }
+        let poller =
+            zcp_engine::poller::Poller::new(256).map_err(|source| crate::SessionError::Io {
+                what: "epoll".into(),
+                source,
+            })?;
         Ok(Server {
             listeners,
+            poller: Mutex::new(Some(poller)),
             ctx: Arc::new(Ctx {
                 cfg,
                 live: Mutex::new(live),
                 sessions: Mutex::new(HashMap::new()),
-                pending: AtomicUsize::new(0),
                 reporter,
                 single: AtomicBool::new(false),
                 shutdown: AtomicBool::new(false),
@@ -209,8 +230,17 @@ impl Server {
         }
         self.count_leftovers();
         let (ended_tx, ended_rx) = mpsc::channel::<i32>();
+        // Made at bind (where its failure is an error); a second run makes its own.
+        let poller = self.poller.locked().take();
+        let mut gate = poller
+            .map(Ok)
+            .unwrap_or_else(|| zcp_engine::poller::Poller::new(256))
+            .and_then(|p| gate::Gate::new(&self.ctx, &self.listeners, p))
+            .ok();
         loop {
             if stop.load(Ordering::Relaxed) {
+                // The connections still in their handshake close here.
+                drop(gate.take());
                 self.drain();
                 // With --once, the session's outcome (cut short: a failure), if it had one.
                 return once.then(|| {
@@ -225,38 +255,15 @@ impl Server {
             if once && let Ok(ok) = ended_rx.try_recv() {
                 return Some(ok);
             }
-            let mut accepted = false;
-            for listener in &self.listeners {
-                accepted |= self.accept_one(listener, &ended_tx);
-            }
-            if !accepted {
-                let fds: Vec<_> = self.listeners.iter().map(AsFd::as_fd).collect();
-                zcp_engine::sys::wait_any_readable(&fds, Duration::from_millis(100));
-            }
-        }
-    }
-
-    /// Takes one connection from `listener`, if one waits, onto a thread of its own; whether
-    /// one did.
-    fn accept_one(&self, listener: &TcpListener, ended_tx: &mpsc::Sender<i32>) -> bool {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                let ctx = self.ctx.clone();
-                let ended = ended_tx.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("zcp-conn-{peer}"))
-                    .spawn(move || handle(ctx, stream, peer, ended));
-                if spawned.is_err() {
-                    // Out of threads: the connection closes when the closure is dropped.
-                    std::thread::sleep(Duration::from_millis(50));
+            match &mut gate {
+                Some(g) => g.turn(&ended_tx),
+                // Out of descriptors for the poller itself: try again shortly.
+                None => {
+                    std::thread::sleep(gate::REST);
+                    gate = zcp_engine::poller::Poller::new(256)
+                        .and_then(|p| gate::Gate::new(&self.ctx, &self.listeners, p))
+                        .ok();
                 }
-                true
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-            // EMFILE, ECONNABORTED and friends: transient; keep serving.
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(50));
-                false
             }
         }
     }
@@ -269,10 +276,7 @@ impl Server {
         let sessions = self.ctx.sessions.locked().len();
         self.ctx.reporter.event(&ServerEvent::Stopping { sessions });
         let until = Instant::now() + self.ctx.cfg.drain_timeout;
-        while Instant::now() < until
-            && (!self.ctx.sessions.locked().is_empty()
-                || self.ctx.pending.load(Ordering::Relaxed) > 0)
-        {
+        while Instant::now() < until && !self.ctx.sessions.locked().is_empty() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -365,24 +369,6 @@ fn count_leftovers_in(root: &Arc<Root>, reporter: &dyn ServerReporter) {
     }
 }
 
-/// Decrements the pending-handshake count when dropped.
-struct PendingSlot<'a>(&'a AtomicUsize, bool);
-
-impl PendingSlot<'_> {
-    fn release(&mut self) {
-        if self.1 {
-            self.0.fetch_sub(1, Ordering::Relaxed);
-            self.1 = false;
-        }
-    }
-}
-
-impl Drop for PendingSlot<'_> {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
 fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, code: ErrorCode, reason: String) {
     let _ = stream.write_all(
         &Message::Error {
@@ -397,35 +383,6 @@ fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, code: ErrorCode, 
         reason,
         cause: code.name(),
     });
-}
-
-fn handle(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, ended: mpsc::Sender<i32>) {
-    let mut slot = PendingSlot(&ctx.pending, true);
-    if ctx.pending.fetch_add(1, Ordering::Relaxed) >= ctx.cfg.max_pending {
-        let why = "too many connections in their handshake; try again".to_string();
-        return reject(&ctx, &mut stream, peer, ErrorCode::Busy, why);
-    }
-    match handshake(&ctx, &mut stream) {
-        Err(Refusal { code, message }) => reject(&ctx, &mut stream, peer, code, message),
-        Ok(Joined::Control(session, sealer, opener, nonces, (live, who))) => {
-            slot.release();
-            let joined = session::Joined {
-                stream,
-                peer,
-                sealer,
-                opener,
-                nonces,
-                live,
-                who,
-            };
-            let ok = session::run_session(&ctx, &session, joined);
-            let _ = ended.send(ok);
-        }
-        Ok(Joined::Data(session, index)) => {
-            slot.release();
-            session.attach(index, stream);
-        }
-    }
 }
 
 /// An authenticated connection, ready for its loop.
@@ -444,128 +401,6 @@ enum Joined {
 
 fn random_or<const N: usize>(what: &str) -> Result<[u8; N], Refusal> {
     random().map_err(|e| Refusal::new(ErrorCode::Internal, format!("getrandom ({what}): {e}")))
-}
-
-/// Runs a connection's handshake under the deadline. Errors carry the code and the reason
-/// to send back and log.
-fn handshake(ctx: &Ctx, stream: &mut TcpStream) -> Result<Joined, Refusal> {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_nodelay(true);
-    let deadline = Deadline::new(Instant::now(), ctx.cfg.handshake_timeout);
-    let arm = |s: &TcpStream| -> Result<(), Refusal> {
-        let left = deadline
-            .remaining(Instant::now())
-            .map_err(|e| Refusal::new(ErrorCode::Limit, e.to_string()))?;
-        s.set_read_timeout(Some(left))
-            .and_then(|_| s.set_write_timeout(Some(left)))
-            .map_err(|e| Refusal::new(ErrorCode::Internal, e.to_string()))
-    };
-    let frame_err = |e: FrameIoError| match e {
-        FrameIoError::Io(e) if zcp_engine::io_class(&e) == IoClass::TimedOut => Refusal::new(
-            ErrorCode::Limit,
-            format!(
-                "handshake not finished within {:?}",
-                ctx.cfg.handshake_timeout
-            ),
-        ),
-        FrameIoError::Closed => Refusal::protocol("closed the connection during the handshake"),
-        other => Refusal::protocol(other.to_string()),
-    };
-    let write = |s: &mut TcpStream, frame: &[u8]| {
-        s.write_all(frame)
-            .map_err(|e| Refusal::new(ErrorCode::Protocol, e.to_string()))
-    };
-
-    arm(stream)?;
-    let hello = read_plain(stream).map_err(|e| match e {
-        // Whatever fails to decode as the first frame is most likely not zcp at all (an HTTP
-        // probe, a port scanner): say so, with the decoder's detail.
-        FrameIoError::Decode(_) => {
-            let r = frame_err(e);
-            Refusal::new(r.code, format!("not a zcp client: {}", r.message))
-        }
-        other => frame_err(other),
-    })?;
-    // This connection's snapshot of the exports and identities, kept by its session.
-    let live = ctx.live.locked().clone();
-    let (state, reply, who) = zcp_wire::accept_any(&live.keys(), hello, random_or::<32>("nonce")?)
-        .map_err(|e| match e {
-            zcp_wire::HandshakeError::ClientProof => Refusal::new(
-                ErrorCode::Auth,
-                "the client's key is not one this server knows (wrong --key-file?)",
-            ),
-            e => Refusal::new(e.code(), e.to_string()),
-        })?;
-    write(stream, &reply.encode_frame())?;
-    arm(stream)?;
-    let msg = read_plain(stream).map_err(frame_err)?;
-    if let Message::Error { message, .. } = msg {
-        // The client gave up on us (for example: our proof did not match its key). Its words
-        // go to the log, escaped.
-        return Err(Refusal::new(
-            ErrorCode::Auth,
-            format!("the client gave up: {}", escape_text(&message)),
-        ));
-    }
-    match state {
-        Accepted::Control(await_proof) => {
-            let session_id: SessionId = random_or::<16>("session id")?;
-            let who = who.ok_or_else(|| Refusal::protocol("a control Hello names no identity"))?;
-            let (est, welcome) = await_proof
-                .on_proof_with(msg, session_id, ctx.cfg.max_streams, live.named())
-                .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
-            let session = {
-                let mut sessions = ctx.sessions.locked();
-                if ctx.single.load(Ordering::Relaxed) && ctx.taken.swap(true, Ordering::Relaxed) {
-                    return Err(Refusal::new(
-                        ErrorCode::Busy,
-                        "this server runs one session (serve --once), and it is taken",
-                    ));
-                }
-                if sessions.len() >= ctx.cfg.max_sessions {
-                    return Err(Refusal::new(
-                        ErrorCode::Busy,
-                        "too many sessions; try again later",
-                    ));
-                }
-                let session = Arc::new(Session::new(session_id, est.keys.clone()));
-                sessions.insert(session_id, session.clone());
-                session
-            };
-            if let Err(e) = write(stream, &welcome) {
-                ctx.sessions.locked().remove(&session_id);
-                // `serve --once`: a session that never started does not take the one slot.
-                ctx.taken.store(false, Ordering::Relaxed);
-                return Err(e);
-            }
-            Ok(Joined::Control(
-                session,
-                est.sealer,
-                est.opener,
-                (est.client_nonce, est.server_nonce),
-                (live, who),
-            ))
-        }
-        Accepted::Data(await_join) => {
-            let req = await_join
-                .on_join(msg)
-                .map_err(|e| Refusal::new(e.code(), e.to_string()))?;
-            let session = ctx.sessions.locked().get(&req.session_id).cloned();
-            // An unknown session and a bad proof get the same answer: the peer learns nothing
-            // about which sessions exist.
-            let refused = || {
-                Refusal::new(
-                    ErrorCode::Auth,
-                    "data connection proof does not match any session",
-                )
-            };
-            let session = session.ok_or_else(refused)?;
-            req.verify(&session.keys).map_err(|_| refused())?;
-            session.join(req.stream)?;
-            write(stream, &Message::DataAccept.encode_frame())?;
-            Ok(Joined::Data(session, req.stream))
-        }
-    }
 }
 
 /// What a session's data connections are for, once its `Open` is known.

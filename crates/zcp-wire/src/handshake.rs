@@ -17,10 +17,9 @@
 //!   DataJoin{session, stream, MAC_join(session, stream, Nc, Ns)} ->
 //!                                 <-  DataAccept, then chunk frames from the client
 //! ```
-//! No I/O and no clock: the caller reads frames, passes messages and `now` in, and writes the
-//! replies. A [`Deadline`] bounds how long an unauthenticated connection may take.
-
-use std::time::{Duration, Instant};
+//! No I/O and no clock: the caller reads frames, passes messages in and writes the replies.
+//! How long an unauthenticated connection may take is for the server's table of pending
+//! handshakes to decide (`zcp_session`'s `server::pending`), on its clock.
 
 use crate::message::{FrameHeader, Message, Role};
 use crate::seal::{OpenError, Opener, Sealer, Side};
@@ -67,9 +66,6 @@ pub enum HandshakeError {
     /// A sealed frame failed to open.
     #[error(transparent)]
     Open(#[from] OpenError),
-    /// The handshake took longer than its deadline.
-    #[error("handshake not finished within {0:?}")]
-    Timeout(Duration),
 }
 
 impl HandshakeError {
@@ -81,7 +77,6 @@ impl HandshakeError {
             | HandshakeError::ClientProof
             | HandshakeError::JoinProof => ErrorCode::Auth,
             HandshakeError::Refused { code, .. } => *code,
-            HandshakeError::Timeout(_) => ErrorCode::Limit,
             HandshakeError::Unexpected { .. } | HandshakeError::Open(_) => ErrorCode::Protocol,
         }
     }
@@ -94,29 +89,6 @@ fn unexpected(expected: &'static str, got: Message) -> HandshakeError {
             expected,
             got: other.name(),
         },
-    }
-}
-
-/// A time limit for a handshake, checked against the caller's `now`.
-#[derive(Debug, Clone, Copy)]
-pub struct Deadline {
-    start: Instant,
-    limit: Duration,
-}
-
-impl Deadline {
-    /// A deadline `limit` after `now`.
-    pub fn new(now: Instant, limit: Duration) -> Deadline {
-        Deadline { start: now, limit }
-    }
-
-    /// Time left at `now`; an error once it has passed.
-    pub fn remaining(&self, now: Instant) -> Result<Duration, HandshakeError> {
-        let spent = now.saturating_duration_since(self.start);
-        match self.limit.checked_sub(spent) {
-            Some(left) if !left.is_zero() => Ok(left),
-            _ => Err(HandshakeError::Timeout(self.limit)),
-        }
     }
 }
 
@@ -666,21 +638,6 @@ mod tests {
         assert_eq!(
             await_join.on_join(forged).unwrap().verify(&s.keys),
             Err(HandshakeError::JoinProof)
-        );
-    }
-
-    #[test]
-    fn deadline_on_a_fake_clock() {
-        let t0 = Instant::now();
-        let d = Deadline::new(t0, Duration::from_secs(10));
-        assert_eq!(d.remaining(t0).unwrap(), Duration::from_secs(10));
-        assert_eq!(
-            d.remaining(t0 + Duration::from_secs(4)).unwrap(),
-            Duration::from_secs(6)
-        );
-        assert_eq!(
-            d.remaining(t0 + Duration::from_secs(10)),
-            Err(HandshakeError::Timeout(Duration::from_secs(10)))
         );
     }
 }

@@ -28,8 +28,8 @@ pub use chunk::{
 };
 pub use extents::{EXTENT_ALIGN, EXTENT_ENTRY_LEN, Extents, MAX_EXTENTS};
 pub use handshake::{
-    Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Deadline,
-    Established, HandshakeError, JoinRequest, ServerAwaitProof, accept, accept_any,
+    Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Established,
+    HandshakeError, JoinRequest, ServerAwaitProof, accept, accept_any,
 };
 pub use keys::{FileDigest, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{

@@ -19,8 +19,8 @@
 //!   offers, descriptors, the server log, UDP chunk buffers (`memory`, `tables`,
 //!   `descriptors`, `logs`, `udp_memory`);
 //! - `idle_clock/`: sessions held without progress (`serve`, `get`);
-//! - `preauth/`: before or during the handshake: a cut handshake, the monitor's listener
-//!   (`handshake`, `monitor`);
+//! - `preauth/`: before or during the handshake: a cut handshake, the monitor's listener,
+//!   held connections that would lock clients out (`handshake`, `monitor`, `lockout`);
 //! - `downgrade/`: session parameters a peer chooses or answers: verify mode, rate cap and
 //!   pacing, transport and streams (`verify`, `rate`, `transport`);
 //! - `integrity/`: nothing commits unverified: chunks and MACs, planted resumes, stale

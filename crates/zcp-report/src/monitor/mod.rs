@@ -139,6 +139,28 @@ impl Monitor {
                 let cause = metrics::cause_name(cause);
                 m.refused.get_or_create(&Cause { cause }).inc();
             }
+            // Pending handshakes ended: evicted ones count as busy, expired ones as limit,
+            // those their peer closed as protocol (as when each was logged on its own), and
+            // the refusals not logged one by one as other (their causes went unrecorded).
+            ServerEvent::Shed {
+                evicted,
+                expired,
+                gave_up,
+                refused,
+                ..
+            } => {
+                let counts = [
+                    ("busy", evicted),
+                    ("limit", expired),
+                    ("protocol", gave_up),
+                    ("other", refused),
+                ];
+                for (cause, n) in counts {
+                    if *n > 0 {
+                        m.refused.get_or_create(&Cause { cause }).inc_by(*n);
+                    }
+                }
+            }
             ServerEvent::SessionStart { .. } => inner.start(event, now),
             ServerEvent::Engines {
                 session,
