@@ -202,7 +202,12 @@ fn generate_completions_for_every_shell_and_refuse_unknown_ones() {
     assert_eq!(complete("zcp se"), ["send", "serve"]);
     assert_eq!(
         complete("zcp serve --ma"),
-        ["--max-sessions", "--max-streams"]
+        [
+            "--max-pending",
+            "--max-pending-per-source",
+            "--max-sessions",
+            "--max-streams"
+        ]
     );
     for (shell, check) in [("zsh", ["-n"]), ("fish", ["--no-execute"])] {
         if has(shell) {
