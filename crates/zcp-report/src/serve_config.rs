@@ -1,15 +1,71 @@
 //! `zcp serve --config FILE`: the TOML file, read and checked whole before the server uses it
 //! (and again on SIGHUP). Every error names the file, the line and the key to fix.
+//!
+//! It lives in this library rather than in the binary so that the `config_file` fuzz target
+//! can reach [`parse`]; the binary (`src/cli/serve.rs`) calls [`load`] and [`summary`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use clap::ValueEnum;
 use serde::Deserialize;
 use toml::Spanned;
+use tracing::Level;
 use zcp_session::{AccessConfig, ExportSpec, IdentitySpec, Permission};
+use zcp_wire::escape_text;
 
-use super::serve_log::{LogFormat, LogLevel, parse_value};
+/// `--log-level`, config `log_level`: the least grave events logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    /// Failed reloads and transfer-log write errors only.
+    Error,
+    /// Also refusals, files not committed and failed sessions.
+    Warn,
+    /// Also each session's start, files and end (the default).
+    Info,
+    /// Also the roles' own debug output.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The tracing level.
+    pub fn level(self) -> Level {
+        match self {
+            LogLevel::Error => Level::ERROR,
+            LogLevel::Warn => Level::WARN,
+            LogLevel::Info => Level::INFO,
+            LogLevel::Debug => Level::DEBUG,
+            LogLevel::Trace => Level::TRACE,
+        }
+    }
+}
+
+/// `--log-format`, config `log_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// `journal` when standard error goes to the journal, else `plain`.
+    Auto,
+    /// Timestamp, level, message.
+    Plain,
+    /// One JSON object per line.
+    Json,
+    /// `<N>` priority prefixes, no timestamp (for journald).
+    Journal,
+}
+
+/// A value of `E` from its name, or an error listing the names (for the config file).
+pub fn parse_value<E: ValueEnum>(s: &str) -> Result<E, String> {
+    E::from_str(s, false).map_err(|_| {
+        let names: Vec<String> = E::value_variants()
+            .iter()
+            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        format!("'{}' is not one of {}", s.escape_debug(), names.join(", "))
+    })
+}
 
 /// The file as written. Unknown keys are errors: a misspelt key is refused, not silently
 /// ignored.
@@ -48,33 +104,47 @@ struct IdentityToml {
 /// What a config file says, checked: the limits it sets (the command line overrides each)
 /// and the exports and identities.
 #[derive(Debug, Clone)]
-pub(crate) struct ServeConfig {
+pub struct ServeConfig {
     /// Addresses to listen on.
-    pub(crate) listen: Option<Vec<SocketAddr>>,
-    pub(crate) max_streams: Option<u16>,
-    pub(crate) max_sessions: Option<usize>,
-    pub(crate) idle_timeout: Option<u64>,
-    pub(crate) handshake_timeout: Option<u64>,
-    pub(crate) log_level: Option<LogLevel>,
-    pub(crate) log_format: Option<LogFormat>,
+    pub listen: Option<Vec<SocketAddr>>,
+    /// `max_streams`: data streams per session.
+    pub max_streams: Option<u16>,
+    /// `max_sessions`: sessions at once.
+    pub max_sessions: Option<usize>,
+    /// `idle_timeout`, seconds.
+    pub idle_timeout: Option<u64>,
+    /// `handshake_timeout`, seconds.
+    pub handshake_timeout: Option<u64>,
+    /// `log_level`.
+    pub log_level: Option<LogLevel>,
+    /// `log_format`.
+    pub log_format: Option<LogFormat>,
     /// The transfer log's path (absolute).
-    pub(crate) transfer_log: Option<PathBuf>,
+    pub transfer_log: Option<PathBuf>,
     /// Where the metrics and status page listen (off when absent).
-    pub(crate) metrics: Option<SocketAddr>,
-    pub(crate) access: AccessConfig,
+    pub metrics: Option<SocketAddr>,
+    /// The exports and identities, checked ([`AccessConfig::check`]).
+    pub access: AccessConfig,
     /// Each identity's key file, in identity order (for the summary).
-    pub(crate) key_files: Vec<PathBuf>,
+    pub key_files: Vec<PathBuf>,
 }
 
 /// Reads and checks `path`; the error says what to fix, where.
-pub(crate) fn load(path: &Path) -> Result<ServeConfig, String> {
+pub fn load(path: &Path) -> Result<ServeConfig, String> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("config file {}: {e}", path.display()))?;
+        .map_err(|e| escape_text(&format!("config file {}: {e}", path.display())))?;
     parse(&text, path)
 }
 
-/// Checks the text of a config file read from `path`.
-pub(crate) fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
+/// Checks the text of a config file read from `path`. The error is escaped
+/// ([`escape_text`]): it quotes names, paths and values from the file, and a control
+/// character among them must not reach the terminal or the journal.
+pub fn parse(text: &str, path: &Path) -> Result<ServeConfig, String> {
+    check(text, path).map_err(|m| escape_text(&m))
+}
+
+/// [`parse`], its error not yet escaped.
+fn check(text: &str, path: &Path) -> Result<ServeConfig, String> {
     let file: FileToml = toml::from_str(text).map_err(|e| toml_error(text, path, &e))?;
     let err = |at: usize, key: &str, what: String| {
         format!(
@@ -324,7 +394,7 @@ fn line_of(text: &str, at: usize) -> usize {
 }
 
 /// `serve --check-config`'s summary: names, paths and access, never a key's bytes.
-pub(crate) fn summary(access: &AccessConfig, key_files: &[PathBuf]) -> String {
+pub fn summary(access: &AccessConfig, key_files: &[PathBuf]) -> String {
     let mut out = String::new();
     for e in &access.exports {
         if access.named {
@@ -355,7 +425,7 @@ pub(crate) fn summary(access: &AccessConfig, key_files: &[PathBuf]) -> String {
     }
     // Names and paths come from the operator's file, but still never drive a terminal.
     out.lines()
-        .map(|l| format!("{}\n", zcp_wire::escape_text(l)))
+        .map(|l| format!("{}\n", escape_text(l)))
         .collect()
 }
 
@@ -560,6 +630,39 @@ mod tests {
         let e = f.parse(&f.good()).unwrap_err();
         assert!(e.contains("chmod 600"), "{e}");
         assert!(e.contains("line 16"), "{e}");
+    }
+
+    #[test]
+    fn config_values_are_named_in_their_errors() {
+        assert_eq!(parse_value::<LogLevel>("warn"), Ok(LogLevel::Warn));
+        assert_eq!(parse_value::<LogFormat>("journal"), Ok(LogFormat::Journal));
+        let e = parse_value::<LogLevel>("loud").unwrap_err();
+        assert_eq!(e, "'loud' is not one of error, warn, info, debug, trace");
+        assert!(
+            parse_value::<LogFormat>("xml")
+                .unwrap_err()
+                .contains("auto, plain, json, journal")
+        );
+    }
+
+    // See: issue 24 (the config_file fuzz target's invariant, on a hand-written seed).
+    #[test]
+    fn no_control_character_from_the_file_reaches_an_error() {
+        let f = Fixture::new();
+        for (from, to) in [
+            ("[export.archive]", "[export.\"a\\u001b[2J\"]"),
+            ("max_streams = 4", "transfer_log = \"\\u001b]0;x\\u0007\""),
+            ("max_streams = 4", "metrics = \"\\u202e1.2.3.4:5\""),
+        ] {
+            let text = f.good().replace(from, to);
+            assert_ne!(text, f.good());
+            let e = f.parse(&text).unwrap_err();
+            assert!(!e.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{e:?}");
+            assert!(e.contains("\\u{1b}") || e.contains("\\u{202e}"), "{e:?}");
+        }
+        let bad = f.dir.path().join("in\u{1b}[2J");
+        let e = f.parse(&f.good().replace(&f.p("in"), bad.to_str().unwrap()));
+        assert!(!e.unwrap_err().contains('\u{1b}'));
     }
 
     #[test]
