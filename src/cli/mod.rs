@@ -16,7 +16,6 @@ mod raw;
 mod recv;
 mod send;
 mod serve;
-mod serve_config;
 mod serve_log;
 mod signals;
 mod target;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::Args;
 use zcp_session::{AccessConfig, Fanout, Server, ServerConfig, ServerReporter};
 
-use super::serve_config;
 use super::serve_log::{self, LogFormat, LogLevel};
+use zcp_report::serve_config;
 
 /// `zcp serve --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\

@@ -22,59 +22,8 @@ use tracing_subscriber::registry::LookupSpan;
 use zcp_report::TransferLog;
 use zcp_wire::escape_text;
 
-use super::serve_config::ServeConfig;
-
-/// `--log-level`, config `log_level`: the least grave events logged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LogLevel {
-    /// Failed reloads and transfer-log write errors only.
-    Error,
-    /// Also refusals, files not committed and failed sessions.
-    Warn,
-    /// Also each session's start, files and end (the default).
-    Info,
-    /// Also the roles' own debug output.
-    Debug,
-    /// Everything.
-    Trace,
-}
-
-impl LogLevel {
-    /// The tracing level.
-    pub(crate) fn level(self) -> Level {
-        match self {
-            LogLevel::Error => Level::ERROR,
-            LogLevel::Warn => Level::WARN,
-            LogLevel::Info => Level::INFO,
-            LogLevel::Debug => Level::DEBUG,
-            LogLevel::Trace => Level::TRACE,
-        }
-    }
-}
-
-/// `--log-format`, config `log_format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LogFormat {
-    /// `journal` when standard error goes to the journal, else `plain`.
-    Auto,
-    /// Timestamp, level, message.
-    Plain,
-    /// One JSON object per line.
-    Json,
-    /// `<N>` priority prefixes, no timestamp (for journald).
-    Journal,
-}
-
-/// A value of `E` from its name, or an error listing the names (for the config file).
-pub(crate) fn parse_value<E: ValueEnum>(s: &str) -> Result<E, String> {
-    E::from_str(s, false).map_err(|_| {
-        let names: Vec<String> = E::value_variants()
-            .iter()
-            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
-            .collect();
-        format!("'{}' is not one of {}", s.escape_debug(), names.join(", "))
-    })
-}
+use zcp_report::serve_config::ServeConfig;
+pub(crate) use zcp_report::serve_config::{LogFormat, LogLevel};
 
 /// What to do about a transfer log that cannot be opened.
 const HINT: &str = "name a regular file, or a new one in an existing directory, that the user \
@@ -287,19 +236,6 @@ mod tests {
         assert!(!journal_stream_matches("8:1234", None));
         assert!(!journal_stream_matches("garbage", None));
         assert!(!journal_stream_matches("", Some((0, 0))));
-    }
-
-    #[test]
-    fn config_values_are_named_in_their_errors() {
-        assert_eq!(parse_value::<LogLevel>("warn"), Ok(LogLevel::Warn));
-        assert_eq!(parse_value::<LogFormat>("journal"), Ok(LogFormat::Journal));
-        let e = parse_value::<LogLevel>("loud").unwrap_err();
-        assert_eq!(e, "'loud' is not one of error, warn, info, debug, trace");
-        assert!(
-            parse_value::<LogFormat>("xml")
-                .unwrap_err()
-                .contains("auto, plain, json, journal")
-        );
     }
 
     #[test]

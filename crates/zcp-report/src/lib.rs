@@ -14,6 +14,7 @@ pub mod log_writer;
 pub mod monitor;
 mod progress;
 mod raw;
+pub mod serve_config;
 mod server;
 mod server_trace;
 pub mod sessions;

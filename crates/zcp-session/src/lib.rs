@@ -19,6 +19,8 @@ mod error;
 mod event;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing_entries;
 pub mod keyfile;
 mod manifest;
 #[cfg(test)]
