@@ -151,8 +151,10 @@ impl<'a> Gate<'a> {
                     if fd_limit {
                         self.tally.descriptors += 1;
                     }
+                    // One a turn: the next `accept` waits for the next poll, so the
+                    // connections still in their handshake advance in between.
                     match self.table.busiest() {
-                        Some(_) if fd_limit => self.shed_one(),
+                        Some(_) if fd_limit => return self.shed_one(),
                         _ => return self.rest(),
                     }
                 }
@@ -160,7 +162,7 @@ impl<'a> Gate<'a> {
         }
     }
 
-    /// Sheds the least advanced connection of the busiest source.
+    /// Sheds the least advanced connection of all (`PendingTable::evict_one`).
     fn shed_one(&mut self) {
         if let Some(id) = self.table.evict_one() {
             self.shed(id, Shed::Evicted);

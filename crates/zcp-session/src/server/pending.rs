@@ -185,10 +185,18 @@ impl PendingTable {
         (id, victim)
     }
 
-    /// Takes out the least advanced connection of the busiest source (to free its
-    /// descriptor); which, if any was pending.
+    /// Takes out the least advanced connection of all, the oldest of those (to free its
+    /// descriptor); which, if any was pending. Not the busiest source's, as a newcomer evicts:
+    /// out of descriptors, the sessions' own threads may take each freed descriptor before
+    /// the next `accept`, so eviction can repeat until the table is bare, and a client that
+    /// has begun its handshake must outlast every connection that has not.
     pub fn evict_one(&mut self) -> Option<Id> {
-        let victim = self.busiest().and_then(|(s, _)| self.least_advanced(s))?;
+        let victim = self
+            .by_source
+            .values()
+            .filter_map(BTreeSet::first)
+            .min()
+            .map(|&(_, _, id)| id)?;
         self.remove(victim);
         Some(victim)
     }
@@ -380,15 +388,20 @@ mod tests {
     }
 
     #[test]
-    fn out_of_descriptors_the_busiest_source_gives_one_up() {
+    fn out_of_descriptors_the_least_advanced_gives_one_up() {
         let (mut t, t0) = table(8, 8);
         assert_eq!(t.evict_one(), None);
         let mine = t.admit(t0, v4(1)).0;
         let theirs = t.admit(t0 + MS, v4(9)).0;
-        t.admit(t0 + 2 * MS, v4(9));
+        let newest = t.admit(t0 + 2 * MS, v4(9)).0;
+        t.progress(mine, 1);
+        // The oldest of those that sent nothing goes first, then the next; the client that
+        // began its handshake goes last, though it was the first to come.
         assert_eq!(t.evict_one(), Some(theirs));
-        assert_eq!(t.len(), 2);
-        assert!(t.remove(mine));
+        assert_eq!(t.evict_one(), Some(newest));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.evict_one(), Some(mine));
+        assert!(t.is_empty());
     }
 
     #[test]
