@@ -1,18 +1,20 @@
 //! The sending role as a state machine, without I/O. Inputs: entries of the walk
 //! ([`Sending::take_entry`]), the receiver's frames ([`Sending::handle_frame`], in
 //! `frames.rs`), what the hash workers and the transport report ([`Sending::hashed`],
-//! [`Sending::resume_progress`], [`Sending::resume_checked`], [`Sending::source_failed`],
-//! [`Sending::stream_done`]), the
-//! answer to a source check ([`Sending::source_checked`]) and the clock ([`Sending::tick`]).
-//! Outputs ([`Sending::take_out`]): frames, chunks for the transport, hash jobs, source
-//! checks, and reports for the person.
+//! [`Sending::departed`], [`Sending::resume_progress`], [`Sending::resume_checked`],
+//! [`Sending::source_failed`], [`Sending::stream_done`]), the answer to a source check
+//! ([`Sending::source_checked`]) and the clock ([`Sending::tick`]). Outputs
+//! ([`Sending::take_out`]): frames, chunks for the transport, hash jobs, source checks, and
+//! reports for the person.
 //!
-//! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks and
-//! `ChunkMac`s → every chunk acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends the chunk
-//! again, up to [`MAX_RETRIES`] times; a file of one chunk skips the acknowledgement) →
-//! source unchanged? → `FileEnd` → `FileCommitted`. A file is reported done only when
-//! `proof.rs` finds its `FileReady` and `FileCommitted` prove it stored and verified as the
-//! session asked; otherwise it fails.
+//! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks, each
+//! chunk's `ChunkMac` once it is hashed and has departed (never before: a MAC stands for
+//! bytes that left; an acknowledgement of a chunk whose MAC was not sent is a protocol
+//! error) → every chunk departed and acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends
+//! the chunk again, up to [`MAX_RETRIES`] times; a file of one chunk skips the
+//! acknowledgement) → source unchanged? → `FileEnd` → `FileCommitted`. A file is reported
+//! done only when `proof.rs` finds its `FileReady` and `FileCommitted` prove it stored and
+//! verified as the session asked; otherwise it fails.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
