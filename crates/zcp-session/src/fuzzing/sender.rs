@@ -3,8 +3,8 @@
 //! receiver's frames in any order (decoded from raw bytes, or built to mostly make sense:
 //! `Have`, `FileReady` naming any engine, `ChunkAck`, `FileCommitted` with any digest,
 //! `verified` and `stored`, `FileFailed`, `Progress`, `EntryFailed`, `Notice`, `Stats`,
-//! `Error`), the walk's entries, the hash workers' MACs and resume checks, source checks and
-//! failures, streams ending, and the clock. Source checks are answered at once, as the
+//! `Error`), the walk's entries, the hash workers' MACs and resume checks, the transport's
+//! word that a chunk left, source checks and failures, streams ending, and the clock. Source checks are answered at once, as the
 //! drive loop does. After each input the role's outputs are checked against what it was
 //! told (issue 24, class 1):
 //!
@@ -18,6 +18,9 @@
 //!   class stores, with `FileEnd`'s digest when verified and zeros otherwise;
 //! - a proved file's `FileEnd` carries this side's digest: over the MACs the hash workers
 //!   gave it (the latest for each chunk) and the chunks its resume checks kept;
+//! - a `ChunkMac` only for a chunk the transport said had left (since it was last queued),
+//!   and a `FileEnd` only once every chunk has left or was kept by a resume check: no MAC
+//!   this side gives out, and no end of a file, stands for bytes that never crossed;
 //! - no chunk, hash job or `ChunkMac` for a file whose `FileReady` named an engine outside
 //!   the class; no receiver engine reported that is outside it;
 //! - at most one outcome per file; the files counted as committed are the files done;
@@ -76,6 +79,11 @@ struct Told {
     /// Chunks to hash (hash jobs, staged chunks) and resume checks, not yet answered.
     hashes: Vec<(u32, u64)>,
     resumes: Vec<(u32, Offered)>,
+    /// Chunks queued for the transport and not yet reported gone; those reported gone since
+    /// they were last queued; those a resume check kept.
+    queued: Vec<(u32, u64)>,
+    departed: HashSet<(u32, u64)>,
+    kept: HashSet<(u32, u64)>,
     /// Files with an outcome, by name and by id.
     done: HashSet<String>,
     over: HashSet<u32>,
@@ -182,7 +190,13 @@ fn step(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) -> 
             entry(s, sm, told, now);
             (true, None)
         }
-        8 | 9 if !told.hashes.is_empty() => {
+        8 if !told.queued.is_empty() => {
+            let (file, index) = told.queued.remove(usize::from(s.u8()) % told.queued.len());
+            told.departed.insert((file, index));
+            sm.departed(file, index, now);
+            (true, None)
+        }
+        9 | 15 if !told.hashes.is_empty() => {
             let (file, index) = told.hashes.remove(usize::from(s.u8()) % told.hashes.len());
             let mac = s.mac();
             told.macs.entry(file).or_default().insert(index, mac);
@@ -203,6 +217,7 @@ fn step(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) -> 
                 let macs = told.macs.entry(file).or_default();
                 for (i, mac) in k {
                     macs.insert(*i, *mac);
+                    told.kept.insert((file, *i));
                 }
             }
             sm.resume_checked(file, kept, now);
@@ -466,6 +481,8 @@ fn check_out(
             if c.staged {
                 told.hashes.push((c.file_id, c.index));
             }
+            told.departed.remove(&(c.file_id, c.index));
+            told.queued.push((c.file_id, c.index));
         }
         for h in out.hashes {
             match h {
@@ -507,15 +524,27 @@ fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &Message) {
             told.ids
                 .insert(String::from_utf8_lossy(&p.dest).into_owned(), p.file_id);
         }
-        Message::ChunkMac { file_id, .. } => {
+        Message::ChunkMac { file_id, index, .. } => {
             let ready = told.ready.get(file_id);
             assert!(
                 proved && ready.is_some_and(|e| in_class(asked, e)),
                 "a MAC for file {file_id} (ready as {ready:?}) in a session that proves nothing"
             );
+            assert!(
+                told.departed.contains(&(*file_id, *index)),
+                "a MAC for chunk {index} of file {file_id}, which has not left"
+            );
         }
         Message::FileEnd { file_id, digest } => {
             told.ended.insert(*file_id, *digest);
+            let plan = told.plans[file_id];
+            for i in 0..plan.count() {
+                let c = (*file_id, i);
+                assert!(
+                    told.departed.contains(&c) || told.kept.contains(&c),
+                    "FileEnd {file_id}: chunk {i} neither left nor kept"
+                );
+            }
             if !proved {
                 return;
             }

@@ -303,11 +303,20 @@ impl Sending {
             )));
         }
         let i = index as usize;
+        if ok && f.acked[i] {
+            // The same acknowledgement again moves nothing.
+            return Ok(false);
+        }
+        if f.verify && !(f.departed[i] && f.macs[i].is_some()) {
+            // Its MAC was not sent (it goes only once the chunk's bytes have left): an
+            // honest receiver cannot have verified it. Without MACs (`--verify none`) an
+            // acknowledgement may overtake the transport's word that the chunk left, so it
+            // is taken, and `FileEnd` still waits for every chunk to have left.
+            return Err(proto(format!(
+                "ChunkAck for chunk {index} of file {file_id}, whose ChunkMac was not sent"
+            )));
+        }
         if ok {
-            if f.acked[i] {
-                // The same acknowledgement again moves nothing.
-                return Ok(false);
-            }
             f.acked[i] = true;
             f.n_acked += 1;
             self.maybe_end(file_id);
@@ -324,6 +333,7 @@ impl Sending {
             return Ok(true);
         }
         f.macs[i] = None;
+        f.departed[i] = false;
         let note = format!(
             "{}: chunk {index} failed verification on the receiver; sending it again",
             f.display

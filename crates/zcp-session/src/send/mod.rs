@@ -55,6 +55,8 @@ pub(crate) enum SendEvent {
         index: u64,
         mac: [u8; 32],
     },
+    /// Every byte of a chunk left on the transport.
+    Sent { file: u32, index: u64 },
     /// The source of a file could not be read as announced.
     SourceFailed { file: u32, why: String },
     /// A resume check under way: `bytes` of the offered chunks checked so far.
@@ -76,6 +78,7 @@ impl From<Departure> for SendEvent {
     fn from(d: Departure) -> SendEvent {
         match d {
             Departure::Hashed { file, index, mac } => SendEvent::Hashed { file, index, mac },
+            Departure::Sent { file, index } => SendEvent::Sent { file, index },
             Departure::SourceFailed { file, why } => SendEvent::SourceFailed { file, why },
             Departure::StreamDone { usage, end } => SendEvent::StreamDone { usage, end },
             Departure::StreamFailed { stream, why } => SendEvent::StreamFailed { stream, why },
@@ -378,6 +381,7 @@ fn drive(
             }
             SendEvent::Ctl(Err(e)) => return Err(e.into_session(io.peer)),
             SendEvent::Hashed { file, index, mac } => sm.hashed(file, index, mac, now),
+            SendEvent::Sent { file, index } => sm.departed(file, index, now),
             SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),
             SendEvent::ResumeProgress { file, bytes } => sm.resume_progress(file, bytes, now),
             SendEvent::ResumeChecked { file, kept } => sm.resume_checked(file, kept, now),

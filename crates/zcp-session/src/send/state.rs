@@ -1,18 +1,20 @@
 //! The sending role as a state machine, without I/O. Inputs: entries of the walk
 //! ([`Sending::take_entry`]), the receiver's frames ([`Sending::handle_frame`], in
 //! `frames.rs`), what the hash workers and the transport report ([`Sending::hashed`],
-//! [`Sending::resume_progress`], [`Sending::resume_checked`], [`Sending::source_failed`],
-//! [`Sending::stream_done`]), the
-//! answer to a source check ([`Sending::source_checked`]) and the clock ([`Sending::tick`]).
-//! Outputs ([`Sending::take_out`]): frames, chunks for the transport, hash jobs, source
-//! checks, and reports for the person.
+//! [`Sending::departed`], [`Sending::resume_progress`], [`Sending::resume_checked`],
+//! [`Sending::source_failed`], [`Sending::stream_done`]), the answer to a source check
+//! ([`Sending::source_checked`]) and the clock ([`Sending::tick`]). Outputs
+//! ([`Sending::take_out`]): frames, chunks for the transport, hash jobs, source checks, and
+//! reports for the person.
 //!
-//! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks and
-//! `ChunkMac`s → every chunk acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends the chunk
-//! again, up to [`MAX_RETRIES`] times; a file of one chunk skips the acknowledgement) →
-//! source unchanged? → `FileEnd` → `FileCommitted`. A file is reported done only when
-//! `proof.rs` finds its `FileReady` and `FileCommitted` prove it stored and verified as the
-//! session asked; otherwise it fails.
+//! Per file: `PutFile` → (`Have`…) `FileReady` → [resume check → `Go`] → chunks, each
+//! chunk's `ChunkMac` once it is hashed and has departed (never before: a MAC stands for
+//! bytes that left; an acknowledgement of a chunk whose MAC was not sent is a protocol
+//! error) → every chunk departed and acknowledged (`ChunkAck ok`; a `ChunkAck` not ok sends
+//! the chunk again, up to [`MAX_RETRIES`] times; a file of one chunk skips the
+//! acknowledgement) → source unchanged? → `FileEnd` → `FileCommitted`. A file is reported
+//! done only when `proof.rs` finds its `FileReady` and `FileCommitted` prove it stored and
+//! verified as the session asked; otherwise it fails.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -88,6 +90,11 @@ pub(crate) struct OutFile {
     /// The receiver offered the target it already holds (not an interrupted attempt).
     pub(crate) held_target: bool,
     pub(crate) macs: Vec<Option<[u8; 32]>>,
+    /// Chunks whose bytes all left on the transport (or that a resume kept). A chunk's
+    /// `ChunkMac` goes out only once it is both hashed and departed, so every MAC this side
+    /// ever gives out stands for bytes that crossed the wire: none can be acknowledged,
+    /// replayed in a later `Have`, or end the file before its bytes were sent.
+    pub(crate) departed: Vec<bool>,
     pub(crate) acked: Vec<bool>,
     pub(crate) n_acked: u64,
     pub(crate) retries: HashMap<u64, u32>,
@@ -417,6 +424,7 @@ impl Sending {
             sent_digest: None,
             held_target: false,
             macs: vec![None; count],
+            departed: vec![false; count],
             acked: vec![false; count],
             n_acked: 0,
             retries: HashMap::new(),
@@ -526,6 +534,9 @@ impl Sending {
                 f.acked[i_us] = true;
                 f.n_acked += 1;
                 f.macs[i_us] = Some(mac);
+                // Proved held by the receiver against this side's own hash of the source:
+                // nothing to send.
+                f.departed[i_us] = true;
                 f.skipped += f.plan.chunk(i).1;
             }
         }
@@ -536,15 +547,19 @@ impl Sending {
         self.maybe_end(id);
     }
 
-    /// Every MAC known and every chunk acknowledged (a file of one chunk is not: the
-    /// receiver holds its `FileEnd` until the chunk is verified): ask whether the source
-    /// changed; [`Sending::source_checked`] sends `FileEnd`.
+    /// Every chunk departed, every MAC known and every chunk acknowledged (a file of one
+    /// chunk is not: the receiver holds its `FileEnd` until the chunk is verified): ask
+    /// whether the source changed; [`Sending::source_checked`] sends `FileEnd`.
     pub(crate) fn maybe_end(&mut self, id: u32) {
         let Some(f) = self.open.get_mut(&id) else {
             return;
         };
         let acked = f.plan.count() <= 1 || f.n_acked == f.plan.count();
-        if f.state != State::Sending || !acked || f.macs.iter().any(Option::is_none) {
+        if f.state != State::Sending
+            || !acked
+            || f.macs.iter().any(Option::is_none)
+            || f.departed.iter().any(|d| !d)
+        {
             return;
         }
         f.state = State::Ending;
@@ -585,18 +600,48 @@ impl Sending {
         });
     }
 
-    /// A chunk's MAC, from a hash worker or a staged send.
+    /// A chunk's MAC, from a hash worker or a staged send: sent once the chunk has departed.
     pub(crate) fn hashed(&mut self, file: u32, index: u64, mac: [u8; 32], now: Instant) {
         self.progress(now);
-        if let Some(f) = self.open.get_mut(&file) {
-            f.macs[index as usize] = Some(mac);
+        let Some(f) = self.open.get_mut(&file) else {
+            return;
+        };
+        let i = index as usize;
+        if i >= f.macs.len() {
+            return;
+        }
+        f.macs[i] = Some(mac);
+        if f.departed[i] {
             self.send(Message::ChunkMac {
                 file_id: file,
                 index,
                 mac,
             });
-            self.maybe_end(file);
         }
+        self.maybe_end(file);
+    }
+
+    /// Every byte of a chunk left on the transport (TCP: written to the socket; UDP: each
+    /// datagram sent at least once): its MAC goes out if known (else when it is).
+    pub(crate) fn departed(&mut self, file: u32, index: u64, now: Instant) {
+        self.progress(now);
+        let Some(f) = self.open.get_mut(&file) else {
+            return;
+        };
+        let i = index as usize;
+        if i >= f.departed.len() || f.departed[i] {
+            return;
+        }
+        f.departed[i] = true;
+        // `--verify none` (or a null receiver) sends no MAC: its placeholder is not one.
+        if let (true, Some(mac)) = (f.verify, f.macs[i]) {
+            self.send(Message::ChunkMac {
+                file_id: file,
+                index,
+                mac,
+            });
+        }
+        self.maybe_end(file);
     }
 
     /// The source could not be read as it was announced (shrunk, changed, unreadable).

@@ -107,11 +107,21 @@ fn without_verification_nothing_is_hashed_and_the_digest_is_zero() {
         0,
         "unverified chunks are never resumed"
     );
+    // Without MACs an acknowledgement may overtake the transport's word that the chunk
+    // left: it is taken, but the file does not end before every chunk has left.
+    assert!(s.take_out().checks.is_empty(), "no chunk has left yet");
+    for index in 0..3 {
+        s.departed(0, index, now);
+    }
     let out = s.take_out();
+    assert!(
+        !(out.frames.iter()).any(|m| matches!(m, Message::ChunkMac { .. })),
+        "no MAC sent on departure either"
+    );
     assert_eq!(
         out.checks.len(),
         1,
-        "every chunk acknowledged: the source check"
+        "every chunk sent and acknowledged: the source check"
     );
     s.source_checked(0, None, now);
     let out = s.take_out();
@@ -152,13 +162,17 @@ fn outcomes(s: &mut Sending) -> Vec<(bool, bool, [u8; 32], Option<&'static str>)
 }
 
 /// Runs file 0 of `s` (just made ready) to its `FileEnd`: each chunk hashed (MACs of the
-/// source, all zeros here), acknowledged, the source unchanged. Returns the digest sent.
+/// source, all zeros here), sent by the transport, acknowledged, the source unchanged.
+/// Returns the digest sent.
 fn to_file_end(s: &mut Sending, out: &SendOut) -> [u8; 32] {
     let now = Instant::now();
     for h in &out.hashes {
         if let HashJob::Chunk { index, .. } = h {
             s.hashed(0, *index, [*index as u8; 32], now);
         }
+    }
+    for c in &out.chunks {
+        s.departed(c.file_id, c.index, now);
     }
     for index in 0..out.chunks.len() as u64 {
         let ack = Message::ChunkAck {
@@ -382,4 +396,312 @@ fn a_commit_during_the_resume_check_fails_the_file() {
     // The check's answer, late, finds the file gone.
     s.resume_checked(1, Some(vec![(0, [1; 32]), (1, [2; 32])]), now);
     assert!(s.take_out().chunks.is_empty());
+}
+
+// ---- issue 24, class 1: a chunk counts only once its bytes have left ----
+
+/// The `ChunkMac`s among `frames`, as (index, mac).
+fn chunk_macs(frames: &[Message]) -> Vec<(u64, [u8; 32])> {
+    (frames.iter())
+        .filter_map(|m| match m {
+            Message::ChunkMac { index, mac, .. } => Some((*index, *mac)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ack(index: u64, ok: bool) -> Message {
+    Message::ChunkAck {
+        file_id: 0,
+        index,
+        ok,
+    }
+}
+
+/// (a) A chunk's MAC goes out only once it is both hashed and departed, in either order.
+#[test]
+fn a_chunk_mac_goes_out_only_once_the_chunk_is_hashed_and_has_left() {
+    let (mut s, _) = ready(VerifyMode::Blake3);
+    let now = Instant::now();
+    s.hashed(0, 0, [7; 32], now);
+    assert!(
+        chunk_macs(&s.take_out().frames).is_empty(),
+        "hashed, not sent"
+    );
+    s.departed(0, 0, now);
+    assert_eq!(chunk_macs(&s.take_out().frames), [(0, [7; 32])]);
+    s.departed(0, 1, now);
+    assert!(
+        chunk_macs(&s.take_out().frames).is_empty(),
+        "sent, not hashed"
+    );
+    s.hashed(0, 1, [8; 32], now);
+    assert_eq!(chunk_macs(&s.take_out().frames), [(1, [8; 32])]);
+    // The transport's word again sends nothing more.
+    s.departed(0, 1, now);
+    assert!(chunk_macs(&s.take_out().frames).is_empty());
+}
+
+/// (b) An acknowledgement (or a refusal) of a chunk whose MAC was not sent — it has not
+/// left, or is not hashed — is a protocol error: nobody can have verified it.
+#[test]
+fn an_ack_for_a_chunk_whose_mac_was_not_sent_is_a_protocol_error() {
+    for ok in [true, false] {
+        // Hashed but still queued.
+        let (mut s, out) = ready(VerifyMode::Blake3);
+        let now = Instant::now();
+        for index in 0..out.chunks.len() as u64 {
+            s.hashed(0, index, [1; 32], now);
+        }
+        let e = s.handle_frame(ack(0, ok), now).expect_err("not sent");
+        assert!(e.to_string().contains("ChunkMac was not sent"), "{e}");
+        // Sent but not hashed.
+        let (mut s, _) = ready(VerifyMode::Blake3);
+        s.departed(0, 1, now);
+        assert!(s.handle_frame(ack(1, ok), now).is_err(), "not hashed");
+        // Both: taken.
+        s.hashed(0, 1, [1; 32], now);
+        assert!(s.handle_frame(ack(1, ok), now).is_ok());
+    }
+}
+
+/// The reviewer's attack, over the state machine: acknowledgements of chunks that are still
+/// queued (hashed, none left) neither end the file nor let a commit count.
+#[test]
+fn acks_before_any_departure_end_nothing() {
+    let (mut s, out) = ready(VerifyMode::Blake3);
+    let now = Instant::now();
+    for index in 0..out.chunks.len() as u64 {
+        s.hashed(0, index, [index as u8; 32], now);
+    }
+    assert!(chunk_macs(&s.take_out().frames).is_empty());
+    assert!(s.handle_frame(ack(0, true), now).is_err());
+    let o = s.take_out();
+    assert!(
+        o.checks.is_empty()
+            && !o
+                .frames
+                .iter()
+                .any(|m| matches!(m, Message::FileEnd { .. }))
+    );
+    assert_eq!(s.totals.files, 0);
+}
+
+/// (c) `FileEnd` waits for every chunk to have left, even a one-chunk file (which needs no
+/// acknowledgement) whose MAC is known.
+#[test]
+fn file_end_waits_for_every_chunk_to_have_left() {
+    let cfg = SenderConfig {
+        engine: SendEngine::Sendfile,
+        block: 0,
+        chunk_size: Some(2 << 20),
+        idle: Duration::from_secs(30),
+        verify: VerifyMode::Blake3,
+        recv_engine: RecvEngine::Auto,
+    };
+    let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
+    let now = Instant::now();
+    let mut s = Sending::new(
+        cfg,
+        (SendEngine::Sendfile, None),
+        keys,
+        ([1; 32], [2; 32]),
+        1,
+        now,
+    );
+    let file = tempfile::tempfile().expect("a temporary file");
+    file.set_len(1 << 20).expect("its size");
+    let meta = zcp_engine::fs::stat_fd(&file).expect("stat");
+    let entry = Entry::File {
+        dest: b"f".to_vec(),
+        name: Vec::new(),
+        file,
+        meta,
+        display: "f".into(),
+    };
+    s.take_entry(entry, now);
+    let ready = Message::FileReady {
+        file_id: 0,
+        engine: "rw".into(),
+        note: String::new(),
+        target: b"f".to_vec(),
+        resumed: false,
+    };
+    s.handle_frame(ready, now).expect("ready");
+    let out = s.take_out();
+    assert_eq!(out.chunks.len(), 1);
+    // A small chunk: the transport hashes it as it reads it (staged), then sends it.
+    s.hashed(0, 0, [4; 32], now);
+    let o = s.take_out();
+    assert!(
+        o.checks.is_empty() && chunk_macs(&o.frames).is_empty(),
+        "not sent yet"
+    );
+    s.departed(0, 0, now);
+    let o = s.take_out();
+    assert_eq!(chunk_macs(&o.frames), [(0, [4; 32])]);
+    assert_eq!(
+        o.checks.len(),
+        1,
+        "sent and its MAC out: the source check, then FileEnd"
+    );
+}
+
+/// (a) after a refusal: the chunk is sent again, and its fresh MAC waits for it to leave
+/// again; an acknowledgement before that is a protocol error.
+#[test]
+fn a_chunk_sent_again_must_leave_again_before_its_mac() {
+    let (mut s, _) = ready(VerifyMode::Blake3);
+    let now = Instant::now();
+    s.hashed(0, 2, [1; 32], now);
+    s.departed(0, 2, now);
+    let _ = s.take_out();
+    s.handle_frame(ack(2, false), now).expect("a refusal");
+    let out = s.take_out();
+    assert_eq!(out.chunks.len(), 1, "sent again");
+    s.hashed(0, 2, [2; 32], now);
+    assert!(chunk_macs(&s.take_out().frames).is_empty());
+    assert!(s.handle_frame(ack(2, true), now).is_err());
+    let (mut s, _) = ready(VerifyMode::Blake3);
+    s.hashed(0, 2, [1; 32], now);
+    s.departed(0, 2, now);
+    s.handle_frame(ack(2, false), now).expect("a refusal");
+    s.hashed(0, 2, [2; 32], now);
+    s.departed(0, 2, now);
+    assert_eq!(chunk_macs(&s.take_out().frames).last(), Some(&(2, [2; 32])));
+    assert!(s.handle_frame(ack(2, true), now).is_ok());
+}
+
+fn review_session(nonces: ([u8; 32], [u8; 32])) -> Sending {
+    let cfg = SenderConfig {
+        engine: SendEngine::Sendfile,
+        block: 0,
+        chunk_size: Some(2 << 20),
+        idle: Duration::from_secs(30),
+        verify: VerifyMode::Blake3,
+        recv_engine: RecvEngine::Auto,
+    };
+    let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &nonces.0, &nonces.1);
+    Sending::new(
+        cfg,
+        (SendEngine::Sendfile, None),
+        keys,
+        nonces,
+        1,
+        Instant::now(),
+    )
+}
+
+fn announce_file(s: &mut Sending, file: &std::fs::File) {
+    let file = file.try_clone().unwrap();
+    let meta = zcp_engine::fs::stat_fd(&file).expect("stat");
+    s.take_entry(
+        Entry::File {
+            dest: b"f".to_vec(),
+            name: Vec::new(),
+            file,
+            meta,
+            display: "f".into(),
+        },
+        Instant::now(),
+    );
+}
+
+/// Runs `hashes` on a real hash worker under session `sess`, feeding back what it reports.
+fn run_hashes(s: &mut Sending, sess: ([u8; 32], [u8; 32]), hashes: Vec<HashJob>) {
+    let psk = Psk::from_bytes([3; 32]);
+    let keys = SessionKeys::derive(&psk, &sess.0, &sess.1);
+    let jobs = crate::transport::Queue::new();
+    for h in hashes {
+        jobs.push(h);
+    }
+    jobs.close();
+    let (tx, rx) = std::sync::mpsc::channel();
+    super::hash::hash_worker(jobs, tx, keys, psk);
+    let now = Instant::now();
+    for ev in rx.try_iter() {
+        match ev {
+            super::SendEvent::Hashed { file, index, mac } => s.hashed(file, index, mac, now),
+            super::SendEvent::ResumeChecked { file, kept } => s.resume_checked(file, kept, now),
+            _ => {}
+        }
+    }
+}
+
+/// (a) closes the replay: a receiver that never took a byte (it collected what it could in
+/// attempt 1 and dropped) has no MAC to offer in attempt 2, so the resume check keeps
+/// nothing, every chunk is sent, and an echoed commit before they left proves nothing.
+#[test]
+fn a_receiver_that_took_no_byte_has_no_chunk_mac_to_replay() {
+    use std::io::Write;
+    let mut file = tempfile::tempfile().unwrap();
+    let body: Vec<u8> = (0..(6u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    file.write_all(&body).unwrap();
+    // Attempt 1: made ready, every chunk hashed; the transport sent none.
+    let a = ([1; 32], [2; 32]);
+    let mut s1 = review_session(a);
+    announce_file(&mut s1, &file);
+    let _ = s1.take_out();
+    let ready = |resumed| Message::FileReady {
+        file_id: 0,
+        engine: "rw".into(),
+        note: String::new(),
+        target: b"f".to_vec(),
+        resumed,
+    };
+    s1.handle_frame(ready(false), Instant::now()).unwrap();
+    let out1 = s1.take_out();
+    run_hashes(&mut s1, a, out1.hashes);
+    assert!(
+        chunk_macs(&s1.take_out().frames).is_empty(),
+        "no ChunkMac before a chunk left"
+    );
+    // Attempt 2: the receiver offers every chunk under attempt 1's nonces, with the only
+    // MACs it could have (guesses).
+    let b = ([7; 32], [8; 32]);
+    let mut s2 = review_session(b);
+    announce_file(&mut s2, &file);
+    let _ = s2.take_out();
+    let now = Instant::now();
+    let entries = (0..3).map(|i| (i, [i as u8; 32])).collect();
+    let have = zcp_wire::Have {
+        file_id: 0,
+        client_nonce: a.0,
+        server_nonce: a.1,
+        old_file_id: 0,
+        entries,
+    };
+    s2.handle_frame(Message::Have(have), now).unwrap();
+    s2.handle_frame(ready(true), now).unwrap();
+    let out2 = s2.take_out();
+    run_hashes(&mut s2, b, out2.hashes);
+    let out3 = s2.take_out();
+    assert!(
+        out3.frames
+            .iter()
+            .any(|m| matches!(m, Message::Go { restart: true, .. }))
+    );
+    assert_eq!(out3.chunks.len(), 3, "every chunk is sent");
+    run_hashes(&mut s2, b, out3.hashes);
+    let out4 = s2.take_out();
+    assert!(out4.checks.is_empty(), "no FileEnd before the chunks left");
+    assert!(chunk_macs(&out4.frames).is_empty());
+    assert!(
+        s2.handle_frame(ack(0, true), now).is_err(),
+        "an ack for a chunk not sent"
+    );
+    // (The session ends on that error; a commit echoed anyway is still no proof.)
+    let commit = Message::FileCommitted {
+        file_id: 0,
+        bytes: 6 << 20,
+        digest: [0; 32],
+        verified: true,
+        stored: true,
+    };
+    s2.handle_frame(commit, now)
+        .expect("the file fails, not the session");
+    assert_eq!(outcomes(&mut s2), [(false, false, [0; 32], Some("verify"))]);
+    assert_eq!(s2.totals.files, 0);
 }

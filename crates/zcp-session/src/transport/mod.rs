@@ -59,6 +59,9 @@ pub(crate) enum Departure {
         index: u64,
         mac: [u8; 32],
     },
+    /// Every byte of a chunk left: TCP, its last byte written to the socket; UDP, each of
+    /// its datagrams sent at least once. Only then does the sending role send its MAC.
+    Sent { file: u32, index: u64 },
     /// The source ended or changed under a chunk: the file must be given up.
     SourceFailed { file: u32, why: String },
     /// A stream sent everything and its end marker.

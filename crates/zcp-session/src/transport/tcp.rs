@@ -139,8 +139,9 @@ fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU
 
 /// Sends one chunk: its header, then its bytes — or, for a chunk of a sparse file that has
 /// holes, a `Sparse` header, its table of data extents, and those extents' bytes alone. A
-/// staged chunk is read once, hashed, and sent (its MAC is reported). A source that ends
-/// early is reported, and the stream is kept in step. An error is the stream's.
+/// staged chunk is read once, hashed, and sent (its MAC is reported). Returns the chunk's
+/// departure, or its source's failure (the source ended early: the stream is kept in step).
+/// An error is the stream's.
 fn send_chunk(
     sender: &mut FileSender,
     sock: &TcpStream,
@@ -153,6 +154,11 @@ fn send_chunk(
     let failed = |e: &EngineError| Departure::SourceFailed {
         file: job.file_id,
         why: e.to_string(),
+    };
+    // Its last byte is in the socket: the sending role may now send its MAC.
+    let departed = Departure::Sent {
+        file: job.file_id,
+        index: job.index,
     };
     if job.staged {
         let mut mac = [0u8; 32];
@@ -172,11 +178,14 @@ fn send_chunk(
             progress,
         );
         return match r {
-            Ok(()) => Ok(Some(Departure::Hashed {
-                file: job.file_id,
-                index: job.index,
-                mac,
-            })),
+            Ok(()) => {
+                (side.report)(Departure::Hashed {
+                    file: job.file_id,
+                    index: job.index,
+                    mac,
+                });
+                Ok(Some(departed))
+            }
             // The file shrank: give it up, keeping the stream in step if its header went out.
             Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
                 if header_sent {
@@ -192,7 +201,7 @@ fn send_chunk(
         sender.send(job.file.as_fd(), sock.as_fd(), offset, len, progress)
     });
     match sent {
-        Ok(()) => Ok(None),
+        Ok(()) => Ok(Some(departed)),
         Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
             pad(sock, wire_left(job, &data, &e), headers)?;
             Ok(Some(failed(&e)))

@@ -567,3 +567,92 @@ fn a_pulling_client_naming_an_engine_it_did_not_ask_for_gets_nothing() {
         assert_eq!(std::fs::read(&out).unwrap(), want);
     }
 }
+
+/// Issue 24, class 1 (commit without the data), over UDP: a receiver that answers every
+/// announced chunk with `Done` (never `Ready`), would acknowledge every `ChunkMac` and echo
+/// `FileEnd`'s digest. A chunk not yet sent cannot be done: the stream fails at the first
+/// such `Done`, no `ChunkMac` or `FileEnd` goes out (nothing left), the run fails without
+/// claiming anything, and the source is as it was.
+#[test]
+fn over_udp_done_for_chunks_never_sent_proves_nothing() {
+    use crate::hostile::peer::receiver::SideChannel;
+    let env = Env::new();
+    let (src, body) = source(&env, "a.bin", 12 << 20);
+    let mtime = mtime(&src);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let child = start_send(&env, &l, &[&src], "in", &["--transport", "udp", "-J"]);
+    let mut evil = EvilRx::accept_with(&l, &env.psk(), honest_opened, SideChannel::DoneOnly);
+    let seen = evil.serve(Lie::None, "", &[]);
+    let o = wait_output(child, 30);
+    let datagrams = evil.datagrams.clone();
+    evil.join();
+    // The session fails as a protocol error (exit 1), with no end document: nothing is
+    // counted as committed, verified or stored.
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let d = doc(&o);
+    assert_eq!(d["exit_code"], 1, "{d}");
+    assert!(d["error"].as_str().unwrap().contains("not yet sent"), "{d}");
+    assert!(d.get("end").is_none(), "{d}");
+    assert!(
+        !seen
+            .iter()
+            .any(|m| matches!(m, Message::ChunkMac { .. } | Message::FileEnd { .. })),
+        "a MAC or FileEnd for chunks never sent: {seen:?}"
+    );
+    assert_eq!(
+        datagrams.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no chunk was ever Ready"
+    );
+    claims_nothing(&o);
+    untouched(&src, &body, mtime);
+}
+
+/// Issue 24, class 1, over TCP: a receiver that acknowledges every chunk as soon as the file
+/// is ready — before any `ChunkMac`, which goes only once a chunk's bytes have left — and
+/// echoes `FileEnd`'s digest. An acknowledgement of a chunk whose MAC was not sent is a
+/// protocol error: the run fails, no `FileEnd` goes out, nothing is claimed.
+#[test]
+fn acks_for_chunks_whose_mac_was_not_sent_end_the_session() {
+    let env = Env::new();
+    let (src, body) = source(&env, "a.bin", 12 << 20);
+    let mtime = mtime(&src);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let child = start_send(&env, &l, &[&src], "in", &["--chunk-size", "1M", "-J"]);
+    let mut evil = EvilRx::accept(&l, &env.psk(), honest_opened);
+    let put = loop {
+        if let Message::PutFile(p) = evil.recv().unwrap() {
+            break p;
+        }
+    };
+    evil.send(&Message::FileReady {
+        file_id: put.file_id,
+        engine: "rw".into(),
+        note: String::new(),
+        target: put.dest.clone(),
+        resumed: false,
+    });
+    for index in 0..put.size.div_ceil(put.chunk_size) {
+        evil.send(&Message::ChunkAck {
+            file_id: put.file_id,
+            index,
+            ok: true,
+        });
+    }
+    let seen = evil.serve(Lie::None, "", &[]);
+    let o = wait_output(child, 30);
+    evil.join();
+    // The session fails as a protocol error (exit 1), with no end document: nothing is
+    // counted as committed, verified or stored.
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let d = doc(&o);
+    assert_eq!(d["exit_code"], 1, "{d}");
+    assert!(d["error"].as_str().unwrap().contains("was not sent"), "{d}");
+    assert!(d.get("end").is_none(), "{d}");
+    assert!(
+        !seen.iter().any(|m| matches!(m, Message::FileEnd { .. })),
+        "a FileEnd: {seen:?}"
+    );
+    claims_nothing(&o);
+    untouched(&src, &body, mtime);
+}

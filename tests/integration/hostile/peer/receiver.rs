@@ -1,13 +1,16 @@
 //! A malicious *receiver*: a server holding the key that a real `zcp send` pushes to. It
 //! runs the real server handshake (zcp-wire's, as [`super::server::Evil`] does for `zcp
 //! get`), answers `Open` as it pleases, takes the data connections (a TCP stream is read and
-//! discarded; a UDP side channel says `Hello` and claims every chunk announced, `Ready` then
-//! `Done`), and answers the control frames as a [`Lie`] says: the attacks of issue 24,
+//! discarded; a UDP side channel says `Hello`, claims every chunk announced `Ready` and says
+//! it `Done` once the sender marks it sent — or, as [`SideChannel::DoneOnly`], `Done` at
+//! once, never `Ready`), and answers the control frames as a [`Lie`] says: the attacks of issue 24,
 //! class 1, on the sending side's proof that a file was stored and verified.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,6 +38,16 @@ pub enum Lie {
     Early,
 }
 
+/// How a UDP side channel answers the chunks announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideChannel {
+    /// `Ready` at once, `Done` once the sender marks the chunk `Sent` (its datagrams are
+    /// taken and dropped).
+    Ready,
+    /// `Done` at once, never `Ready`: claims chunks not one datagram of which was sent.
+    DoneOnly,
+}
+
 /// A malicious server with an authenticated push session from one `zcp send`.
 pub struct EvilRx {
     pub s: TcpStream,
@@ -43,6 +56,8 @@ pub struct EvilRx {
     pub open: Open,
     /// Data connections joined.
     pub joined: usize,
+    /// Datagrams that reached the UDP side channels' sockets.
+    pub datagrams: Arc<AtomicU64>,
     /// Threads holding the data connections until the client closes them.
     data: Vec<JoinHandle<()>>,
 }
@@ -63,6 +78,16 @@ impl EvilRx {
     /// Runs the real server handshake for one client on `l`, answers its `Open` with what
     /// `opened` makes of it, and takes the data connections that come within 2 s.
     pub fn accept(l: &TcpListener, psk: &Psk, opened: impl FnOnce(&Open) -> Message) -> EvilRx {
+        EvilRx::accept_with(l, psk, opened, SideChannel::Ready)
+    }
+
+    /// [`EvilRx::accept`], with UDP side channels that answer as `side` says.
+    pub fn accept_with(
+        l: &TcpListener,
+        psk: &Psk,
+        opened: impl FnOnce(&Open) -> Message,
+        side: SideChannel,
+    ) -> EvilRx {
         let mut s = accept_within(l, 10).expect("the client connects");
         let hello = read_plain(&mut s).unwrap();
         let (state, reply) = zcp_wire::accept(psk, hello, [9; 32]).unwrap();
@@ -89,6 +114,7 @@ impl EvilRx {
             est,
             open,
             joined: 0,
+            datagrams: Arc::new(AtomicU64::new(0)),
             data: Vec::new(),
         };
         while evil.joined < streams {
@@ -105,8 +131,14 @@ impl EvilRx {
             let req = aw.on_join(read_plain(&mut d).unwrap()).unwrap();
             req.verify(&evil.est.keys).unwrap();
             d.write_all(&Message::DataAccept.encode_frame()).unwrap();
-            let run = if udp { side_channel } else { drain };
-            evil.data.push(std::thread::spawn(move || run(d)));
+            let count = evil.datagrams.clone();
+            evil.data.push(std::thread::spawn(move || {
+                if udp {
+                    side_channel(d, side, &count)
+                } else {
+                    drain(d)
+                }
+            }));
         }
         evil
     }
@@ -233,11 +265,34 @@ fn drain(mut d: TcpStream) {
     }
 }
 
-/// A UDP side channel: `Hello` with a socket that takes (and drops) the datagrams; every
-/// chunk announced is claimed `Ready` and then `Done`, until the sender's `End`.
-fn side_channel(mut d: TcpStream) {
-    read_timeout(&d);
+/// A UDP side channel: `Hello` with a socket that takes (and drops, counting them in
+/// `count`) the datagrams; every chunk announced is answered as `side` says, until the
+/// sender's `End`.
+fn side_channel(d: TcpStream, side: SideChannel, count: &Arc<AtomicU64>) {
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let taker = udp.try_clone().unwrap();
+    let (count, stop) = (
+        count.clone(),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let stopped = stop.clone();
+    let t = std::thread::spawn(move || {
+        let _ = taker.set_read_timeout(Some(Duration::from_millis(100)));
+        let mut b = vec![0u8; 70_000];
+        while !stopped.load(Ordering::Relaxed) {
+            if taker.recv(&mut b).is_ok() {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    answer_chunks(d, side, &udp);
+    stop.store(true, Ordering::Relaxed);
+    let _ = t.join();
+}
+
+/// The side channel's frames, as `side` says, until the sender's `End` (or 40 s).
+fn answer_chunks(mut d: TcpStream, side: SideChannel, udp: &UdpSocket) {
+    read_timeout(&d);
     let hello = UdpFrame::Hello {
         port: udp.local_addr().unwrap().port(),
         payload: 0,
@@ -253,7 +308,13 @@ fn side_channel(mut d: TcpStream) {
             match f {
                 UdpFrame::Announce(h) => {
                     let (file_id, offset) = (h.file_id, h.offset);
-                    let _ = d.write_all(&UdpFrame::Ready { file_id, offset }.encode());
+                    let answer = match side {
+                        SideChannel::Ready => UdpFrame::Ready { file_id, offset },
+                        SideChannel::DoneOnly => UdpFrame::Done { file_id, offset },
+                    };
+                    let _ = d.write_all(&answer.encode());
+                }
+                UdpFrame::Sent { file_id, offset } if side == SideChannel::Ready => {
                     let _ = d.write_all(&UdpFrame::Done { file_id, offset }.encode());
                 }
                 UdpFrame::End => {

@@ -56,6 +56,7 @@ struct Inbox {
 /// A chunk in flight: its bytes, which datagrams went, which the receiver wants again.
 struct Flight {
     file: u32,
+    index: u64,
     offset: u64,
     buf: Vec<u8>,
     grams: u32,
@@ -311,7 +312,8 @@ impl Sender<'_> {
         write_frame(&mut self.sock, &UdpFrame::End)
     }
 
-    /// Takes what the reader heard: done chunks let go, NAKs marked for re-sending (checked
+    /// Takes what the reader heard: done chunks let go (a chunk not yet sent in full cannot
+    /// be done: a protocol error), NAKs marked for re-sending (checked
     /// against the chunks in flight), feedback into the rate.
     fn hear(&mut self) -> Result<(), Refusal> {
         let heard = std::mem::take(&mut *self.inbox.heard.locked());
@@ -331,6 +333,14 @@ impl Sender<'_> {
                 .iter()
                 .position(|f| (f.file, f.offset) == (file, offset));
             if let Some(i) = done {
+                if self.flights[i].next < self.flights[i].grams {
+                    // An honest receiver is done only once every datagram arrived: a chunk
+                    // not yet sent in full cannot be done, and letting it go would skip it.
+                    return Err(Refusal::protocol(format!(
+                        "UDP side channel: Done for a chunk of file {file} at {offset} not \
+                         yet sent"
+                    )));
+                }
                 let f = self.flights.remove(i);
                 self.keep(f.buf);
             }
@@ -452,9 +462,11 @@ impl Sender<'_> {
         let end = f.grams.min(f.next + batch as u32);
         let picks: Vec<(usize, u32)> = (f.next..end).map(|g| (i, g)).collect();
         f.next = end;
-        let (done, file, offset) = (end == f.grams, f.file, f.offset);
+        let (done, file, index, offset) = (end == f.grams, f.file, f.index, f.offset);
         self.transmit(&picks, false)?;
         if done {
+            // Every datagram went out once: the sending role may now send its MAC.
+            (self.side.report)(Departure::Sent { file, index });
             write_frame(
                 &mut self.sock,
                 &UdpFrame::Sent {
@@ -600,6 +612,7 @@ impl Sender<'_> {
         let grams = job.len.div_ceil(self.payload as u64) as u32;
         self.flights.push(Flight {
             file: job.file_id,
+            index: job.index,
             offset: job.offset,
             buf,
             grams,
