@@ -298,12 +298,15 @@ fn sigterm_drains_the_server_and_a_retry_resumes_after_its_restart() {
     );
     assert!(!target.exists() && journaled(&target) > 0);
 
-    // With --retry: the server goes away mid-transfer and comes back on the same port.
+    // With --retry: the server goes away mid-transfer and comes back on the same port. A
+    // target of its own, so that the first durable chunk awaited is this transfer's (the
+    // journal left above would let the signal come only after a resume that could finish
+    // first).
     let server = ServerProc::start(&root, &env.key, &["-p", &port.to_string()]);
-    let _ = std::fs::remove_file(&target);
+    let target = root.join("r2.bin");
     let mut args = vec!["-J", "--retry", "8", "--retry-wait", "0.2"];
     args.extend_from_slice(SLOW);
-    let child = spawn_send(port, &env.key, &src, "r.bin", &args);
+    let child = spawn_send(port, &env.key, &src, "r2.bin", &args);
     assert!(wait_journaled(&target, 30), "no chunk became durable");
     let mut server = server;
     signal(server.pid(), libc::SIGTERM);

@@ -28,8 +28,18 @@ enum Hold {
 
 /// A TCP connection to 127.0.0.1:`port` from `from` (any 127.0.0.0/8 address is local).
 fn connect_from(from: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
-    use rustix::net::{AddressFamily, SocketType, bind, connect, ipproto, socket};
-    let fd = socket(AddressFamily::INET, SocketType::STREAM, Some(ipproto::TCP))?;
+    use rustix::net::{
+        AddressFamily, SocketFlags, SocketType, bind, connect, ipproto, socket_with,
+    };
+    // Close-on-exec, as std's sockets are: the suite runs tests in parallel, and a server
+    // another test starts meanwhile must not inherit these (one started under a 64-descriptor
+    // limit ran out of descriptors at its start).
+    let fd = socket_with(
+        AddressFamily::INET,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        Some(ipproto::TCP),
+    )?;
     bind(&fd, &SocketAddr::V4(SocketAddrV4::new(from, 0)))?;
     connect(&fd, &SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
     let s = TcpStream::from(fd);
