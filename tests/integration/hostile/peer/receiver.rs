@@ -15,9 +15,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use zcp_wire::udp::UdpFrame;
-use zcp_wire::{Accepted, Established, Message, Open, Pacing, Psk, SideStats};
+use zcp_wire::{Established, Message, Open, Pacing, Psk, SideStats};
 
-use super::server::{accept_within, read_timeout};
+use super::server::{accept_within, handshake, join, read_timeout};
 use crate::util::*;
 
 /// What the malicious receiver claims for every file.
@@ -88,16 +88,7 @@ impl EvilRx {
         opened: impl FnOnce(&Open) -> Message,
         side: SideChannel,
     ) -> EvilRx {
-        let mut s = accept_within(l, 10).expect("the client connects");
-        let hello = read_plain(&mut s).unwrap();
-        let (state, reply) = zcp_wire::accept(psk, hello, [9; 32]).unwrap();
-        s.write_all(&reply.encode_frame()).unwrap();
-        let Accepted::Control(aw) = state else {
-            panic!("expected a control connection")
-        };
-        let proof = read_plain(&mut s).unwrap();
-        let (mut est, welcome) = aw.on_proof(proof, [0x5a; 16], 16).unwrap();
-        s.write_all(&welcome).unwrap();
+        let (mut s, mut est) = handshake(l, psk, 16);
         let (h, p) = read_msg(&mut s).unwrap();
         let Ok(Message::Open(open)) = est.opener.open(h, &p) else {
             panic!("expected Open")
@@ -122,15 +113,7 @@ impl EvilRx {
                 break;
             };
             evil.joined += 1;
-            let hello = read_plain(&mut d).unwrap();
-            let (state, reply) = zcp_wire::accept(psk, hello, [8; 32]).unwrap();
-            d.write_all(&reply.encode_frame()).unwrap();
-            let Accepted::Data(aw) = state else {
-                panic!("expected a data connection")
-            };
-            let req = aw.on_join(read_plain(&mut d).unwrap()).unwrap();
-            req.verify(&evil.est.keys).unwrap();
-            d.write_all(&Message::DataAccept.encode_frame()).unwrap();
+            join(&mut d, psk, &evil.est);
             let count = evil.datagrams.clone();
             evil.data.push(std::thread::spawn(move || {
                 if udp {

@@ -65,7 +65,7 @@ pub fn pending(l: &TcpListener) -> usize {
 
 /// The server's handshake on a control connection accepted from `l` within 10 s: the
 /// session's keys, once the welcome (granting `max_streams`) has gone out.
-fn handshake(l: &TcpListener, psk: &Psk, max_streams: u16) -> (TcpStream, Established) {
+pub fn handshake(l: &TcpListener, psk: &Psk, max_streams: u16) -> (TcpStream, Established) {
     let mut s = accept_within(l, 10).expect("the client connects");
     let hello = read_plain(&mut s).unwrap();
     let (state, reply) = zcp_wire::accept(psk, hello, [9; 32]).unwrap();
@@ -77,6 +77,20 @@ fn handshake(l: &TcpListener, psk: &Psk, max_streams: u16) -> (TcpStream, Establ
     let (est, welcome) = aw.on_proof(proof, [0x5a; 16], max_streams).unwrap();
     s.write_all(&welcome).unwrap();
     (s, est)
+}
+
+/// The server's side of data connection `d` joining the session `est`: its own handshake,
+/// the join proof checked, `DataAccept` sent.
+pub fn join(d: &mut TcpStream, psk: &Psk, est: &Established) {
+    let hello = read_plain(d).unwrap();
+    let (state, reply) = zcp_wire::accept(psk, hello, [8; 32]).unwrap();
+    d.write_all(&reply.encode_frame()).unwrap();
+    let Accepted::Data(aw) = state else {
+        panic!("expected a data connection")
+    };
+    let req = aw.on_join(read_plain(d).unwrap()).unwrap();
+    req.verify(&est.keys).unwrap();
+    d.write_all(&Message::DataAccept.encode_frame()).unwrap();
 }
 
 /// An `Opened` of `streams` streams with this pacing and verify mode, over TCP.
@@ -119,15 +133,7 @@ impl Evil {
                 break;
             };
             evil.joined += 1;
-            let hello = read_plain(&mut d).unwrap();
-            let (state, reply) = zcp_wire::accept(psk, hello, [8; 32]).unwrap();
-            d.write_all(&reply.encode_frame()).unwrap();
-            let Accepted::Data(aw) = state else {
-                panic!("expected a data connection")
-            };
-            let req = aw.on_join(read_plain(&mut d).unwrap()).unwrap();
-            req.verify(&evil.est.keys).unwrap();
-            d.write_all(&Message::DataAccept.encode_frame()).unwrap();
+            join(&mut d, psk, &evil.est);
             evil.data.push(d);
         }
         if evil.data.len() == usize::from(streams) {
