@@ -20,6 +20,16 @@ fn ready(verify: VerifyMode) -> (Sending, SendOut) {
 /// [`ready`], for a session that asked for the receiver engine `asked`, whose receiver
 /// named `named` in its `FileReady`.
 fn ready_with(verify: VerifyMode, asked: RecvEngine, named: &str) -> (Sending, SendOut) {
+    ready_sized(verify, asked, named, 6 << 20)
+}
+
+/// [`ready_with`], for a file of `size` bytes.
+fn ready_sized(
+    verify: VerifyMode,
+    asked: RecvEngine,
+    named: &str,
+    size: u64,
+) -> (Sending, SendOut) {
     let cfg = SenderConfig {
         engine: SendEngine::Sendfile,
         block: 0,
@@ -39,7 +49,7 @@ fn ready_with(verify: VerifyMode, asked: RecvEngine, named: &str) -> (Sending, S
         now,
     );
     let file = tempfile::tempfile().expect("a temporary file");
-    file.set_len(6 << 20).expect("its size");
+    file.set_len(size).expect("its size");
     let meta = zcp_engine::fs::stat_fd(&file).expect("stat");
     s.take_entry(
         Entry::File {
@@ -491,44 +501,8 @@ fn acks_before_any_departure_end_nothing() {
 /// acknowledgement) whose MAC is known.
 #[test]
 fn file_end_waits_for_every_chunk_to_have_left() {
-    let cfg = SenderConfig {
-        engine: SendEngine::Sendfile,
-        block: 0,
-        chunk_size: Some(2 << 20),
-        idle: Duration::from_secs(30),
-        verify: VerifyMode::Blake3,
-        recv_engine: RecvEngine::Auto,
-    };
-    let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
     let now = Instant::now();
-    let mut s = Sending::new(
-        cfg,
-        (SendEngine::Sendfile, None),
-        keys,
-        ([1; 32], [2; 32]),
-        1,
-        now,
-    );
-    let file = tempfile::tempfile().expect("a temporary file");
-    file.set_len(1 << 20).expect("its size");
-    let meta = zcp_engine::fs::stat_fd(&file).expect("stat");
-    let entry = Entry::File {
-        dest: b"f".to_vec(),
-        name: Vec::new(),
-        file,
-        meta,
-        display: "f".into(),
-    };
-    s.take_entry(entry, now);
-    let ready = Message::FileReady {
-        file_id: 0,
-        engine: "rw".into(),
-        note: String::new(),
-        target: b"f".to_vec(),
-        resumed: false,
-    };
-    s.handle_frame(ready, now).expect("ready");
-    let out = s.take_out();
+    let (mut s, out) = ready_sized(VerifyMode::Blake3, RecvEngine::Auto, "rw", 1 << 20);
     assert_eq!(out.chunks.len(), 1);
     // A small chunk: the transport hashes it as it reads it (staged), then sends it.
     s.hashed(0, 0, [4; 32], now);

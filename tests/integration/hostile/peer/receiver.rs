@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use zcp_wire::udp::UdpFrame;
 use zcp_wire::{Established, Message, Open, Pacing, Psk, SideStats};
 
-use super::server::{accept_within, handshake, join, read_timeout};
+use super::server::{accept_within, handshake, join, open_from, read_timeout, seal_to};
 use crate::util::*;
 
 /// What the malicious receiver claims for every file.
@@ -127,16 +127,11 @@ impl EvilRx {
     }
 
     pub fn send(&mut self, m: &Message) {
-        let f = self.est.sealer.seal(m);
-        let _ = self.s.write_all(&f);
+        seal_to(&mut self.s, &mut self.est, m);
     }
 
     pub fn recv(&mut self) -> std::io::Result<Message> {
-        let (h, p) = read_msg(&mut self.s)?;
-        self.est
-            .opener
-            .open(h, &p)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+        open_from(&mut self.s, &mut self.est)
     }
 
     /// Plays the receiver of a push to its end, lying as `lie` says about every file whose

@@ -93,6 +93,21 @@ pub fn join(d: &mut TcpStream, psk: &Psk, est: &Established) {
     d.write_all(&Message::DataAccept.encode_frame()).unwrap();
 }
 
+/// Seals `m` for the session `est` and writes it to `s` (a write error is the test's to find
+/// later: the peer may have gone, which is what some attacks wait for).
+pub fn seal_to(s: &mut TcpStream, est: &mut Established, m: &Message) {
+    let f = est.sealer.seal(m);
+    let _ = s.write_all(&f);
+}
+
+/// Reads the next control frame of the session `est` from `s` and opens it.
+pub fn open_from(s: &mut TcpStream, est: &mut Established) -> std::io::Result<Message> {
+    let (h, p) = read_msg(s)?;
+    est.opener
+        .open(h, &p)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
 /// An `Opened` of `streams` streams with this pacing and verify mode, over TCP.
 pub fn opened(streams: u16, pacing: Pacing, verify: &str) -> Message {
     Message::Opened {
@@ -149,16 +164,11 @@ impl Evil {
     }
 
     pub fn send(&mut self, m: &Message) {
-        let f = self.est.sealer.seal(m);
-        let _ = self.s.write_all(&f);
+        seal_to(&mut self.s, &mut self.est, m);
     }
 
     pub fn recv(&mut self) -> std::io::Result<Message> {
-        let (h, p) = read_msg(&mut self.s)?;
-        self.est
-            .opener
-            .open(h, &p)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+        open_from(&mut self.s, &mut self.est)
     }
 
     /// The next message that is not a keep-alive.
