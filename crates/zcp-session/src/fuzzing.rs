@@ -12,6 +12,8 @@
 //! - in a session that does not verify (`--verify none`), no journal record and no
 //!   `FileCommitted{verified}`: nothing it wrote can pass for proved later;
 //! - nothing is asked of the committer for a file without `FileEnd`;
+//! - every `MakeDir`, `MakeLink` and `DirTimes` answered at once and in order: `EntryDone`
+//!   exactly when it was carried out, `EntryFailed` when refused or failed;
 //! - no panic, whatever the order.
 //!
 //! `cargo fuzz run receiver_script` runs it under libFuzzer (the `fuzzing` feature exposes it);
@@ -85,6 +87,9 @@ struct Told {
     commits: Vec<u32>,
     /// Commits answered as done.
     committed: HashSet<u32>,
+    /// Directories, links and directory times handed in, in order, not yet answered, with
+    /// whether they were carried out (an `EntryDone` is due) or refused (`EntryFailed`).
+    entries: std::collections::VecDeque<(Vec<u8>, bool)>,
 }
 
 /// A receiving role that stores in memory (`mem`), two streams, a fixed key: what the
@@ -356,15 +361,29 @@ fn frame(
         }
         _ => {}
     }
+    let entry = match &m {
+        Message::MakeDir { path } | Message::MakeLink { path, .. } => Some(path.clone()),
+        Message::DirTimes { path, .. } => Some(path.clone()),
+        _ => None,
+    };
     let step = match rx.handle_frame(m, now) {
         Ok(step) => step,
         Err(_) => return false,
     };
     let done = match step {
-        Step::Next => return true,
+        Step::Next => {
+            // Refused before any file-system work.
+            if let Some(path) = entry {
+                told.entries.push_back((path, false));
+            }
+            return true;
+        }
         Step::Done => return false,
         Step::Fs(job) => answer(s, told, job),
     };
+    if let (Some(path), FsDone::Entry { result, .. }) = (entry, &done) {
+        told.entries.push_back((path, result.is_ok()));
+    }
     rx.fs_done(done, now).is_ok()
 }
 
@@ -499,9 +518,18 @@ fn check_out(rx: &mut Receiving, told: &mut Told) {
                     "Progress {bytes} past file {file_id}'s {size}"
                 );
             }
+            Message::EntryDone { path } => {
+                let next = told.entries.pop_front();
+                assert_eq!(next, Some((path, true)), "an entry answered out of order");
+            }
+            Message::EntryFailed { path, .. } => {
+                let next = told.entries.pop_front();
+                assert_eq!(next, Some((path, false)), "an entry answered out of order");
+            }
             _ => {}
         }
     }
+    assert!(told.entries.is_empty(), "an entry left unanswered");
     let _ = rx.take_reports();
 }
 

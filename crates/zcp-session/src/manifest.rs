@@ -11,6 +11,7 @@
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use zcp_engine::fs::{DirEntries, EntryKind, Meta};
 use zcp_engine::{EngineError, fs};
@@ -28,7 +29,8 @@ pub(crate) enum Entry {
         dest: Vec<u8>,
         /// Non-empty for a lone file sent scp-style: used when `dest` is a directory.
         name: Vec<u8>,
-        file: File,
+        /// Shared with the sending role's file state, which takes it as it is.
+        file: Arc<File>,
         meta: Meta,
         display: String,
     },
@@ -192,7 +194,7 @@ impl Walker {
                     return Entry::File {
                         dest,
                         name: Vec::new(),
-                        file: File::from(fd),
+                        file: Arc::new(File::from(fd)),
                         meta,
                         display,
                     };
@@ -220,7 +222,7 @@ impl Walker {
                 Ok(fd) => Entry::File {
                     dest,
                     name: Vec::new(),
-                    file: File::from(fd),
+                    file: Arc::new(File::from(fd)),
                     meta,
                     display,
                 },
@@ -291,7 +293,7 @@ impl Walker {
                     EntryKind::File => Entry::File {
                         dest,
                         name,
-                        file: File::from(fd),
+                        file: Arc::new(File::from(fd)),
                         meta,
                         display,
                     },

@@ -24,6 +24,9 @@
 //! - no chunk, hash job or `ChunkMac` for a file whose `FileReady` named an engine outside
 //!   the class; no receiver engine reported that is outside it;
 //! - at most one outcome per file; the files counted as committed are the files done;
+//! - a directory or link counts only on the receiver's `EntryDone` for it, in the order
+//!   sent; an answer out of that order ends the session; what is unanswered at the
+//!   receiver's `Stats` fails;
 //! - bounded memory: offers held within `MAX_HELD_HAVE_BYTES`, files open within
 //!   `MAX_OPEN_FILES`, one input's chunks within one file's plan;
 //! - no panic, whatever the order.
@@ -31,7 +34,9 @@
 //! `cargo fuzz run sender_script` runs it under libFuzzer (the `fuzzing` feature exposes
 //! it); the unit test below runs it on seeded random scripts in the suite.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::{EntryKind, Meta};
@@ -67,10 +72,14 @@ struct Claim {
 #[derive(Default)]
 struct Told {
     /// Each announced file's plan, by id; and its id by display name.
-    plans: HashMap<u32, ChunkPlan>,
+    plans: BTreeMap<u32, ChunkPlan>,
     ids: HashMap<String, u32>,
     /// The engine each file's first `FileReady` named; files offered in a `Have`.
-    ready: HashMap<u32, String>,
+    ready: BTreeMap<u32, String>,
+    /// Files announced and not yet named in a `FileReady`; files ended and without an
+    /// outcome (kept as the frames come, rather than worked out each step).
+    not_ready: BTreeSet<u32>,
+    unsettled: BTreeSet<u32>,
     offered: HashSet<u32>,
     /// `FileEnd` digests sent.
     ended: HashMap<u32, [u8; 32]>,
@@ -91,6 +100,15 @@ struct Told {
     committed: u64,
     /// Entries taken from the walk so far (names the next one).
     entries: u32,
+    /// Directories, links (`true`) and directory times (`false`) sent, not yet answered;
+    /// the directories the walk gave (for their times at the end).
+    awaited: VecDeque<(bool, Vec<u8>)>,
+    dirs: Vec<Vec<u8>>,
+    /// Directories and links the receiver said it made.
+    made: u64,
+    /// Entries reported unanswered, and how many the last `Stats` left unanswered.
+    unconfirmed: usize,
+    left_at_stats: Option<usize>,
 }
 
 /// The `FileCommitted` the current input was, if it was one: its file, what it said, and
@@ -149,6 +167,17 @@ pub fn sender_script(data: &[u8]) {
         now += Duration::from_millis(u64::from(s.u8() % 16) * 10);
         let (alive, commit) = step(&mut s, &mut sm, &mut told, now);
         check_out(&mut s, &mut sm, &mut told, &keys, commit, now);
+        assert_eq!(
+            sm.totals.entries, told.made,
+            "entries counted without EntryDone"
+        );
+        if let Some(left) = told.left_at_stats.take() {
+            assert_eq!(
+                told.unconfirmed, left,
+                "entries unanswered at Stats, not failed"
+            );
+            told.unconfirmed = 0;
+        }
         if !alive {
             break;
         }
@@ -229,7 +258,8 @@ fn step(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) -> 
             (true, None)
         }
         12 if sm.idle_files() && !sm.finishing => {
-            sm.finish(Vec::new());
+            let meta = meta(EntryKind::Dir, 0, 0);
+            sm.finish(told.dirs.iter().map(|d| (d.clone(), meta)).collect());
             (true, None)
         }
         13 => {
@@ -246,13 +276,37 @@ fn step(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) -> 
 /// A file id: mostly one announced, now and then any.
 fn pick_file(s: &mut Script<'_>, told: &Told) -> u32 {
     let pick = s.u8();
-    let mut ids: Vec<u32> = told.plans.keys().copied().collect();
-    ids.sort_unstable();
     match pick % 8 {
         0 => u32::from(pick / 8),
-        _ if ids.is_empty() => 0,
-        _ => ids[usize::from(pick / 8) % ids.len()],
+        _ if told.plans.is_empty() => 0,
+        _ => {
+            let n = usize::from(pick / 8) % told.plans.len();
+            *told.plans.keys().nth(n).expect("within the map")
+        }
     }
+}
+
+/// A `Meta` of `kind` and `size`, with identity `id`.
+fn meta(kind: EntryKind, size: u64, id: u32) -> Meta {
+    Meta {
+        kind,
+        size,
+        mode: 0o644,
+        mtime: (1, 0),
+        ctime: (1, 0),
+        id: (1, u64::from(id)),
+        nlink: 1,
+        allocated: size,
+        other: "",
+    }
+}
+
+/// `/dev/null`, for a file entry: opened once for the process and shared (an `open` or a
+/// `dup` for each file took the most of a run's time).
+fn null_file() -> Option<Arc<File>> {
+    static NULL: OnceLock<Option<Arc<File>>> = OnceLock::new();
+    NULL.get_or_init(|| File::open("/dev/null").ok().map(Arc::new))
+        .clone()
 }
 
 /// The walk's next entry: mostly a file (of no real bytes: the driver hashes nothing),
@@ -261,9 +315,12 @@ fn entry(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) {
     told.entries += 1;
     let display = format!("f{}", told.entries);
     let e = match s.u8() % 8 {
-        0 => Entry::Dir {
-            dest: display.into_bytes(),
-        },
+        0 => {
+            told.dirs.push(display.clone().into_bytes());
+            Entry::Dir {
+                dest: display.into_bytes(),
+            }
+        }
         1 => Entry::Link {
             dest: display.into_bytes(),
             target: b"t".to_vec(),
@@ -274,7 +331,7 @@ fn entry(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) {
             fail: s.u8().is_multiple_of(2),
         },
         _ => {
-            let Ok(file) = std::fs::File::open("/dev/null") else {
+            let Some(file) = null_file() else {
                 return;
             };
             // Mostly one chunk or a few; now and then up to 16 MiB; rarely a plan of up to
@@ -286,17 +343,7 @@ fn entry(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) {
                 _ if s.u8().is_multiple_of(16) => u64::from(s.u16()) << 20,
                 _ => u64::from(s.u16()) << 8,
             };
-            let meta = Meta {
-                kind: EntryKind::File,
-                size,
-                mode: 0o644,
-                mtime: (1, 0),
-                ctime: (1, 0),
-                id: (1, u64::from(told.entries)),
-                nlink: 1,
-                allocated: size,
-                other: "",
-            };
+            let meta = meta(EntryKind::File, size, told.entries);
             Entry::File {
                 dest: display.clone().into_bytes(),
                 name: Vec::new(),
@@ -310,14 +357,17 @@ fn entry(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) {
 }
 
 /// One of `candidates` mostly (a file in the state the frame fits), now and then any file.
-fn pick_from(s: &mut Script<'_>, told: &Told, candidates: impl Iterator<Item = u32>) -> u32 {
-    let mut c: Vec<u32> = candidates.collect();
-    c.sort_unstable();
+fn pick_from<'a>(
+    s: &mut Script<'_>,
+    told: &Told,
+    mut candidates: impl ExactSizeIterator<Item = &'a u32>,
+) -> u32 {
     let pick = s.u8();
-    if c.is_empty() || pick.is_multiple_of(8) {
+    if candidates.len() == 0 || pick.is_multiple_of(8) {
         return pick_file(s, told);
     }
-    c[usize::from(pick / 8) % c.len()]
+    let n = usize::from(pick / 8) % candidates.len();
+    *candidates.nth(n).expect("within the set")
 }
 
 /// An engine name: mostly one of the class asked for, now and then any.
@@ -334,16 +384,11 @@ fn engine_name(s: &mut Script<'_>, asked: RecvEngine) -> String {
 /// `FileReady` for a file announced, acknowledgements for one made ready, commits for one
 /// ended), with digests from a small alphabet or the one this side sent.
 fn built_frame(s: &mut Script<'_>, sm: &Sending, told: &Told) -> Message {
-    let announced = told.plans.keys().copied();
-    let not_ready: Vec<u32> = announced.filter(|i| !told.ready.contains_key(i)).collect();
     let op = s.u8() % 12;
     let file_id = match op {
-        0..=2 => pick_from(s, told, not_ready.into_iter()),
-        3..=5 => pick_from(s, told, told.ready.keys().copied()),
-        6 | 7 => {
-            let ended = told.ended.keys().copied();
-            pick_from(s, told, ended.filter(|i| !told.over.contains(i)))
-        }
+        0..=2 => pick_from(s, told, told.not_ready.iter()),
+        3..=5 => pick_from(s, told, told.ready.keys()),
+        6 | 7 => pick_from(s, told, told.unsettled.iter()),
         _ => pick_file(s, told),
     };
     let count = told.plans.get(&file_id).map_or(4, ChunkPlan::count);
@@ -400,11 +445,22 @@ fn built_frame(s: &mut Script<'_>, sm: &Sending, told: &Told) -> Message {
             // Mostly within the file's size.
             bytes: u64::from(s.u16()) % told.plans.get(&file_id).map_or(1 << 20, |p| p.size() + 2),
         },
-        10 => Message::EntryFailed {
-            path: b"d".to_vec(),
-            code: ErrorCode::Io,
-            message: "EIO".into(),
-        },
+        10 => {
+            // Mostly the entry next awaiting an answer; now and then another.
+            let path = match told.awaited.front() {
+                Some((_, p)) if !s.u8().is_multiple_of(8) => p.clone(),
+                _ => b"f1".to_vec(),
+            };
+            if s.u8().is_multiple_of(4) {
+                Message::EntryFailed {
+                    path,
+                    code: ErrorCode::Io,
+                    message: "EIO".into(),
+                }
+            } else {
+                Message::EntryDone { path }
+            }
+        }
         _ => match s.u8() % 8 {
             0 => Message::Error {
                 code: ErrorCode::Verify,
@@ -426,6 +482,7 @@ fn frame(sm: &mut Sending, told: &mut Told, m: Message, now: Instant) -> (bool, 
             file_id, engine, ..
         } => {
             told.ready.entry(*file_id).or_insert_with(|| engine.clone());
+            told.not_ready.remove(file_id);
         }
         Message::Have(h) => {
             told.offered.insert(h.file_id);
@@ -446,7 +503,26 @@ fn frame(sm: &mut Sending, told: &mut Told, m: Message, now: Instant) -> (bool, 
         }
         _ => {}
     }
-    (sm.handle_frame(m, now).is_ok(), commit)
+    let answer = match &m {
+        Message::EntryDone { path } => Some((true, path.clone())),
+        Message::EntryFailed { path, .. } => Some((false, path.clone())),
+        _ => None,
+    };
+    let stats = matches!(m, Message::Stats(_));
+    let alive = sm.handle_frame(m, now).is_ok();
+    if alive && let Some((done, path)) = answer {
+        let (entry, next) = told
+            .awaited
+            .pop_front()
+            .expect("an answer taken for nothing");
+        assert_eq!(path, next, "an answer taken out of order");
+        told.made += u64::from(done && entry);
+    }
+    if alive && stats {
+        told.left_at_stats = Some(told.awaited.len());
+        told.awaited.clear();
+    }
+    (alive, commit)
 }
 
 /// Takes the role's outputs (answering source checks at once, as the drive loop does) and
@@ -518,9 +594,16 @@ fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &Message) {
     let asked = sm.cfg.recv_engine;
     let proved = sm.cfg.verify.checks() && asked != RecvEngine::Null;
     match m {
+        Message::MakeDir { path } | Message::MakeLink { path, .. } => {
+            told.awaited.push_back((true, path.clone()));
+        }
+        Message::DirTimes { path, .. } => told.awaited.push_back((false, path.clone())),
         Message::PutFile(p) => {
             let plan = ChunkPlan::new(p.size, p.chunk_size).expect("a plan the role made");
             told.plans.insert(p.file_id, plan);
+            if !told.ready.contains_key(&p.file_id) {
+                told.not_ready.insert(p.file_id);
+            }
             told.ids
                 .insert(String::from_utf8_lossy(&p.dest).into_owned(), p.file_id);
         }
@@ -537,6 +620,9 @@ fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &Message) {
         }
         Message::FileEnd { file_id, digest } => {
             told.ended.insert(*file_id, *digest);
+            if !told.over.contains(file_id) {
+                told.unsettled.insert(*file_id);
+            }
             let plan = told.plans[file_id];
             for i in 0..plan.count() {
                 let c = (*file_id, i);
@@ -578,6 +664,10 @@ fn report(sm: &Sending, told: &mut Told, r: Report, commit: ThisCommit) {
             return;
         }
         Report::FileDone(d) => d,
+        Report::Notice(Some(f), _) if f.message.contains("without saying it made") => {
+            told.unconfirmed += 1;
+            return;
+        }
         _ => return,
     };
     assert!(
@@ -587,6 +677,7 @@ fn report(sm: &Sending, told: &mut Told, r: Report, commit: ThisCommit) {
     );
     if let Some(id) = told.ids.get(&d.path) {
         told.over.insert(*id);
+        told.unsettled.remove(id);
     }
     if d.failure.is_some() {
         assert!(
@@ -661,10 +752,10 @@ mod tests {
 
     #[test]
     fn scripts_reach_commits_and_failures() {
-        // Enough random scripts commit a file, and fail one on a commit, that the checks
-        // above are not vacuous.
+        // Enough random scripts commit a file, fail one on a commit, and have a directory or
+        // link made, that the checks above are not vacuous.
         let mut rng = fastrand::Rng::with_seed(11);
-        let (mut done, mut failed) = (0, 0);
+        let (mut done, mut failed, mut made) = (0, 0, 0);
         for _ in 0..4000 {
             let data: Vec<u8> = (0..1536).map(|_| rng.u8(..)).collect();
             let mut s = Script { data: &data, at: 0 };
@@ -686,8 +777,10 @@ mod tests {
                     break;
                 }
             }
+            made += told.made;
         }
-        eprintln!("{done} files done, {failed} commits refused");
+        eprintln!("{done} files done, {failed} commits refused, {made} entries made");
+        assert!(made > 0, "no script had a directory or link made");
         assert!(done > 0, "no script got a file done");
         assert!(failed > 0, "no script had a commit refused");
     }

@@ -425,6 +425,8 @@ impl Receiving {
                 result,
             } => match result {
                 Ok(changed) => {
+                    // Every entry is answered: the sender counts it only on this word.
+                    self.send(Message::EntryDone { path: raw });
                     let new = match (act, path) {
                         // A repeated MakeDir of the same directory is no progress; nor is a
                         // link made again at a path this session already made one (even to

@@ -75,21 +75,28 @@ impl Sending {
                 self.on_committed(file_id, claim, now)?;
                 true
             }
+            Message::EntryDone { path } => {
+                // A directory or link counts once the receiver says it made it.
+                let what = self.awaiting.answer(&path).map_err(proto)?;
+                if what.is_entry() {
+                    self.totals.entries += 1;
+                }
+                what.is_entry()
+            }
             Message::EntryFailed {
                 path,
                 code,
                 message,
             } => {
-                // A directory or link counted when it was sent did not arrive after all (or
-                // its times failed): never claim more arrived than did.
-                self.totals.entries = self.totals.entries.saturating_sub(1);
+                self.awaiting.answer(&path).map_err(proto)?;
                 let f = Failure {
                     path: escape(&path),
                     code: code.name(),
                     message: escape_text(&message),
                 };
                 self.report(Report::Notice(Some(f), None));
-                // Reported, but no step forward: a stream of these cannot hold the session.
+                // Reported, but no step forward: a stream of these cannot hold the session
+                // (each answers an entry sent, so there are no more of them than entries).
                 false
             }
             Message::Progress { file_id, bytes } => self.on_keepalive(file_id, bytes, now)?,

@@ -7,6 +7,8 @@
 //!   scheduled, acknowledged, sent again, files ended; the idle clock; outputs.
 //! - `frames.rs`: each message from the receiver (offers, ready, acknowledgements, commits).
 //! - `hash.rs`: the hash workers and the resume check.
+//! - `entries.rs`: directories, links and directory times awaiting the receiver's answer;
+//!   each counts only once the receiver says it made it.
 //! - `proof.rs`: whether a receiver's `FileReady` and `FileCommitted` prove a file stored and
 //!   verified as the session asked; nothing else is reported done.
 //!
@@ -16,6 +18,7 @@
 //! takes chunks from one shared queue, so one large file spreads over every stream and many
 //! small files keep every stream busy.
 
+pub(crate) mod entries;
 pub(crate) mod frames;
 pub(crate) mod hash;
 pub(crate) mod proof;

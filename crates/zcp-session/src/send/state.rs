@@ -29,6 +29,7 @@ use zcp_wire::{
     ChunkPlan, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats, VerifyMode,
 };
 
+use super::entries::{Awaited, Awaiting};
 use super::hash::HashJob;
 use crate::error::SessionError;
 use crate::event::{Failure, FileOutcome, Report};
@@ -116,7 +117,7 @@ pub(crate) struct OutFile {
 pub(crate) struct SenderTotals {
     /// Files committed by the receiver.
     pub(crate) files: u64,
-    /// Directories and links that arrived.
+    /// Directories and links the receiver said it made (`EntryDone`).
     pub(crate) entries: u64,
     /// Chunks sent again after a failed verification.
     pub(crate) resent: u64,
@@ -172,6 +173,8 @@ pub(crate) struct Sending {
     pub(crate) held_haves: usize,
     /// Chunks of the open files together (at most [`MAX_SESSION_CHUNKS`]).
     open_chunks: u64,
+    /// Directories, links and directory times sent and not yet answered.
+    pub(crate) awaiting: Awaiting,
     pub(crate) finishing: bool,
     got_stats: bool,
     streams: usize,
@@ -212,6 +215,7 @@ impl Sending {
             notes_seen: HashSet::new(),
             held_haves: 0,
             open_chunks: 0,
+            awaiting: Awaiting::default(),
             finishing: false,
             got_stats: false,
             streams,
@@ -285,11 +289,12 @@ impl Sending {
 
     /// Whether another entry may be announced: room for one more file of the largest plan,
     /// so the open files' chunks together stay within the session's limit, which the receiver
-    /// enforces.
+    /// enforces, and room for one more directory or link awaiting its answer.
     pub(crate) fn wants_entry(&self) -> bool {
         !self.finishing
             && self.open.len() < MAX_OPEN_FILES
             && self.open_chunks + MAX_CHUNKS <= MAX_SESSION_CHUNKS
+            && !self.awaiting.full()
     }
 
     /// Whether every announced file is done.
@@ -300,6 +305,7 @@ impl Sending {
     /// The walk is over and every file done: directory times, then `Finish`.
     pub(crate) fn finish(&mut self, dirs: Vec<(Vec<u8>, Meta)>) {
         for (path, meta) in dirs {
+            self.awaiting.push(Awaited::Times, path.clone());
             self.send(Message::DirTimes {
                 path,
                 mode: meta.mode,
@@ -319,12 +325,13 @@ impl Sending {
     /// Announces the next entry of the walk.
     pub(crate) fn take_entry(&mut self, entry: Entry, now: Instant) {
         match entry {
+            // Counted when the receiver answers (`EntryDone`), not here.
             Entry::Dir { dest } => {
-                self.totals.entries += 1;
+                self.awaiting.push(Awaited::Dir, dest.clone());
                 self.send(Message::MakeDir { path: dest });
             }
             Entry::Link { dest, target } => {
-                self.totals.entries += 1;
+                self.awaiting.push(Awaited::Link, dest.clone());
                 self.send(Message::MakeLink { path: dest, target });
             }
             Entry::Skip {
@@ -367,7 +374,7 @@ impl Sending {
         &mut self,
         dest: Vec<u8>,
         name: Vec<u8>,
-        file: File,
+        file: Arc<File>,
         meta: Meta,
         display: String,
         now: Instant,
@@ -411,7 +418,7 @@ impl Sending {
             sparse: meta.sparse(),
         }));
         let f = OutFile {
-            file: Arc::new(file),
+            file,
             display,
             meta,
             plan,
@@ -699,10 +706,23 @@ impl Sending {
         self.totals.send_end = Some(self.totals.send_end.map_or(end, |e| e.max(end)));
     }
 
-    /// The receiver's closing `Stats`.
+    /// The receiver's closing `Stats`: it has answered everything it is going to, so each
+    /// directory, link or directory's times still unanswered fails.
     pub(crate) fn stats(&mut self, s: SideStats) {
         self.totals.peer = s;
         self.got_stats = true;
+        let unanswered: Vec<_> = self.awaiting.drain().collect();
+        for (what, path) in unanswered {
+            let f = Failure {
+                path: zcp_wire::escape(&path),
+                code: ErrorCode::Verify.name(),
+                message: format!(
+                    "the receiver closed the session without saying it made this {}",
+                    what.what()
+                ),
+            };
+            self.report(Report::Notice(Some(f), None));
+        }
     }
 
     /// The idle clock: only progress restarts it (bytes moved, chunks hashed, acknowledged

@@ -55,7 +55,7 @@ fn ready_sized(
         Entry::File {
             dest: b"f".to_vec(),
             name: Vec::new(),
-            file,
+            file: file.into(),
             meta,
             display: "f".into(),
         },
@@ -361,7 +361,7 @@ fn a_commit_during_the_resume_check_fails_the_file() {
         Entry::File {
             dest: b"g".to_vec(),
             name: Vec::new(),
-            file,
+            file: file.into(),
             meta,
             display: "g".into(),
         },
@@ -573,7 +573,7 @@ fn announce_file(s: &mut Sending, file: &std::fs::File) {
         Entry::File {
             dest: b"f".to_vec(),
             name: Vec::new(),
-            file,
+            file: file.into(),
             meta,
             display: "f".into(),
         },

@@ -252,6 +252,9 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             message: r.text(MAX_TEXT, "notice")?,
         },
         code::FINISH => Message::Finish,
+        code::ENTRY_DONE => Message::EntryDone {
+            path: r.bytes(MAX_PATH, "entry path")?,
+        },
         code::STATS => Message::Stats(SideStats {
             cpu_user_us: r.u64()?,
             cpu_sys_us: r.u64()?,

@@ -125,6 +125,9 @@ impl Message {
             } => {
                 w.bytes(path).u32(*mode).i64(*mtime_sec).u32(*mtime_nsec);
             }
+            Message::EntryDone { path } => {
+                w.bytes(path);
+            }
             Message::EntryFailed {
                 path,
                 code,

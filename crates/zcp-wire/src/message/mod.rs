@@ -413,6 +413,12 @@ pub enum Message {
         /// Why.
         message: String,
     },
+    /// Receiver -> sender: a `MakeDir`, `MakeLink` or `DirTimes` was carried out. Every one
+    /// of them is answered, in the order they came, by this or by `EntryFailed`.
+    EntryDone {
+        /// The entry's path, exactly as the sender named it.
+        path: Vec<u8>,
+    },
     /// Receiver -> sender: chunks already held (see [`Have`]); sent before `FileReady`.
     Have(Have),
     /// Receiver -> sender: the file is open and preallocated; send its chunks (after `Go`, if
@@ -565,10 +571,11 @@ pub(crate) mod code {
     pub(crate) const FINISH: u8 = 0x25;
     pub(crate) const STATS: u8 = 0x26;
     pub(crate) const PLAN: u8 = 0x27;
+    pub(crate) const ENTRY_DONE: u8 = 0x28;
     /// First sealed type code.
     pub(crate) const FIRST_SEALED: u8 = 0x10;
     /// Last known type code.
-    pub(crate) const LAST: u8 = 0x27;
+    pub(crate) const LAST: u8 = 0x28;
 }
 
 /// A decoded frame header.
@@ -665,6 +672,7 @@ impl Message {
             Message::Finish => FINISH,
             Message::Stats(_) => STATS,
             Message::Plan { .. } => PLAN,
+            Message::EntryDone { .. } => ENTRY_DONE,
         }
     }
 
@@ -691,6 +699,7 @@ impl Message {
             Message::MakeLink { .. } => "MakeLink",
             Message::DirTimes { .. } => "DirTimes",
             Message::EntryFailed { .. } => "EntryFailed",
+            Message::EntryDone { .. } => "EntryDone",
             Message::Have(_) => "Have",
             Message::FileReady { .. } => "FileReady",
             Message::Go { .. } => "Go",

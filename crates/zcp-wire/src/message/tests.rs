@@ -91,6 +91,9 @@ fn setup_and_entry_samples() -> Vec<Message> {
             code: ErrorCode::BadPath,
             message: "symlink".into(),
         },
+        Message::EntryDone {
+            path: b"a/b".to_vec(),
+        },
         Message::Have(Have {
             file_id: 3,
             client_nonce: [1; 32],

@@ -108,6 +108,7 @@ fn get_r_accepts_only_entries_beneath_the_requested_directory() {
         evil.send(&Message::MakeDir {
             path: path.to_vec(),
         });
+        evil.made(path);
     }
     for path in [&b"run42x"[..], b"private/sub"] {
         evil.send(&Message::MakeDir {
@@ -131,6 +132,7 @@ fn get_r_accepts_only_entries_beneath_the_requested_directory() {
         mtime_sec: 1_000_000,
         mtime_nsec: 0,
     });
+    evil.made(b"run42");
     evil.send(&Message::DirTimes {
         path: b"private".to_vec(),
         mode: 0o777,
@@ -288,10 +290,12 @@ fn escapes_planted_links_and_replays_from_a_server_are_refused() {
     evil.send(&Message::MakeDir {
         path: b"tree".to_vec(),
     });
+    evil.made(b"tree");
     evil.send(&Message::MakeLink {
         path: b"tree/out".to_vec(),
         target: outside.to_str().unwrap().as_bytes().to_vec(),
     });
+    evil.made(b"tree/out");
     evil.put(10, b"tree/out/victim", b"", 8);
     assert!(matches!(evil.next(), Message::FileFailed { .. }));
     // A sealed frame sent twice: the replay ends the session.

@@ -306,6 +306,8 @@ fn push_sequencing_games_are_refused() {
             "{m:?}"
         );
     }
+    // An existing directory, named in other spellings: made (it was there) and its times
+    // narrowed, each answered with the path exactly as sent.
     raw.send(&Message::MakeDir {
         path: b"./private//".to_vec(),
     });
@@ -315,6 +317,12 @@ fn push_sequencing_games_are_refused() {
         mtime_sec: 5,
         mtime_nsec: 0,
     });
+    for path in [&b"./private//"[..], b"private/."] {
+        match raw.recv().unwrap() {
+            Message::EntryDone { path: p } => assert_eq!(p, path),
+            other => panic!("{path:?}: {other:?}"),
+        }
+    }
     // A FileEnd twice for an open (one-chunk, so held) file: protocol error, the session ends, nothing commits.
     raw.send(&pf(2, b"twice.bin", 1000, 65536));
     assert!(matches!(raw.recv().unwrap(), Message::FileReady { .. }));

@@ -5,7 +5,8 @@
 //! commits unverified, unstored, with another digest or before the data was sent; downgrades
 //! the session in `Opened`; claims a retried file is all there. Each fails the file (exit 5)
 //! or the session, says so without claiming what was not done, and leaves the source as it
-//! was. The same for `get` (a malicious server's `Opened` and commits), trees, `--retry` and
+//! was. The same for `get` (a malicious server's `Opened` and commits), trees (a directory or
+//! link counts only when the receiver says it made it), `--retry` and
 //! `--transport udp`; and, mirrored, for `zcp serve` sending to a pulling client that names
 //! an engine it did not ask for.
 
@@ -275,6 +276,68 @@ fn in_a_tree_only_the_files_proved_count_as_done() {
     assert_eq!(d["end"]["files"]["committed"], 0, "{d}");
     assert_eq!(d["end"]["files"]["failed"], 3, "{d}");
     assert_eq!(d["end"]["verified"], false, "{d}");
+}
+
+/// A tree of a file, two directories (one within the other) and a link, in `env`.
+fn small_tree(env: &Env) -> PathBuf {
+    let top = env.mkdir("tree");
+    std::fs::create_dir_all(top.join("sub/deep")).unwrap();
+    std::fs::write(top.join("a.bin"), b"abc").unwrap();
+    std::os::unix::fs::symlink("a.bin", top.join("link")).unwrap();
+    top
+}
+
+/// Directories and links have no bytes to prove: each counts only when the receiver says it
+/// made it (`EntryDone`). A receiver that says nothing about any of them fails each, and
+/// each directory's times, as unconfirmed: exit 5, none counted, the file still proved. One
+/// that skips only `deep` and answers what follows is answering out of order: a protocol
+/// error, naming the directory that went unanswered.
+#[test]
+fn in_a_tree_a_directory_or_link_counts_only_when_the_receiver_made_it() {
+    let env = Env::new();
+    let top = small_tree(&env);
+    let before = tree(&top);
+    // Honest: the destination `in`, the top directory, sub, sub/deep and the link.
+    let (o, seen) = push(&env, &[&top], &["-r", "-J"], Lie::None, "");
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    assert_eq!(doc(&o)["end"]["files"]["entries"], 5, "{seen:?}");
+    // Silent about every one: 4 directories, 1 link, 3 directories' times.
+    let (o, _) = push(&env, &[&top], &["-r", "-J"], Lie::SilentEntries, "");
+    assert_eq!(o.status.code(), Some(INTEGRITY), "{}", both(&o));
+    let d = doc(&o);
+    let files = &d["end"]["files"];
+    assert_eq!(files["entries"], 0, "{d}");
+    assert_eq!(files["committed"], 1, "{d}");
+    assert_eq!(files["failed"], 8, "{d}");
+    for f in files["failures"].as_array().unwrap() {
+        assert_eq!(f["code"], "verify", "{d}");
+        let m = f["message"].as_str().unwrap();
+        assert!(m.contains("without saying it made this"), "{d}");
+    }
+    no_control_bytes(&o);
+    // Silent about `deep` alone.
+    let (o, _) = push(&env, &[&top], &["-r"], Lie::SilentEntries, "deep");
+    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("the directory '") && err.contains("deep' was next"),
+        "{err}"
+    );
+    claims_nothing(&o);
+    assert_eq!(tree(&top), before, "the source tree changed");
+}
+
+/// An `EntryDone` for a path other than the next one awaiting an answer (here, one never
+/// sent) is a protocol error: the session ends, nothing is claimed.
+#[test]
+fn an_answer_for_an_entry_never_sent_ends_the_session() {
+    let env = Env::new();
+    let top = small_tree(&env);
+    let (o, _) = push(&env, &[&top], &["-r"], Lie::OtherEntry, "sub");
+    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(err.contains("an answer for 'made-up'"), "{err}");
+    claims_nothing(&o);
 }
 
 /// `--retry`: the first attempt's receiver drops the connection mid-file; the second

@@ -126,6 +126,7 @@ fn planted_part_and_journal_poison_a_later_honest_pull() {
     evil.send(&Message::MakeDir {
         path: b"run42".to_vec(),
     });
+    evil.made(b"run42");
     let a = evil.send_file(0, b"run42/.zcp-ad589cba5daedaec.part", &forged);
     assert!(
         matches!(a, Message::FileFailed { .. }),

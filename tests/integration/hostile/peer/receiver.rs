@@ -36,6 +36,11 @@ pub enum Lie {
     /// Commits right after `FileReady`, before any data, with the right digest (a key holder
     /// that knows the source can compute it).
     Early,
+    /// Honest about files; says nothing about directories, links or directory times.
+    SilentEntries,
+    /// Honest about files; answers each directory, link or directory's times with an
+    /// `EntryDone` for another path first.
+    OtherEntry,
 }
 
 /// How a UDP side channel answers the chunks announced.
@@ -182,12 +187,35 @@ impl EvilRx {
                         self.commit(*file_id, 0, *digest, lie);
                     }
                 }
+                Message::MakeDir { path }
+                | Message::MakeLink { path, .. }
+                | Message::DirTimes { path, .. } => self.entry(path, lie, only),
                 Message::Finish => self.send(&Message::Stats(SideStats::default())),
                 _ => {}
             }
             seen.push(m);
         }
         seen
+    }
+
+    /// The answer to a directory, link or directory's times at `path`, as `lie` has it for
+    /// paths ending with `only`: an honest receiver says it made it.
+    fn entry(&mut self, path: &[u8], lie: Lie, only: &str) {
+        let lie = if path.ends_with(only.as_bytes()) {
+            lie
+        } else {
+            Lie::None
+        };
+        match lie {
+            Lie::SilentEntries => return,
+            Lie::OtherEntry => self.send(&Message::EntryDone {
+                path: b"made-up".to_vec(),
+            }),
+            _ => {}
+        }
+        self.send(&Message::EntryDone {
+            path: path.to_vec(),
+        });
     }
 
     /// `FileCommitted` for `file_id`, as `lie` has it.

@@ -181,6 +181,15 @@ impl Evil {
         }
     }
 
+    /// The client's next message is `EntryDone` for `path`: it made that directory or link
+    /// (or set that directory's times).
+    pub fn made(&mut self, path: &[u8]) {
+        match self.next() {
+            Message::EntryDone { path: p } if p == path => {}
+            other => panic!("expected EntryDone for {path:?}, got {other:?}"),
+        }
+    }
+
     pub fn put(&mut self, id: u32, dest: &[u8], name: &[u8], size: u64) {
         self.send(&Message::PutFile(PutFile {
             file_id: id,
