@@ -20,7 +20,7 @@
 //! the unit test below runs it on seeded random scripts in the suite. The sending role's
 //! driver, [`sender_script`], plays a malicious receiver (`fuzzing/sender.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use zcp_engine::RecvEngine;
@@ -72,8 +72,8 @@ impl Script<'_> {
 /// What the driver has told the role, to check its outputs against.
 #[derive(Default)]
 struct Told {
-    /// Each announced file's plan.
-    plans: HashMap<u32, ChunkPlan>,
+    /// Each announced file's plan, in the order of their ids.
+    plans: BTreeMap<u32, ChunkPlan>,
     /// Chunks placed on a stream and not yet completed.
     landed: Vec<(u32, u64)>,
     /// Chunks reported durable.
@@ -89,7 +89,7 @@ struct Told {
     committed: HashSet<u32>,
     /// Directories, links and directory times handed in, in order, not yet answered, with
     /// whether they were carried out (an `EntryDone` is due) or refused (`EntryFailed`).
-    entries: std::collections::VecDeque<(Vec<u8>, bool)>,
+    entries: VecDeque<(Vec<u8>, bool)>,
 }
 
 /// A receiving role that stores in memory (`mem`), two streams, a fixed key: what the
@@ -226,14 +226,16 @@ fn step(
 /// from a small alphabet (or right).
 fn built_frame(s: &mut Script<'_>, told: &Told, keys: &SessionKeys) -> Message {
     // Mostly a file announced already (and the next id for a new one); now and then any.
-    let mut ids: Vec<u32> = told.plans.keys().copied().collect();
-    ids.sort_unstable();
-    let next = ids.last().map_or(0, |i| i + 1);
+    let ids = &told.plans;
+    let next = ids.last_key_value().map_or(0, |(i, _)| i + 1);
     let pick = s.u8();
     let file_id = match pick % 8 {
         0 => u32::from(pick / 8),
         _ if ids.is_empty() => next,
-        _ => ids[usize::from(pick / 8) % ids.len()],
+        _ => {
+            let n = usize::from(pick / 8) % ids.len();
+            *ids.keys().nth(n).expect("within the map")
+        }
     };
     let op = s.u8();
     let op = if ids.is_empty() && !op.is_multiple_of(4) {
