@@ -12,7 +12,7 @@
 //! here prints: events go to a [`ServerReporter`].
 
 mod access;
-mod gate;
+pub(crate) mod gate;
 mod handshake;
 mod pending;
 mod session;

@@ -171,6 +171,15 @@ pub(crate) struct Disk {
 
 pub(crate) fn engine_err(e: EngineError) -> Refusal {
     match e {
+        // The process's descriptors, not this file: another try may find them free (and a
+        // server sheds connections in their handshake to free them).
+        EngineError::Sys { ref source, .. } if zcp_engine::sys::is_fd_limit(source) => {
+            crate::server::gate::note_out_of_descriptors();
+            Refusal::new(
+                ErrorCode::Busy,
+                format!("out of file descriptors ({e}); try again"),
+            )
+        }
         EngineError::NoSpace(m) => Refusal::new(
             ErrorCode::NoSpace,
             format!("no space for the destination: {m}"),

@@ -11,12 +11,16 @@
 //! bad frame, a wrong key) is logged on its own line, up to [`LINES_PER_SUMMARY`] a second,
 //! and counted in the summary beyond that. Out of file descriptors
 //! (`EMFILE`), a pending connection is shed to make room; with none to shed, the listeners
-//! rest for [`REST`] instead of spinning on a backlog the loop cannot take.
+//! rest for [`REST`] instead of spinning on a backlog the loop cannot take. A session that
+//! finds the process out of descriptors (opening a file, [`note_out_of_descriptors`]) makes
+//! the next turn shed up to [`SHED_FOR_SESSIONS`] pending connections the same way: the
+//! descriptors are the process's, so whoever holds connections in their handshake gives way
+//! to the sessions.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -38,6 +42,19 @@ const TICK: Duration = Duration::from_millis(100);
 /// How long the listeners rest when the process is out of descriptors and nothing pending
 /// can be shed.
 pub(super) const REST: Duration = Duration::from_millis(100);
+/// Pending connections shed in one turn after a session found the process out of
+/// descriptors.
+const SHED_FOR_SESSIONS: usize = 8;
+
+/// Times a session found the process out of file descriptors: process-wide, as they are.
+static OUT_OF_DESCRIPTORS: AtomicU64 = AtomicU64::new(0);
+
+/// A session could not open a file or a connection for want of descriptors: the accept
+/// loop sheds pending connections on its next turn to make room.
+pub(crate) fn note_out_of_descriptors() {
+    OUT_OF_DESCRIPTORS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Shortest time between two [`ServerEvent::Shed`] summaries.
 const SUMMARY_EVERY: Duration = Duration::from_secs(1);
 /// Failed handshakes logged one by one per [`SUMMARY_EVERY`]; the rest are counted in the
@@ -65,6 +82,8 @@ pub(super) struct Gate<'a> {
     table: PendingTable,
     conns: HashMap<Id, Pending>,
     ready: Vec<Ready>,
+    /// [`OUT_OF_DESCRIPTORS`] as of the last turn.
+    sessions_short: u64,
     /// The listeners are out of the poller until then (out of descriptors).
     resting: Option<Instant>,
     tally: Tally,
@@ -97,6 +116,7 @@ impl<'a> Gate<'a> {
             conns: HashMap::new(),
             ready: Vec::new(),
             resting: None,
+            sessions_short: OUT_OF_DESCRIPTORS.load(Ordering::Relaxed),
             tally: Tally::default(),
             max: limits.max,
         })
@@ -129,6 +149,14 @@ impl<'a> Gate<'a> {
         let now = Instant::now();
         for id in self.table.expire(now) {
             self.shed(id, Shed::Expired);
+        }
+        let short = OUT_OF_DESCRIPTORS.load(Ordering::Relaxed);
+        if short != self.sessions_short {
+            self.sessions_short = short;
+            self.tally.descriptors += 1;
+            for _ in 0..SHED_FOR_SESSIONS {
+                self.shed_one();
+            }
         }
         self.summarize(now);
     }

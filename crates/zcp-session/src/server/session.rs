@@ -215,9 +215,14 @@ impl Control {
         opener: Opener,
         idle: Duration,
     ) -> Result<Control, SessionError> {
-        let io = |source| SessionError::Io {
-            what: "the control connection".into(),
-            source,
+        let io = |source: std::io::Error| {
+            if zcp_engine::sys::is_fd_limit(&source) {
+                super::gate::note_out_of_descriptors();
+            }
+            SessionError::Io {
+                what: "the control connection".into(),
+                source,
+            }
         };
         let read_half = stream.try_clone().map_err(io)?;
         stream.set_write_timeout(Some(idle)).map_err(io)?;

@@ -578,3 +578,74 @@ fn pending_connections_leave_descriptors_for_the_sessions() {
     assert!(log.contains("of at most 32 pending"), "{log}");
     assert!(!log.contains("out of file descriptors"), "{log}");
 }
+
+/// `zcp serve` under a descriptor limit of 64 whose pending table (32, half of it) is full of
+/// silent connections, while three clients push at once with 8 streams each: accepting their
+/// connections finds the process out of descriptors (`EMFILE`). SAFE: each time, a pending
+/// connection is shed to make room (counted in the log's summary), every push ends byte-exact
+/// (with `--retry`, as a client refused for want of descriptors would), the server lives on
+/// and serves the next push at once.
+#[test]
+fn out_of_descriptors_a_pending_connection_makes_room() {
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP: prlimit (util-linux) is not installed");
+        return;
+    }
+    let env = Env::new();
+    let root = env.mkdir("in");
+    let mut c = std::process::Command::new("prlimit");
+    c.env_remove("ZCP_KEY_FILE")
+        .arg("--nofile=64:64")
+        .arg(env!("CARGO_BIN_EXE_zcp"))
+        .args(["serve", "--bind", "127.0.0.1"]);
+    let mut srv = ServerProc::spawn(c, &root, &env.key, &["--handshake-timeout", "60"]);
+    let held: Vec<Holder> = (2..4)
+        .map(|d| {
+            Holder::start(
+                srv.port,
+                Ipv4Addr::new(127, 0, 0, d),
+                &[Hold::Silent; 16],
+                false,
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let pushes: Vec<_> = (0..3)
+        .map(|i| {
+            let src = env.path(&format!("f{i}.bin"));
+            make_file(&src, 2 << 20, 1 << 16, i + 1);
+            let dest = format!("f{i}.bin");
+            let port = srv.port;
+            let key = env.key.clone();
+            let args = ["-P", "8", "-q", "--retry", "8"];
+            let t = std::thread::spawn(move || run(send_cmd(port, &key, &src, &dest, &args), 60));
+            (env.path(&format!("f{i}.bin")), t)
+        })
+        .collect();
+    for (i, (src, t)) in pushes.into_iter().enumerate() {
+        let o = t.join().unwrap();
+        assert!(o.status.success(), "push {i}: {}\n{}", both(&o), srv.log());
+        assert!(same_file(&src, &root.join(format!("f{i}.bin"))), "push {i}");
+    }
+    let closed: usize = held.into_iter().map(|h| h.finish().1.len()).sum();
+    let end = Instant::now() + Duration::from_secs(5);
+    while !srv.log().contains("out of file descriptors") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = srv.log();
+    assert!(
+        log.contains("out of file descriptors"),
+        "{closed} closed\n{log}"
+    );
+    assert!(closed >= 1, "{log}");
+    assert!(srv.alive(), "{log}");
+    let src = env.path("last.bin");
+    make_file(&src, 1 << 20, 1 << 16, 9);
+    let o = run(send_cmd(srv.port, &env.key, &src, "last.bin", &["-q"]), 30);
+    assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
+    assert!(same_file(&src, &root.join("last.bin")));
+}
