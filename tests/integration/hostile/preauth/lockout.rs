@@ -529,28 +529,41 @@ fn pending_limits_from_the_config_file_and_the_flags() {
     );
 }
 
-/// A server whose descriptor limit is 64 (hard and soft) and 60 silent connections from
-/// three addresses. SAFE: pending connections take at most half the descriptors (the table
-/// shrinks to 32 whatever --max-pending says), so the server never runs out while a client's
-/// session still needs its connections and files: the client's send succeeds, byte-exact.
-#[test]
-fn pending_connections_leave_descriptors_for_the_sessions() {
+/// `zcp serve` on `root` under a descriptor limit of 64 (hard and soft), with a handshake
+/// timeout of `timeout` seconds; `None` (the test skips, saying why) without `prlimit`.
+fn limited_server(env: &Env, root: &std::path::Path, timeout: &str) -> Option<ServerProc> {
     if std::process::Command::new("prlimit")
         .arg("--version")
         .output()
         .is_err()
     {
         eprintln!("SKIP: prlimit (util-linux) is not installed");
-        return;
+        return None;
     }
-    let env = Env::new();
-    let root = env.mkdir("in");
     let mut c = std::process::Command::new("prlimit");
     c.env_remove("ZCP_KEY_FILE")
         .arg("--nofile=64:64")
         .arg(env!("CARGO_BIN_EXE_zcp"))
         .args(["serve", "--bind", "127.0.0.1"]);
-    let srv = ServerProc::spawn(c, &root, &env.key, &["--handshake-timeout", "30"]);
+    Some(ServerProc::spawn(
+        c,
+        root,
+        &env.key,
+        &["--handshake-timeout", timeout],
+    ))
+}
+
+/// A server whose descriptor limit is 64 (hard and soft) and 60 silent connections from
+/// three addresses. SAFE: pending connections take at most half the descriptors (the table
+/// shrinks to 32 whatever --max-pending says), so the server never runs out while a client's
+/// session still needs its connections and files: the client's send succeeds, byte-exact.
+#[test]
+fn pending_connections_leave_descriptors_for_the_sessions() {
+    let env = Env::new();
+    let root = env.mkdir("in");
+    let Some(srv) = limited_server(&env, &root, "30") else {
+        return;
+    };
     let held: Vec<Holder> = (2..5)
         .map(|d| {
             Holder::start(
@@ -587,22 +600,11 @@ fn pending_connections_leave_descriptors_for_the_sessions() {
 /// and serves the next push at once.
 #[test]
 fn out_of_descriptors_a_pending_connection_makes_room() {
-    if std::process::Command::new("prlimit")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIP: prlimit (util-linux) is not installed");
-        return;
-    }
     let env = Env::new();
     let root = env.mkdir("in");
-    let mut c = std::process::Command::new("prlimit");
-    c.env_remove("ZCP_KEY_FILE")
-        .arg("--nofile=64:64")
-        .arg(env!("CARGO_BIN_EXE_zcp"))
-        .args(["serve", "--bind", "127.0.0.1"]);
-    let mut srv = ServerProc::spawn(c, &root, &env.key, &["--handshake-timeout", "60"]);
+    let Some(mut srv) = limited_server(&env, &root, "60") else {
+        return;
+    };
     let held: Vec<Holder> = (2..4)
         .map(|d| {
             Holder::start(
