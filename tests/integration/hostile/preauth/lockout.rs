@@ -28,20 +28,31 @@ enum Hold {
 
 /// A TCP connection to 127.0.0.1:`port` from `from` (any 127.0.0.0/8 address is local).
 fn connect_from(from: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
+    let from = SocketAddr::V4(SocketAddrV4::new(from, 0));
+    connect_between(from, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+}
+
+/// A TCP connection to `to` from the address `from`.
+fn connect_between(from: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     use rustix::net::{
         AddressFamily, SocketFlags, SocketType, bind, connect, ipproto, socket_with,
     };
     // Close-on-exec, as std's sockets are: the suite runs tests in parallel, and a server
     // another test starts meanwhile must not inherit these (one started under a 64-descriptor
     // limit ran out of descriptors at its start).
+    let family = if from.is_ipv6() {
+        AddressFamily::INET6
+    } else {
+        AddressFamily::INET
+    };
     let fd = socket_with(
-        AddressFamily::INET,
+        family,
         SocketType::STREAM,
         SocketFlags::CLOEXEC,
         Some(ipproto::TCP),
     )?;
-    bind(&fd, &SocketAddr::V4(SocketAddrV4::new(from, 0)))?;
-    connect(&fd, &SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
+    bind(&fd, &from)?;
+    connect(&fd, &to)?;
     let s = TcpStream::from(fd);
     s.set_nodelay(true)?;
     Ok(s)
@@ -650,4 +661,76 @@ fn out_of_descriptors_a_pending_connection_makes_room() {
     let o = run(send_cmd(srv.port, &env.key, &src, "last.bin", &["-q"]), 30);
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
     assert!(same_file(&src, &root.join("last.bin")));
+}
+
+/// IPv6 sources share by /64 (an attacker holds a whole /64, not one address): with a share
+/// of 4 a source, 4 silent connections from `fd00:24:0:1::1`, then 4 from `fd00:24:0:1::2`
+/// (the same /64), then 4 from `fd00:24:0:2::1` (another). Over a veth pair between two
+/// namespaces (root only). SAFE: the second four evict the first (one share for the /64),
+/// the third four evict no one, and the log counts exactly the 4 evictions.
+#[test]
+fn ipv6_sources_share_by_their_64() {
+    let Some(tb) = crate::netns::Testbed::up(1500, 1500, None) else {
+        return;
+    };
+    let ns = |side: char| format!("{}-{side}", tb.name);
+    let dev = |side: char| if side == 'a' { "zcpa" } else { "zcpb" };
+    for (side, addr) in [
+        ('b', "fd00:24::b"),
+        ('a', "fd00:24:0:1::1"),
+        ('a', "fd00:24:0:1::2"),
+        ('a', "fd00:24:0:2::1"),
+    ] {
+        let mut c = std::process::Command::new("ip");
+        c.args(["-n", &ns(side), "addr", "add", &format!("{addr}/48")])
+            .args(["dev", dev(side), "nodad"]);
+        let o = run(c, 10);
+        assert!(o.status.success(), "{addr}: {}", both(&o));
+    }
+    let env = Env::new();
+    let root = env.mkdir("in");
+    let serve = tb.zcp('b', &["serve", "--bind", "fd00:24::b"]);
+    let extra = ["--max-pending-per-source", "4", "--handshake-timeout", "60"];
+    let srv = ServerProc::spawn(serve, &root, &env.key, &extra);
+    let to: SocketAddr = format!("[fd00:24::b]:{}", srv.port).parse().unwrap();
+    let netns = std::fs::File::open(format!("/run/netns/{}", ns('a'))).unwrap();
+    // The client side: a thread of its own in namespace `a`.
+    let groups = std::thread::spawn(move || {
+        use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+        move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&netns),
+            Some(LinkNameSpaceType::Network),
+        )
+        .expect("setns into the client's namespace");
+        let group = |from: &str| -> Vec<TcpStream> {
+            let from: SocketAddr = format!("[{from}]:0").parse().unwrap();
+            (0..4)
+                .map(|_| connect_between(from, to).expect("connect"))
+                .collect()
+        };
+        // Those of `g` the server closed, taken out of it.
+        let closed = |g: &mut Vec<TcpStream>| {
+            let before = g.len();
+            g.retain_mut(|s| closed_with(s).is_none());
+            before - g.len()
+        };
+        let mut first = group("fd00:24:0:1::1");
+        std::thread::sleep(Duration::from_millis(300));
+        let mut second = group("fd00:24:0:1::2");
+        // However slow the server: the first four go within 10 s.
+        let end = Instant::now() + Duration::from_secs(10);
+        let mut first_closed = 0;
+        while first_closed < 4 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            first_closed += closed(&mut first);
+        }
+        let mut third = group("fd00:24:0:2::1");
+        std::thread::sleep(Duration::from_secs(1));
+        vec![first_closed, closed(&mut second), closed(&mut third)]
+    });
+    let closed = groups.join().unwrap();
+    let (evicted, _, _) = shed_settles(&srv, 4);
+    let log = srv.log();
+    assert_eq!(closed, [4, 0, 0], "closed per group\n{log}");
+    assert_eq!(evicted, 4, "{log}");
 }
