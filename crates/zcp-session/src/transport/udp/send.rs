@@ -29,8 +29,10 @@ use crate::transport::{Departure, OutChunk, SendSide};
 const BATCH: usize = 64;
 /// How long a sender waits for the receiver's Hello.
 const HELLO_WAIT: Duration = Duration::from_secs(60);
-/// NAK frames held for the sending thread at most (more are dropped: they come again).
-const MAX_HEARD_NAKS: usize = 4096;
+/// NAK frames held for the sending thread at most (more are dropped: they come again). A
+/// NAK of 128 ranges holds about 1 KiB, so a receiver can make a stream hold about 0.5 MiB
+/// here beside its share of the budget, 8 MiB over 16 streams.
+const MAX_HEARD_NAKS: usize = 512;
 /// Buffers of chunks done kept for the next ones, per stream (within its share).
 const SPARE: usize = 4;
 
