@@ -102,11 +102,14 @@ delay_line() {
 loss_rule() {
     local pct=$1 ppm
     ppm=$(awk -v p="$pct" 'BEGIN { printf "%d", p * 10000 + 0.5 }')
+    # All of them: no random number (nft takes none as large as the modulus).
+    local pick="numgen random mod 1000000 < $ppm "
+    [ "$ppm" -ge 1000000 ] && pick=
     ip netns exec "$b" nft -f - <<NFT
 table netdev zcploss {
     chain ingress {
         type filter hook ingress device zcpb priority 0; policy accept;
-        ether type { ip, ip6 } numgen random mod 1000000 < $ppm counter drop
+        ether type { ip, ip6 } ${pick}counter drop
     }
 }
 NFT

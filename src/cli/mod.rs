@@ -568,6 +568,9 @@ fn outcome(
                     "zcp: {held}run the same command again to resume (only what is missing \
                      is sent)"
                 );
+            } else if let SessionError::Connect { source, .. } = &e {
+                // No connection, so nothing was sent: there is nothing to resume.
+                eprintln!("zcp: nothing was sent; {}", connect_hint(source.kind()));
             } else if e.retryable() {
                 eprintln!(
                     "zcp: what the receiver verified is kept: run the same command again to \
@@ -577,6 +580,28 @@ fn outcome(
             }
             code
         }
+    }
+}
+
+/// What to check when no connection could be made, by why.
+fn connect_hint(kind: std::io::ErrorKind) -> String {
+    use std::io::ErrorKind as K;
+    let port = zcp_session::DEFAULT_PORT;
+    match kind {
+        K::ConnectionRefused => format!(
+            "nothing listens at that address: is `zcp serve` running on that host, and is the \
+             port right (-p; the default is {port})?"
+        ),
+        K::TimedOut => "check the host name, the port (-p) and any firewall between; \
+                        --connect-timeout waits longer"
+            .into(),
+        K::NotFound => "check the host name".into(),
+        K::HostUnreachable | K::NetworkUnreachable => {
+            "check the host name and this host's network route to it".into()
+        }
+        _ => format!(
+            "check that `zcp serve` runs on that host and the port (-p; the default is {port})"
+        ),
     }
 }
 

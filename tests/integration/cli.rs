@@ -673,3 +673,34 @@ fn targets_other_tools_read_differently_are_refused_before_any_work() {
         "a refused target connected to the server"
     );
 }
+
+/// No server at the port (a stopped server, a wrong `-p`): the client says nothing was sent
+/// and what to check, for `send` and `get`, and never that running it again resumes.
+#[test]
+fn a_refused_connection_says_what_to_check_not_resume() {
+    let env = Env::new();
+    let src = env.path("f");
+    make_dense(&src, 10, 6);
+    let port = free_port();
+    let mut get = zcp();
+    get.args(["get", "-p", &port.to_string(), "--key-file"])
+        .arg(&env.key)
+        .arg("127.0.0.1:f")
+        .arg(env.path("back"));
+    for (what, c) in [
+        ("send", send_cmd(port, &env.key, &src, "f", &[])),
+        ("get", get),
+    ] {
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(1), "{what}: {}", both(&o));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("cannot connect to 127.0.0.1:"),
+            "{what}: {err}"
+        );
+        assert!(err.contains("nothing was sent"), "{what}: {err}");
+        assert!(err.contains("is `zcp serve` running"), "{what}: {err}");
+        assert!(!err.contains("resume"), "{what}: {err}");
+    }
+    assert!(!env.path("back").exists());
+}

@@ -415,3 +415,66 @@ fn a_delay_line_that_fails_to_start_leaves_nothing() {
     assert!(!list.contains(&name), "left behind: {list}");
     assert!(!Path::new(&format!("/run/zcp-testbed/{name}")).exists());
 }
+
+/// A server host that drops every packet, under a name with two addresses: the connect
+/// timeout is one wait for the whole connect, not one for each address (3 s, not 6), and
+/// the message names the timeout and the flag. Root only (a namespace's own hosts file).
+#[test]
+fn the_connect_timeout_is_one_wait_whatever_the_name_resolves_to() {
+    let Some(tb) = Testbed::up_with(1500, 1500, &["--loss", "100"]) else {
+        return;
+    };
+    let b = format!("{}-b", tb.name);
+    let o = run(
+        {
+            let mut c = Command::new("ip");
+            c.args(["-n", &b, "addr", "add", "10.231.0.3/24", "dev", "zcpb"]);
+            c
+        },
+        10,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // `ip netns exec` reads /etc/netns/NAME/hosts as /etc/hosts.
+    let hosts = Hosts::new(
+        &format!("{}-a", tb.name),
+        "10.231.0.2 zcp-two\n10.231.0.3 zcp-two\n",
+    );
+    let env = Env::new();
+    let src = env.path("f");
+    make_file(&src, 1000, 1000, 1);
+    let mut c = tb.zcp(
+        'a',
+        &["send", "--connect-timeout", "3", "-p", "5310", "--key-file"],
+    );
+    c.arg(&env.key).arg(&src).arg("zcp-two:f");
+    let t0 = std::time::Instant::now();
+    let o = run(c, 30);
+    let took = t0.elapsed();
+    drop(hosts);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no answer within 3 s (--connect-timeout)"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was sent"), "{err}");
+    assert!(took < Duration::from_millis(5500), "took {took:?}: {err}");
+}
+
+/// `/etc/netns/NS/hosts` while it lives (removed on drop, also when a test fails).
+struct Hosts(PathBuf);
+
+impl Hosts {
+    fn new(ns: &str, text: &str) -> Hosts {
+        let dir = PathBuf::from("/etc/netns").join(ns);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("hosts"), text).unwrap();
+        Hosts(dir)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zcp_wire::{
     ClientHandshake, DataClient, Established, FrameHeader, HEADER_LEN, Message, Opener, Psk,
@@ -76,7 +76,9 @@ impl ControlTx {
     }
 }
 
-/// Resolves `host` and connects to the first address that answers within `timeout`.
+/// Resolves `host` and connects to the first address that answers, all within `timeout`
+/// (`--connect-timeout`): a name with several addresses (`localhost`: `::1` and
+/// `127.0.0.1`) shares it rather than taking it once for each.
 pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, SessionError> {
     let shown = if host.contains(':') {
         format!("[{host}]:{port}")
@@ -85,21 +87,40 @@ pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStr
     };
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|source| SessionError::Connect {
+        .map_err(|e| SessionError::Connect {
             addr: shown.clone(),
-            source,
+            source: io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("cannot resolve the host name ({e})"),
+            ),
         })?
         .collect();
     let mut last = io::Error::new(
         io::ErrorKind::NotFound,
         "the host name resolved to no address",
     );
+    let deadline = Instant::now() + timeout;
+    let timed_out = || {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "no answer within {} s (--connect-timeout)",
+                timeout.as_secs_f64()
+            ),
+        )
+    };
     for a in addrs {
-        match TcpStream::connect_timeout(&a, timeout) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            last = timed_out();
+            break;
+        }
+        match TcpStream::connect_timeout(&a, left) {
             Ok(s) => {
                 s.set_nodelay(true).ok();
                 return Ok(s);
             }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => last = timed_out(),
             Err(e) => last = e,
         }
     }
