@@ -316,14 +316,23 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
     Ok(code)
 }
 
-/// The addresses to listen on when the command line or the file names them: `--bind`, `-4`,
-/// `-6` or `-p` replace the file's `listen`.
+/// The addresses to listen on when the command line or the file names them: `--bind`, `-4`
+/// or `-6` replace the file's `listen`; `-p` alone keeps its addresses with the new port
+/// (never widening a listener the file keeps to one address).
 fn listen_addrs(a: &ServeArgs, file: Option<Vec<SocketAddr>>) -> Option<Vec<SocketAddr>> {
     let port = a.port.unwrap_or(zcp_session::DEFAULT_PORT);
     match (a.bind, a.ipv4, a.ipv6, a.port) {
         (Some(ip), ..) => Some(vec![SocketAddr::new(ip, port)]),
         (None, true, ..) => Some(vec![(Ipv4Addr::UNSPECIFIED, port).into()]),
-        (None, false, true, _) | (None, false, false, Some(_)) => None,
+        (None, false, true, _) => None,
+        (None, false, false, Some(p)) => file.map(|l| {
+            l.into_iter()
+                .map(|mut s| {
+                    s.set_port(p);
+                    s
+                })
+                .collect()
+        }),
         (None, false, false, None) => file,
     }
 }

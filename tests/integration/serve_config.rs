@@ -126,6 +126,10 @@ fn check_config_summarizes_and_flags_override_the_file() {
     let out = text(&o.stdout);
     assert!(out.contains("limits: 2 streams per session"), "{out}");
     assert!(out.contains("listen: 127.0.0.2:6000"), "{out}");
+    // `-p` alone keeps the file's address (127.0.0.1): it never widens the listener.
+    let o = check_config(&site.config, &["-p", "6001"]);
+    let out = text(&o.stdout);
+    assert!(out.contains("listen: 127.0.0.1:6001\n"), "{out}");
     // The file's limit holds for a running server: a client asking for more gets 8.
     let srv = site.serve();
     let src = site.file("big.bin", 1 << 20);
