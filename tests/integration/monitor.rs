@@ -120,7 +120,7 @@ pub fn promtool_passes(text: &str) -> bool {
         .stderr(Stdio::piped())
         .spawn()
     else {
-        eprintln!("skipped: promtool is not installed (apt-get install prometheus)");
+        skip("promtool is not installed (apt-get install prometheus)");
         return false;
     };
     child
@@ -291,9 +291,7 @@ impl Browser {
             Path::new("/usr/bin/chromedriver"),
         );
         if !chromium.exists() || !driver.exists() {
-            eprintln!(
-                "skipped: chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
-            );
+            skip("chromium or chromedriver is missing (apt-get install chromium chromium-driver)");
             return None;
         }
         let port = TcpListener::bind("127.0.0.1:0")

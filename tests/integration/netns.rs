@@ -8,7 +8,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::util::{Env, ServerProc, SmallFs, is_root, make_file, run, same_file, text, tree};
+use crate::util::{
+    Env, ServerProc, SmallFs, is_root, make_file, on_path, run, same_file, skip, text, tree,
+};
 
 /// The server's and the client's addresses inside the namespaces.
 pub const ADDR_A: &str = "10.231.0.1";
@@ -44,7 +46,13 @@ impl Testbed {
     /// --workspace` builds it).
     pub fn up_with(mtu: u32, mtu_b: u32, extra: &[&str]) -> Option<Testbed> {
         if !is_root() {
-            println!("skipped: network namespaces need root");
+            skip("network namespaces need root");
+            return None;
+        }
+        if let Some(tool) = missing_tool(extra) {
+            skip(&format!(
+                "the testbed needs {tool} here (.ci/run installs it)"
+            ));
             return None;
         }
         static N: AtomicU32 = AtomicU32::new(0);
@@ -119,6 +127,26 @@ impl Drop for Testbed {
         c.args(["down", &self.name]);
         let _ = c.status();
     }
+}
+
+/// A tool `testbed.sh up` needs with these options and this host lacks: `ip` (iproute2)
+/// always; `tc` for `--rate`; `ethtool` for the delay line (`--delay`, `--rtt`, and `--loss`,
+/// which runs through it); `nft` (nftables) for `--loss`.
+fn missing_tool(extra: &[&str]) -> Option<&'static str> {
+    let has = |flag: &str| extra.contains(&flag);
+    let mut need = vec![("ip", "ip (iproute2)")];
+    if has("--rate") {
+        need.push(("tc", "tc (iproute2)"));
+    }
+    if has("--delay") || has("--rtt") || has("--loss") {
+        need.push(("ethtool", "ethtool"));
+    }
+    if has("--loss") {
+        need.push(("nft", "nft (nftables)"));
+    }
+    need.into_iter()
+        .find(|(t, _)| !on_path(t))
+        .map(|(_, name)| name)
 }
 
 /// Bytes a tbf qdisc has sent, from `tc -s qdisc show`.
@@ -395,7 +423,7 @@ fn loss_drops_packets_towards_b_only() {
 #[test]
 fn a_delay_line_that_fails_to_start_leaves_nothing() {
     if !is_root() {
-        println!("skipped: network namespaces need root");
+        skip("network namespaces need root");
         return;
     }
     let name = format!("zcpf{}", std::process::id());

@@ -505,7 +505,7 @@ fn counting_a_wide_tree_holds_no_more_descriptors_than_its_depth() {
         .output()
         .is_err()
     {
-        eprintln!("skipped: prlimit (util-linux) is not installed");
+        skip("prlimit (util-linux) is not installed");
         return;
     }
     let env = Env::new();

@@ -80,7 +80,8 @@ fn garbage_truncated_and_oversized_frames_are_refused() {
     let t = Instant::now();
     // ...while others are served meanwhile.
     still_serves(&srv, &env);
-    assert!(closes(&mut silent, 10), "silent connection kept open");
+    // Closed at the 2 s deadline; a loaded machine may be late to show it, never early.
+    assert!(closes(&mut silent, 30), "silent connection kept open");
     assert!(
         t.elapsed() >= Duration::from_millis(1500),
         "closed too early"

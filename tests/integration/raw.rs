@@ -122,7 +122,7 @@ fn have(tool: &str, arg: &str) -> bool {
         .status()
         .is_ok();
     if !ok {
-        eprintln!("skipped: {tool} is not installed (.ci/run installs it)");
+        skip(&format!("{tool} is not installed (.ci/run installs it)"));
     }
     ok
 }
@@ -135,7 +135,7 @@ fn netcat() -> Option<&'static str> {
             return Some(nc);
         }
     }
-    eprintln!("skipped: OpenBSD netcat is not installed (.ci/run installs netcat-openbsd)");
+    skip("OpenBSD netcat is not installed (.ci/run installs netcat-openbsd)");
     None
 }
 

@@ -641,6 +641,32 @@ impl Drop for FlipProxy {
     }
 }
 
+/// A test skipped for want of a tool or a privilege that `.ci/run` provides (root, a package
+/// it installs): says why, and notes it in the file `$ZCP_SKIP_LOG` names, with the test's
+/// name, so that CI fails when anything was skipped there. (A host without a capability —
+/// IPv6, O_DIRECT on its filesystem, a qdisc the kernel lacks — says so with `eprintln!`
+/// and is not noted: CI cannot install those.)
+pub fn skip(reason: &str) {
+    eprintln!("skipped: {reason}");
+    if let Some(log) = std::env::var_os("ZCP_SKIP_LOG") {
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        let line = format!("{test}: {reason}\n");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log);
+        if let Ok(mut f) = f {
+            let _ = std::io::Write::write_all(&mut f, line.as_bytes());
+        }
+    }
+}
+
+/// Whether `tool` is on `PATH`.
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
 /// Whether the tests run as root (mounts, namespaces).
 pub fn is_root() -> bool {
     // The Uid line of /proc/self/status: real uid first.
@@ -673,7 +699,7 @@ impl SmallFs {
     /// fails panics, so a broken fixture never passes as "skipped".
     pub fn for_test(at: &Path, size: &str) -> Option<SmallFs> {
         if !is_root() {
-            println!("skipped: mounting a small filesystem needs root");
+            skip("mounting a small filesystem needs root");
             return None;
         }
         let fs = SmallFs::mount(at, size);

@@ -548,7 +548,7 @@ fn limited_server(env: &Env, root: &std::path::Path, timeout: &str) -> Option<Se
         .output()
         .is_err()
     {
-        eprintln!("SKIP: prlimit (util-linux) is not installed");
+        skip("prlimit (util-linux) is not installed");
         return None;
     }
     let mut c = std::process::Command::new("prlimit");
