@@ -216,8 +216,20 @@ fn read_head(mut stream: &TcpStream) -> Option<Vec<u8>> {
             Ok(0) | Err(_) => return None,
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
+        if not_http(&head) {
+            // Answered (400) at once rather than at the deadline: a zcp client given this
+            // port by mistake learns so at once, from the answer.
+            break;
+        }
     }
     Some(head)
+}
+
+/// Whether `head`, a request's first bytes, can no longer become an HTTP request.
+fn not_http(head: &[u8]) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    matches!(req.parse(head), Err(e) if e != httparse::Error::TooManyHeaders)
 }
 
 /// The method and path (without its query) of a request head, or the answer to a bad one.

@@ -423,6 +423,7 @@ fn a_port_in_use_is_said_once_and_a_port_that_is_not_zcp_is_named() {
     let err = text(&o.stderr);
     assert!(err.contains("is not a zcp server"), "{err}");
     assert!(err.contains("SSH-2.0-OpenSSH_9.2"), "{err}");
+    assert!(err.contains("an SSH server answered"), "{err}");
     assert!(!o.stderr.contains(&0x1b), "{err:?}");
 }
 

@@ -498,3 +498,28 @@ fn the_status_page_shows_a_running_push_in_chromium() {
         assert!(head.contains(h), "{h} in {head}");
     }
 }
+
+/// A client given the metrics port instead of the transfer port: the monitor answers its
+/// `Hello` (not an HTTP request) with 400 at once, and the client says an HTTP server
+/// answered and which port to give; nothing is stored, the server serves on.
+#[test]
+fn a_client_at_the_metrics_port_is_told_so() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &["--metrics", "127.0.0.1:0"]);
+    let m = monitor_addr(&srv);
+    let src = env.path("f");
+    make_dense(&src, 100, 1);
+    let o = run(send_cmd(m.port(), &env.key, &src, "f", &[]), 20);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("is not a zcp server (it sent 'HTTP/1.1 400"),
+        "{err}"
+    );
+    assert!(err.contains("--metrics port?"), "{err}");
+    assert!(!err.contains("resume"), "{err}");
+    assert!(tree(&root).is_empty());
+    let o = run(send_cmd(srv.port, &env.key, &src, "f", &["-q"]), 20);
+    assert!(o.status.success(), "{}", both(&o));
+}

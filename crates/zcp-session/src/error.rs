@@ -74,7 +74,10 @@ pub enum SessionError {
         reason: String,
     },
     /// What answered on the port is not a zcp server.
-    #[error("{addr} is not a zcp server (it sent '{sent}'); check the host and the port (-p)")]
+    #[error(
+        "{addr} is not a zcp server (it sent '{sent}'); {}",
+        not_zcp_hint(sent)
+    )]
     NotZcp {
         /// The address connected to.
         addr: String,
@@ -204,6 +207,21 @@ pub mod exit {
             ErrorCode::Auth => AUTH,
             _ => FAILURE,
         }
+    }
+}
+
+/// What to check when `sent` answered instead of a zcp server.
+fn not_zcp_hint(sent: &str) -> String {
+    let port = crate::DEFAULT_PORT;
+    if sent.starts_with("HTTP/") {
+        format!(
+            "an HTTP server answered (zcp serve's --metrics port?): give the transfer port \
+             (-p; the default is {port})"
+        )
+    } else if sent.starts_with("SSH-") {
+        format!("an SSH server answered: give zcp serve's port (-p; the default is {port})")
+    } else {
+        "check the host and the port (-p)".into()
     }
 }
 
