@@ -320,6 +320,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_head_that_cannot_become_http_is_known_at_once() {
+        assert!(not_http(b"\x00\x00\x00\x2c\x01ZCP\x01"));
+        assert!(not_http(b"SSH-2.0-x\r\n"));
+        assert!(!not_http(b"GE"));
+        assert!(!not_http(b"GET /metrics HT"));
+        assert!(!not_http(b"GET /metrics HTTP/1.1\r\nHost: a\r\n"));
+    }
+
+    #[test]
     fn requests_parse_or_get_the_right_error() {
         let ok = parse(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
         assert_eq!(ok, ("GET".into(), "/metrics".into()));
