@@ -46,7 +46,9 @@ const EXIT_CODES: &str = "\
 0 success; 1 failure (network, I/O, protocol); 2 bad usage;
 3 key or authentication problem; 4 the receiver refused the destination;
 5 integrity: the data did not verify or the source changed while being sent;
-23 partial: some entries arrived and others did not (each is named).";
+23 partial: some entries arrived and others did not (each is named);
+130, 143: stopped by SIGINT (Ctrl-C) or SIGTERM, what is durable kept (zcp serve
+exits 0 on the first signal, and 130 or 143 at once on a second).";
 
 /// The closing sections of a help text: `examples` and, if `exit_codes`, the exit codes,
 /// headed as clap heads its own sections. The examples' first line comes unindented (a `\`
@@ -252,8 +254,9 @@ struct TransferArgs {
     /// the authenticated data streams; chunks default to 4 MiB). See docs/udp.md.
     #[arg(long, default_value = "tcp", value_name = "KIND", value_parser = parse_transport)]
     transport: zcp_session::TransportKind,
-    /// With --transport udp, the rate control: fair (the default: starts at the cap or
-    /// 10 Gbit/s, cuts 1/8 on loss, backs off as queueing delay rises) or fixed (sends at
+    /// With --transport udp, the rate control: fair (the default: starts at 100 Mbit/s, or
+    /// the cap if lower, and doubles each round trip up to the cap or 100 Gbit/s; cuts 1/8 on
+    /// loss, backs off as queueing delay rises) or fixed (sends at
     /// --limit-rate, which it requires, whatever the path: for dedicated links only).
     #[arg(long, default_value = "fair", value_name = "MODE", value_parser = parse_udp_mode)]
     udp_mode: zcp_session::UdpMode,
