@@ -705,3 +705,27 @@ fn a_refused_connection_says_what_to_check_not_resume() {
     }
     assert!(!env.path("back").exists());
 }
+
+/// `get` of a name the server never had: the entry fails saying so ("no such file or
+/// directory on the server"), not that it vanished; exit 1, nothing stored.
+#[test]
+fn a_get_of_a_name_never_there_says_so() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let dest = env.mkdir("dest");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let mut c = zcp();
+    c.args(["get", "-p", &srv.port.to_string(), "--key-file"])
+        .arg(&env.key)
+        .arg("127.0.0.1:nothere")
+        .arg(&dest);
+    let o = run(c, 20);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("nothere: no such file or directory on the server"),
+        "{err}"
+    );
+    assert!(!err.contains("vanished"), "{err}");
+    assert!(tree(&dest).is_empty());
+}

@@ -319,7 +319,11 @@ impl Walker {
                     Err(e) => return Self::fail(escape(&display), format!("{e} on the server")),
                 };
                 match self.visit(&parent, (&name, false), dest, display) {
-                    // A path the client asked for that is not there is a failure, not a note.
+                    // A path the client asked for that is not there is a failure, not a note;
+                    // and it did not vanish mid-walk: it was never there to be found.
+                    Entry::Skip { display, why, .. } if why.starts_with("vanished") => {
+                        Self::fail(display, "no such file or directory on the server")
+                    }
                     Entry::Skip { display, why, .. } => Self::fail(display, why),
                     other => other,
                 }
