@@ -326,12 +326,15 @@ fn listen_addrs(a: &ServeArgs, file: Option<Vec<SocketAddr>>) -> Option<Vec<Sock
         (None, true, ..) => Some(vec![(Ipv4Addr::UNSPECIFIED, port).into()]),
         (None, false, true, _) => None,
         (None, false, false, Some(p)) => file.map(|l| {
-            l.into_iter()
-                .map(|mut s| {
-                    s.set_port(p);
-                    s
-                })
-                .collect()
+            let mut out: Vec<SocketAddr> = Vec::new();
+            for mut s in l {
+                s.set_port(p);
+                // One address on two ports in the file is one listener on this port.
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+            out
         }),
         (None, false, false, None) => file,
     }

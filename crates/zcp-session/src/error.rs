@@ -126,7 +126,17 @@ pub(crate) struct Refusal {
     pub(crate) message: String,
 }
 
+/// How a refusal for want of file descriptors begins: the process's, not the entry's, so
+/// the receiver ends the session as busy (another try may find them) rather than fail the
+/// entry.
+pub(crate) const OUT_OF_DESCRIPTORS: &str = "out of file descriptors";
+
 impl Refusal {
+    /// Whether it is for want of file descriptors ([`OUT_OF_DESCRIPTORS`]).
+    pub(crate) fn is_out_of_descriptors(&self) -> bool {
+        self.code == ErrorCode::Busy && self.message.starts_with(OUT_OF_DESCRIPTORS)
+    }
+
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Refusal {
         Refusal {
             code,

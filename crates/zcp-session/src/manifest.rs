@@ -83,6 +83,8 @@ pub(crate) struct Walker {
     stack: Vec<Level>,
     recursive: bool,
     dirs: Vec<(Vec<u8>, Meta)>,
+    /// Entries already walked and given back ([`Walker::put_back`]): they come first.
+    back: std::collections::VecDeque<Entry>,
 }
 
 impl std::fmt::Debug for Walker {
@@ -140,7 +142,16 @@ impl Walker {
             stack: Vec::new(),
             recursive,
             dirs: Vec::new(),
+            back: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Gives back `entries` taken from the walk (to look ahead at them): the walk yields them
+    /// again, in order, before anything new.
+    pub(crate) fn put_back(&mut self, entries: Vec<Entry>) {
+        let mut entries: std::collections::VecDeque<Entry> = entries.into();
+        entries.append(&mut self.back);
+        self.back = entries;
     }
 
     /// The sources still to walk, and whether directories are entered (for [`tally`]).
@@ -419,6 +430,9 @@ impl Iterator for Walker {
     type Item = Entry;
 
     fn next(&mut self) -> Option<Entry> {
+        if let Some(e) = self.back.pop_front() {
+            return Some(e);
+        }
         loop {
             if let Some(level) = self.stack.last_mut() {
                 match level.entries.next_entry() {

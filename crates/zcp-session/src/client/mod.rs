@@ -19,7 +19,7 @@ use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::udp::{TransportKind, UdpMode};
-use zcp_wire::{ErrorCode, Message, Psk, VerifyMode, escape};
+use zcp_wire::{Message, Psk, VerifyMode, escape};
 
 use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
@@ -67,8 +67,7 @@ pub struct Transfer {
     /// Interval between reports; `None` for none.
     pub interval: Option<Duration>,
     /// Times a failed session is tried again (`--retry`): only failures another try may
-    /// mend (see [`SessionError::retryable`], and a session whose every failed entry was
-    /// refused as busy); each try resumes what is durable.
+    /// mend (see [`SessionError::retryable`]); each try resumes what is durable.
     pub retries: u32,
     /// Wait before the first retry; each later one waits twice as long, up to
     /// [`MAX_RETRY_WAIT`].
@@ -125,16 +124,6 @@ fn retrying(
         }
         let e = match once(reporter, attempt - 1) {
             Err(e) if e.retryable() && attempt < attempts => e,
-            Ok(s) if attempt < attempts && busy_only(&s) => SessionError::Refused {
-                code: ErrorCode::Busy,
-                message: format!(
-                    "{} entr{} refused for now; first: {}: {}",
-                    s.failed,
-                    if s.failed == 1 { "y" } else { "ies" },
-                    s.failures[0].path,
-                    s.failures[0].message
-                ),
-            },
             done => return done,
         };
         let shift = (attempt - 1).min(16);
@@ -156,14 +145,6 @@ fn retrying(
             std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
         }
     }
-}
-
-/// Whether every entry that failed was refused as `busy` (the receiver out of descriptors,
-/// say): another try may store them, as it may after a session refused as busy.
-fn busy_only(s: &Summary) -> bool {
-    s.failed > 0
-        && s.failures.len() as u64 == s.failed
-        && s.failures.iter().all(|f| f.code == ErrorCode::Busy.name())
 }
 
 /// Shows that the session is connecting (before anything else is known).

@@ -3,7 +3,7 @@
 //! awaited, so a peer that resets the connection (it closed with bytes unread) fails the send.
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -143,25 +143,9 @@ fn open_source(o: &RawSendOptions, shown: &str) -> Result<(std::fs::File, u64), 
     Ok((file, meta.len()))
 }
 
-/// Connects to the first address of the host that answers within the timeout.
+/// Connects to the first address of the host that answers, all within the timeout.
 fn connect(o: &RawSendOptions) -> Result<TcpStream, SessionError> {
-    let what = format!("{}:{}", o.host, o.port);
-    let failed = |source| SessionError::Connect {
-        addr: what.clone(),
-        source,
-    };
-    let addrs: Vec<SocketAddr> = (o.host.as_str(), o.port)
-        .to_socket_addrs()
-        .map_err(failed)?
-        .collect();
-    let mut last = std::io::Error::other("the host has no address");
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, o.connect_timeout) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(failed(last))
+    crate::conn::connect(&o.host, o.port, o.connect_timeout)
 }
 
 fn addrs(sock: &TcpStream) -> Result<(SocketAddr, SocketAddr), SessionError> {

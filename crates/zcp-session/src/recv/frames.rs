@@ -410,6 +410,17 @@ impl Receiving {
 
     /// The result of file-system work a frame asked for.
     pub(crate) fn fs_done(&mut self, done: FsDone, now: Instant) -> Result<(), SessionError> {
+        // Out of descriptors: the process's want, not this entry's fault. The session ends as
+        // busy (the sender's `--retry` comes back and resumes) instead of failing entry after
+        // entry for as long as it lasts.
+        let refusal = match &done {
+            FsDone::Prepared { result, .. } => result.as_ref().err(),
+            FsDone::Entry { result, .. } => result.as_ref().err(),
+            FsDone::Reset { result, .. } => result.as_ref().err(),
+        };
+        if let Some(r) = refusal.filter(|r| r.is_out_of_descriptors()) {
+            return Err(r.clone().into());
+        }
         match done {
             FsDone::Prepared { id, shown, result } => {
                 self.preparing = None;

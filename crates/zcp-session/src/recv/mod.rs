@@ -380,9 +380,13 @@ fn run_role(
         )?
     };
     let result = control_loop(core, &events, reader, observer, start);
-    if let Err(SessionError::Protocol { reason, .. }) = &result {
+    match &result {
         // Say why before closing, so the peer does not only see a closed connection.
-        core.ctl.send_error(ErrorCode::Protocol, reason);
+        Err(SessionError::Protocol { reason, .. }) => {
+            core.ctl.send_error(ErrorCode::Protocol, reason);
+        }
+        Err(SessionError::Refusing { code, message }) => core.ctl.send_error(*code, message),
+        _ => {}
     }
     // Stop the helpers: no more journal or commit work once the loop ends.
     *core.journal.locked() = None;

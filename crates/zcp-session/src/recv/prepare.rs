@@ -177,7 +177,7 @@ pub(crate) fn engine_err(e: EngineError) -> Refusal {
             crate::server::gate::note_out_of_descriptors();
             Refusal::new(
                 ErrorCode::Busy,
-                format!("out of file descriptors ({e}); try again"),
+                format!("{} ({e}); try again", crate::error::OUT_OF_DESCRIPTORS),
             )
         }
         EngineError::NoSpace(m) => Refusal::new(

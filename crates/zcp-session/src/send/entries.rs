@@ -4,13 +4,28 @@
 //! `MakeLink` and `DirTimes` is answered, in the order sent, by `EntryDone` or `EntryFailed`;
 //! an answer out of that order, or for nothing sent, is a protocol error, and whatever is
 //! still unanswered when the receiver closes the session fails (class `verify`).
+//!
+//! The answers are a window: the walk (and the directories' times at the end) waits while
+//! [`MAX_AWAITED`] entries or [`MAX_AWAITED_BYTES`] of their answers are outstanding. The
+//! sender's loop may be writing, not reading, while the receiver answers; answers this few
+//! always fit in the sender's socket buffer, so the receiver never blocks writing them while
+//! the sender blocks writing to it. A receiver that stops answering holds no more than this.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
-/// Entries sent and not yet answered, at most, before the walk waits for answers: the
-/// receiver makes them one after another as they come, so this is never reached by an honest
-/// one, and a receiver that stops answering cannot make the sender hold a whole tree's paths.
-pub(crate) const MAX_AWAITED: usize = 65_536;
+use zcp_engine::fs::Meta;
+
+/// Entries sent and not yet answered, at most.
+pub(crate) const MAX_AWAITED: usize = 1024;
+/// Bytes their answers may take, at most, reckoned as the path and 256 bytes (a frame's
+/// header, seal and a short `EntryFailed` message): within a socket's default receive buffer
+/// (128 KiB), whatever the sender's loop is doing.
+pub(crate) const MAX_AWAITED_BYTES: usize = 96 << 10;
+
+/// What an answer for `path` is reckoned to take.
+fn answer_cost(path: &[u8]) -> usize {
+    path.len() + 256
+}
 
 /// What a path awaits an answer for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,20 +52,58 @@ impl Awaited {
     }
 }
 
-/// The queue of entries awaiting an answer, oldest first.
+/// Directories that failed, remembered (up to this many) so that their times are not sent,
+/// nor reported failing again.
+const MAX_FAILED_DIRS: usize = 65_536;
+
+/// The queue of entries awaiting an answer, oldest first; the directories whose times are
+/// still to be sent.
 #[derive(Debug, Default)]
 pub(crate) struct Awaiting {
     queue: VecDeque<(Awaited, Vec<u8>)>,
+    bytes: usize,
+    failed_dirs: HashSet<Vec<u8>>,
+    times: VecDeque<(Vec<u8>, Meta)>,
+    times_taken: bool,
 }
 
 impl Awaiting {
     pub(crate) fn push(&mut self, what: Awaited, path: Vec<u8>) {
+        self.bytes += answer_cost(&path);
         self.queue.push_back((what, path));
     }
 
     /// Whether the walk should wait for answers before it sends another directory or link.
     pub(crate) fn full(&self) -> bool {
-        self.queue.len() >= MAX_AWAITED
+        self.queue.len() >= MAX_AWAITED || self.bytes >= MAX_AWAITED_BYTES
+    }
+
+    /// The directories whose mode and times go out at the end (taken once; later calls
+    /// change nothing).
+    pub(crate) fn take_times(&mut self, dirs: Vec<(Vec<u8>, Meta)>) {
+        if !self.times_taken {
+            self.times_taken = true;
+            self.times = dirs.into();
+        }
+    }
+
+    /// The next directory's times to send, while the window has room; a directory that
+    /// failed is passed over (its times could only fail too).
+    pub(crate) fn next_times(&mut self) -> Option<(Vec<u8>, Meta)> {
+        while !self.full() {
+            let (path, meta) = self.times.pop_front()?;
+            if self.failed_dirs.contains(&path) {
+                continue;
+            }
+            self.push(Awaited::Times, path.clone());
+            return Some((path, meta));
+        }
+        None
+    }
+
+    /// Whether every directory's times went out.
+    pub(crate) fn times_sent(&self) -> bool {
+        self.times_taken && self.times.is_empty()
     }
 
     /// The receiver answered for `path`: it must be the oldest entry awaiting one.
@@ -58,6 +111,7 @@ impl Awaiting {
         match self.queue.front() {
             Some((what, p)) if p == path => {
                 let what = *what;
+                self.bytes -= answer_cost(path);
                 self.queue.pop_front();
                 Ok(what)
             }
@@ -74,8 +128,25 @@ impl Awaiting {
         }
     }
 
+    /// The receiver failed `what` at `path` (already answered): whether it is a failure of
+    /// its own to report. A directory's times failing after the directory itself failed are
+    /// not: the directory's failure said it.
+    pub(crate) fn failed(&mut self, what: Awaited, path: &[u8]) -> bool {
+        match what {
+            Awaited::Dir => {
+                if self.failed_dirs.len() < MAX_FAILED_DIRS {
+                    self.failed_dirs.insert(path.to_vec());
+                }
+                true
+            }
+            Awaited::Times => !self.failed_dirs.contains(path),
+            Awaited::Link => true,
+        }
+    }
+
     /// Everything still unanswered, oldest first.
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = (Awaited, Vec<u8>)> + '_ {
+        self.bytes = 0;
         self.queue.drain(..)
     }
 }
@@ -111,14 +182,52 @@ mod tests {
     }
 
     #[test]
-    fn full_at_the_bound() {
+    fn a_failed_directorys_times_are_not_a_failure_of_their_own() {
         let mut a = Awaiting::default();
-        for i in 0..MAX_AWAITED {
-            assert!(!a.full());
-            a.push(Awaited::Dir, i.to_string().into_bytes());
+        assert!(a.failed(Awaited::Dir, b"d"));
+        assert!(!a.failed(Awaited::Times, b"d"));
+        assert!(a.failed(Awaited::Times, b"e"));
+        assert!(a.failed(Awaited::Link, b"d"));
+    }
+
+    #[test]
+    fn full_at_the_bounds_of_count_and_bytes() {
+        let mut a = Awaiting::default();
+        let mut n = 0;
+        while !a.full() {
+            a.push(Awaited::Dir, vec![b'd'; 1]);
+            n += 1;
         }
-        assert!(a.full());
-        assert_eq!(a.drain().count(), MAX_AWAITED);
+        assert_eq!(n, MAX_AWAITED_BYTES.div_ceil(257).min(MAX_AWAITED));
+        assert_eq!(a.answer(b"d"), Ok(Awaited::Dir));
         assert!(!a.full());
+        assert_eq!(a.drain().count(), n - 1);
+        assert!(!a.full());
+        // Long paths fill it sooner.
+        a.push(Awaited::Dir, vec![b'p'; MAX_AWAITED_BYTES]);
+        assert!(a.full());
+    }
+
+    #[test]
+    fn times_go_out_in_the_window_and_never_for_a_failed_directory() {
+        let meta = Meta {
+            kind: zcp_engine::fs::EntryKind::Dir,
+            size: 0,
+            mode: 0o755,
+            mtime: (1, 0),
+            ctime: (1, 0),
+            id: (1, 1),
+            nlink: 2,
+            allocated: 0,
+            other: "",
+        };
+        let mut a = Awaiting::default();
+        assert!(a.failed(Awaited::Dir, b"bad"));
+        a.take_times(vec![(b"ok".to_vec(), meta), (b"bad".to_vec(), meta)]);
+        a.take_times(vec![(b"again".to_vec(), meta)]);
+        assert_eq!(a.next_times().map(|t| t.0), Some(b"ok".to_vec()));
+        assert!(a.next_times().is_none());
+        assert!(a.times_sent());
+        assert_eq!(a.answer(b"ok"), Ok(Awaited::Times));
     }
 }

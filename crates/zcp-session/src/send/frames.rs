@@ -76,19 +76,23 @@ impl Sending {
                 true
             }
             Message::EntryDone { path } => {
-                // A directory or link counts once the receiver says it made it.
+                // A directory or link counts once the receiver says it made it. Progress
+                // (times included): each answers an entry sent, so there are no more of them.
                 let what = self.awaiting.answer(&path).map_err(proto)?;
                 if what.is_entry() {
                     self.totals.entries += 1;
                 }
-                what.is_entry()
+                true
             }
             Message::EntryFailed {
                 path,
                 code,
                 message,
             } => {
-                self.awaiting.answer(&path).map_err(proto)?;
+                let what = self.awaiting.answer(&path).map_err(proto)?;
+                if !self.awaiting.failed(what, &path) {
+                    return Ok(());
+                }
                 let f = Failure {
                     path: escape(&path),
                     code: code.name(),

@@ -166,6 +166,8 @@ pub(crate) fn run(
     let start = thread_usage();
     let (tops, recursive) = walker.tops();
     let (engine, pending) = probe(&s.cfg, &mut walker);
+    // Walked to find the first file; taken by the drive loop as the window of answers allows.
+    walker.put_back(pending);
     let counters = s.transport.counters();
     let close_streams = s.transport.closer();
     let now = Instant::now();
@@ -178,9 +180,6 @@ pub(crate) fn run(
         counters.len(),
         now,
     );
-    for e in pending {
-        sm.take_entry(e, now);
-    }
     let (tx, events) = mpsc::channel::<SendEvent>();
     let reader = Reader::start(s.rx, tx.clone(), SendEvent::Ctl)?;
     let send_q: Arc<Queue<crate::transport::OutChunk>> = Queue::new();

@@ -302,10 +302,15 @@ impl Sending {
         self.open.is_empty()
     }
 
-    /// The walk is over and every file done: directory times, then `Finish`.
+    /// The walk is over and every file done: directory times, as the window of answers
+    /// allows (called again each turn until they are all out; `dirs` is taken the first
+    /// time), then `Finish`.
     pub(crate) fn finish(&mut self, dirs: Vec<(Vec<u8>, Meta)>) {
-        for (path, meta) in dirs {
-            self.awaiting.push(Awaited::Times, path.clone());
+        if self.finishing {
+            return;
+        }
+        self.awaiting.take_times(dirs);
+        while let Some((path, meta)) = self.awaiting.next_times() {
             self.send(Message::DirTimes {
                 path,
                 mode: meta.mode,
@@ -313,8 +318,10 @@ impl Sending {
                 mtime_nsec: meta.mtime.1,
             });
         }
-        self.send(Message::Finish);
-        self.finishing = true;
+        if self.awaiting.times_sent() {
+            self.send(Message::Finish);
+            self.finishing = true;
+        }
     }
 
     /// Whether the session is over: the receiver's `Stats` came and every stream ended.
