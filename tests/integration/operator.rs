@@ -220,6 +220,17 @@ fn sigint_stops_the_sender_cleanly_and_the_same_command_resumes() {
         );
         // Nothing under the final name; what was durable is kept for the next run.
         assert!(!target.exists());
+        // The server logs a client that stopped as such, at info: not a failure of its own.
+        let end = Instant::now() + Duration::from_secs(10);
+        while !server.log().contains("stopped by the client") && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = server.log();
+        let line = log.lines().rfind(|l| l.contains("stopped by the client"));
+        assert!(
+            line.is_some_and(|l| l.contains(" INFO ") && l.contains("interrupted")),
+            "{log}"
+        );
         let held = journaled(&target);
         assert!(held > 0);
         let (o, v) = send_json(server.port, &env.key, &src, "s.bin", SLOW, 60);

@@ -45,6 +45,11 @@ impl<O: Write + Send> ServerTrace<O> {
 pub fn level(event: &ServerEvent) -> Level {
     match event {
         ServerEvent::Reloaded { ok: false, .. } => Level::ERROR,
+        ServerEvent::SessionEnd {
+            ok: false,
+            reason: Some(r),
+            ..
+        } if r.starts_with(zcp_session::STOPPED_BY_CLIENT) => Level::INFO,
         ServerEvent::Rejected { .. }
         | ServerEvent::Shed { .. }
         | ServerEvent::FileFailed { .. }

@@ -348,6 +348,10 @@ impl Reporter for Collect {
     }
 }
 
+/// How a [`ServerEvent::SessionEnd`]'s reason begins when the client ended the session on
+/// purpose (its `Error{busy}`: interrupted, or stopping): not the server's failure.
+pub const STOPPED_BY_CLIENT: &str = "stopped by the client";
+
 /// What a server reports. Sent from many sessions' threads at once.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {

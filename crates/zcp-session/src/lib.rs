@@ -37,8 +37,8 @@ pub use client::{
 pub use error::{SessionError, exit};
 pub use event::{
     Collect, Cpu, Event, Failure, Fanout, Interval, Phase, Progress, Quiet, RateLimit, RawEnd,
-    RawStart, Reporter, Retry, ServerEvent, ServerReporter, Start, StreamInterval, Summary,
-    TcpStats,
+    RawStart, Reporter, Retry, STOPPED_BY_CLIENT, ServerEvent, ServerReporter, Start,
+    StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{

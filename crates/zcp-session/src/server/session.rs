@@ -480,7 +480,18 @@ fn end(
 ) -> i32 {
     let served = result.as_ref().ok();
     let stored = served.is_some_and(|s| s.files + s.entries > 0);
-    let mut reason = result.as_ref().err().map(|e| escape_text(&e.to_string()));
+    let mut reason = result.as_ref().err().map(|e| match e {
+        // The client's `Error{busy}`: it was interrupted or is stopping, not a failure here.
+        SessionError::Refused {
+            code: zcp_wire::ErrorCode::Busy,
+            message,
+        } => format!(
+            "{}: {}",
+            crate::event::STOPPED_BY_CLIENT,
+            escape_text(message)
+        ),
+        e => escape_text(&e.to_string()),
+    });
     if result.is_ok() && !stored && o.failures.is_empty() {
         // Nothing requested arrived, and nothing failed either: no success to report.
         reason = Some("the session ended without storing or sending anything".into());
