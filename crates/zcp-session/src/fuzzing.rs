@@ -36,13 +36,13 @@ mod sender;
 pub use sender::sender_script;
 
 /// Reads the script: each call takes what it needs, and zeros once the bytes run out.
-struct Script<'a> {
-    data: &'a [u8],
-    at: usize,
+pub(crate) struct Script<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl Script<'_> {
-    fn u8(&mut self) -> u8 {
+    pub(crate) fn u8(&mut self) -> u8 {
         let b = self.data.get(self.at).copied().unwrap_or(0);
         self.at += 1;
         b
@@ -52,7 +52,7 @@ impl Script<'_> {
         u16::from_be_bytes([self.u8(), self.u8()])
     }
 
-    fn bytes(&mut self, n: usize) -> &[u8] {
+    pub(crate) fn bytes(&mut self, n: usize) -> &[u8] {
         let start = self.at.min(self.data.len());
         let end = (self.at + n).min(self.data.len());
         self.at += n;

@@ -25,6 +25,7 @@ use zcp_wire::{ChunkPlan, Message, PutFile, RelPath};
 
 use crate::confine::{Act, Requested, Scope, not_reserved};
 use crate::error::Refusal;
+use crate::fuzzing::Script;
 
 /// The names a fuzzed pull asks for.
 const REQUESTED: [&[u8]; 2] = [b"a", b"b.txt"];
@@ -42,26 +43,8 @@ const PARTS: [&[u8]; 8] = [
     b"a/b",
 ];
 
-/// Reads the script; zeros once the bytes run out.
-struct Script<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
+/// The shared script reader ([`crate::fuzzing::Script`]), with paths of this target's parts.
 impl Script<'_> {
-    fn u8(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-
-    fn bytes(&mut self, n: usize) -> &[u8] {
-        let start = self.at.min(self.data.len());
-        let end = (self.at + n).min(self.data.len());
-        self.at += n;
-        &self.data[start..end]
-    }
-
     /// A path of up to four components from [`PARTS`], now and then with a trailing `/`.
     fn path(&mut self) -> Vec<u8> {
         let b = self.u8();
