@@ -388,16 +388,46 @@ fn drive(
             SendEvent::ResumeProgress { file, bytes } => sm.resume_progress(file, bytes, now),
             SendEvent::ResumeChecked { file, kept } => sm.resume_checked(file, kept, now),
             SendEvent::StreamFailed { stream, why } => {
-                return Err(SessionError::Connection {
+                let broke = SessionError::Connection {
                     peer: io.peer.to_string(),
                     reason: format!("data stream {stream}: {why}"),
-                });
+                };
+                return Err(the_receivers_reason(&mut queue, sm, broke));
             }
             SendEvent::StreamDone { usage, end } => sm.stream_done(usage, end),
             SendEvent::Tally { files, bytes } => sm.plan(files, bytes),
         }
         if sm.done() {
             return io.carry_out(sm, observer);
+        }
+    }
+}
+
+/// How long a broken data stream waits for the receiver's word on why (its `Error` on the
+/// control connection, sent just before it closed the data streams).
+const REASON_GRACE: Duration = Duration::from_secs(2);
+
+/// A data stream broke: a receiver that ends a session on purpose (shutting down, a refusal)
+/// says why on the control connection, which can arrive just after the stream's own error.
+/// Its reason, if it gives one within [`REASON_GRACE`]; otherwise what broke.
+fn the_receivers_reason(
+    queue: &mut Batched<'_, SendEvent>,
+    sm: &mut Sending,
+    broke: SessionError,
+) -> SessionError {
+    let until = Instant::now() + REASON_GRACE;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match queue.next(left) {
+            Ok(SendEvent::Ctl(Ok(m @ Message::Error { .. }))) => {
+                return match sm.handle_frame(m, Instant::now()) {
+                    Err(e) => e,
+                    Ok(()) => broke,
+                };
+            }
+            Ok(SendEvent::Ctl(Err(_))) | Err(_) => return broke,
+            Ok(_) if left.is_zero() => return broke,
+            Ok(_) => {}
         }
     }
 }
