@@ -134,7 +134,8 @@ fn this_host_gives_a_complete_report_and_leaves_nothing_behind() {
 fn a_peer_on_loopback_is_measured() {
     let env = Env::new();
     let root = env.mkdir("root");
-    let mut server = ServerProc::start(&root, &env.key, &[]);
+    let mut server = ServerProc::start(&root, &env.key, &["--metrics", "127.0.0.1:0"]);
+    let m = crate::monitor::monitor_addr(&server);
     let peer = format!("127.0.0.1:{}", server.port);
     let v = json(&doctor(&[
         "--peer",
@@ -154,6 +155,21 @@ fn a_peer_on_loopback_is_measured() {
         .collect();
     assert_eq!(peer_rows.len(), 3, "{peer_rows:?}");
     assert!(server.alive(), "the server survives bare probe connections");
+    // Its connections were probes, not refusals: the counter operators alert on stays still.
+    let samples = 5.0; // zcp_tune::host::PEER_TRIES connections
+    let mut probes = None;
+    for _ in 0..50 {
+        let (_, _, t) = crate::monitor::http(m, "GET", "/metrics", None);
+        assert!(!t.contains("zcp_refused_connections_total{"), "{t}");
+        probes = crate::monitor::sample(&t, "zcp_probe_connections_total");
+        if probes == Some(samples) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(probes, Some(samples), "{}", server.log());
+    let log = server.log();
+    assert!(!log.contains("refused") && !log.contains("WARN"), "{log}");
 }
 
 #[test]

@@ -152,10 +152,16 @@ pub fn label_values(text: &str) -> Vec<String> {
 #[test]
 fn metrics_count_a_push_and_the_refused_connections() {
     let site = Site::new();
+    let tl = site.env.path("transfers.jsonl");
     let srv = ServerProc::with_config(
         &site.config,
         &site.env.path("srv"),
-        &["--metrics", "127.0.0.1:0"],
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--transfer-log",
+            tl.to_str().unwrap(),
+        ],
     );
     let m = monitor_addr(&srv);
     let src = site.file("f.bin", 3 << 20);
@@ -232,6 +238,38 @@ fn metrics_count_a_push_and_the_refused_connections() {
     assert_eq!(push[0]["outcome"], "ok");
     assert_eq!(push[0]["bytes"], 3 << 20);
     assert_eq!(push[1]["name"], "f.bin", "{doc}");
+    // The refusal after authenticating is accounted: who asked for what, in the log and in
+    // the transfer log.
+    let log = srv.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("refused session"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line.contains("from 127.0.0.1:")
+            && line.contains("(identity lab, push to export 'incoming'): ")
+            && line.contains("the export exists, but identity 'lab' has no access to it"),
+        "{line}"
+    );
+    let lines = std::fs::read_to_string(&tl).unwrap();
+    let refused: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{lines}");
+    let r = &refused[0];
+    for (k, want) in [
+        ("identity", "lab"),
+        ("export", "incoming"),
+        ("direction", "push"),
+        ("code", "access"),
+        ("outcome", "refused"),
+    ] {
+        assert_eq!(r[k], want, "{k}: {r}");
+    }
+    assert!(r["peer"].as_str().unwrap().starts_with("127.0.0.1:"), "{r}");
+    assert!(r["reason"].as_str().unwrap().contains("lab"), "{r}");
 }
 
 #[test]

@@ -80,10 +80,30 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             }
         }
         ServerEvent::Rejected { peer, reason, .. } => format!("zcp: refused {peer}: {reason}"),
+        ServerEvent::SessionRefused {
+            session,
+            peer,
+            identity,
+            export,
+            direction,
+            reason,
+            ..
+        } => {
+            let asked = match (direction, export) {
+                (Some("pull"), Some(e)) => format!(", pull from export '{e}'"),
+                (Some(_), Some(e)) => format!(", push to export '{e}'"),
+                _ => String::new(),
+            };
+            format!(
+                "zcp: refused session {} from {peer} (identity {identity}{asked}): {reason}",
+                &session[..session.len().min(16)]
+            )
+        }
         ServerEvent::Shed {
             evicted,
             expired,
             gave_up,
+            probes,
             refused,
             descriptors,
             pending,
@@ -96,6 +116,13 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
                  ones, {expired} past their deadline, {gave_up} closed by their peer",
                 if all == 1 { "" } else { "s" }
             );
+            if *probes > 0 {
+                line += &format!(
+                    "; {probes} probe{} (connected and closed without a byte: zcp doctor, a \
+                     health check, a port scan)",
+                    if *probes == 1 { "" } else { "s" }
+                );
+            }
             if *refused > 0 {
                 line += &format!(
                     "; {refused} more refused (not logged one by one: 20 a second at most)"

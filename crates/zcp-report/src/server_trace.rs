@@ -50,7 +50,17 @@ pub fn level(event: &ServerEvent) -> Level {
             reason: Some(r),
             ..
         } if r.starts_with(zcp_session::STOPPED_BY_CLIENT) => Level::INFO,
+        // Probes alone (zcp doctor, health checks) are no warning.
+        ServerEvent::Shed {
+            evicted: 0,
+            expired: 0,
+            gave_up: 0,
+            refused: 0,
+            descriptors: 0,
+            ..
+        } => Level::INFO,
         ServerEvent::Rejected { .. }
+        | ServerEvent::SessionRefused { .. }
         | ServerEvent::Shed { .. }
         | ServerEvent::FileFailed { .. }
         | ServerEvent::Leftovers { .. }
@@ -117,6 +127,16 @@ impl<O: Write + Send> ServerReporter for ServerTrace<O> {
                 peer = Some(p.to_string());
                 code = Some(*cause);
             }
+            ServerEvent::SessionRefused {
+                session: s,
+                peer: p,
+                cause,
+                ..
+            } => {
+                session = Some(s.as_str());
+                peer = Some(p.to_string());
+                code = Some(*cause);
+            }
             ServerEvent::SessionStart { session: s, .. }
             | ServerEvent::Engines { session: s, .. }
             | ServerEvent::Note { session: s, .. } => session = Some(s.as_str()),
@@ -154,9 +174,20 @@ impl<O: Write + Send> ServerReporter for ServerTrace<O> {
             }
             _ => {}
         }
-        let identity = ctx.as_ref().map(|c| esc(&c.identity));
-        let export = ctx.as_ref().map(|c| esc(&c.export));
-        let direction = ctx.as_ref().map(|c| c.direction);
+        let mut identity = ctx.as_ref().map(|c| esc(&c.identity));
+        let mut export = ctx.as_ref().map(|c| esc(&c.export));
+        let mut direction = ctx.as_ref().map(|c| c.direction);
+        if let ServerEvent::SessionRefused {
+            identity: i,
+            export: e,
+            direction: d,
+            ..
+        } = event
+        {
+            identity = Some(esc(i));
+            export = e.as_deref().map(esc);
+            direction = *d;
+        }
         at_level!(
             level, session, peer, identity, export, direction, path, bytes, files, code, digest,
             "{text}"

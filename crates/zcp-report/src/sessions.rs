@@ -80,6 +80,7 @@ impl Sessions {
             | ServerEvent::Stopping { .. }
             | ServerEvent::Leftovers { .. }
             | ServerEvent::Rejected { .. }
+            | ServerEvent::SessionRefused { .. }
             | ServerEvent::Shed { .. }
             | ServerEvent::Reloaded { .. } => None,
         }
@@ -121,7 +122,6 @@ mod tests {
             seconds: 0.0,
             resent_chunks: 0,
             failed: 0,
-            started: true,
         }
     }
 

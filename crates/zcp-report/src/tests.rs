@@ -443,7 +443,6 @@ fn server_lines() {
             seconds: 1.0,
             resent_chunks: 0,
             failed: 0,
-            started: true,
         },
     ];
     let log = ServerLog::new(Vec::new(), Vec::new());

@@ -1,5 +1,6 @@
 //! The transfer log (`zcp serve --transfer-log FILE`, config `transfer_log`): one JSON line per
-//! file committed or failed and one per session that ended, for accounting (as GridFTP's
+//! file committed or failed, one per session that ended and one per session refused after its
+//! client authenticated, for accounting (as GridFTP's
 //! transfer log). The lines go to one writer thread ([`crate::log_writer`]) that alone
 //! appends to the file, opened `O_APPEND`, whole line after whole line, so concurrent
 //! sessions never interleave within a line and never wait for the disk; a line that finds the
@@ -134,7 +135,6 @@ impl TransferLog {
                 seconds,
                 resent_chunks,
                 failed,
-                started: true,
             } => {
                 let mut v = common(&time, "session", session, ctx.as_ref());
                 v["files"] = json!(files);
@@ -147,6 +147,26 @@ impl TransferLog {
                 v["reason"] = json!(reason.as_deref().map(escape_text));
                 v
             }
+            ServerEvent::SessionRefused {
+                session,
+                peer,
+                identity,
+                export,
+                direction,
+                cause,
+                reason,
+            } => json!({
+                "time": time,
+                "type": "refused",
+                "session": escape_text(session),
+                "identity": escape_text(identity),
+                "peer": peer.to_string(),
+                "export": export.as_deref().map(escape_text),
+                "direction": direction,
+                "outcome": "refused",
+                "code": cause,
+                "reason": escape_text(reason),
+            }),
             _ => return None,
         };
         Some(v.to_string())

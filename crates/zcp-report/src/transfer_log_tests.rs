@@ -62,19 +62,17 @@ fn events() -> Vec<ServerEvent> {
             seconds: 2.0,
             resent_chunks: 3,
             failed: 0,
-            started: true,
         },
-        // Refused after authenticating: no transfer, no line.
-        ServerEvent::SessionEnd {
+        // Refused after authenticating: a line of its own, with who asked for what (the
+        // client's text escaped).
+        ServerEvent::SessionRefused {
             session: "ff".into(),
-            ok: false,
-            reason: Some("no export".into()),
-            files: 0,
-            bytes: 0,
-            seconds: 0.0,
-            resent_chunks: 0,
-            failed: 0,
-            started: false,
+            peer: "10.0.0.9:41000".parse().unwrap(),
+            identity: "lab".into(),
+            export: Some("incom\x1b[2Jing".into()),
+            direction: Some("push"),
+            cause: "access",
+            reason: "identity 'lab' may not write export 'incom\x1b[2Jing'".into(),
         },
         // Its session forgotten: the line says so with nulls.
         ServerEvent::FileFailed {
@@ -101,7 +99,7 @@ fn one_json_line_per_file_and_per_session() {
     assert!(log.flush(WAIT));
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     for l in &lines {
         let v: Value = serde_json::from_str(l).unwrap();
         assert_eq!(v["time"], "2026-11-18T11:06:40.123Z");

@@ -398,8 +398,12 @@ pub enum ServerEvent {
         evicted: u64,
         /// Past their handshake deadline.
         expired: u64,
-        /// Closed by their peer before a whole handshake (a port scan, a client giving up).
+        /// Closed by their peer inside a handshake (a client giving up).
         gave_up: u64,
+        /// Closed (or reset) by their peer without sending a byte: a TCP probe, such as
+        /// `zcp doctor --peer`'s RTT measurement, a load balancer's health check or a port
+        /// scan. Not refusals.
+        probes: u64,
         /// Refused (a bad frame, a wrong key, ...) beyond the ones logged on their own line
         /// ([`ServerEvent::Rejected`], at most 20 a second).
         refused: u64,
@@ -526,9 +530,27 @@ pub enum ServerEvent {
         /// Entries that failed (each also a [`ServerEvent::FileFailed`], but for those a
         /// peer reported past the log's cap on its notices).
         failed: u64,
-        /// Whether the session ever started ([`ServerEvent::SessionStart`]): `false` when it
-        /// was refused after authenticating (an export it may not use, a bad `Open`).
-        started: bool,
+    },
+    /// A session was refused after its client authenticated, before it started (an export
+    /// the identity may not use, a bad `Open`, the server shutting down): no
+    /// [`ServerEvent::SessionStart`] or [`ServerEvent::SessionEnd`] for it.
+    SessionRefused {
+        /// Session id, hex.
+        session: String,
+        /// Who connected.
+        peer: SocketAddr,
+        /// The identity whose key the client holds.
+        identity: String,
+        /// The export asked for, escaped, once the client said (its `Open`).
+        export: Option<String>,
+        /// `push` or `pull`, once the client said.
+        direction: Option<&'static str>,
+        /// The refusal's class, for counting: `access` when the identity may not use the
+        /// export or the direction it asked for, else an [`zcp_wire::ErrorCode`] name
+        /// (`busy`, `protocol`, ...).
+        cause: &'static str,
+        /// Why, escaped.
+        reason: String,
     },
 }
 

@@ -53,6 +53,7 @@ pub(crate) struct Metrics {
     pub(crate) resent_chunks: Counter,
     pub(crate) verify_failures: Counter,
     pub(crate) refused: Family<Cause, Counter>,
+    pub(crate) probes: Counter,
     pub(crate) engines: Family<Engine, Counter>,
     pub(crate) rate: Gauge<f64, AtomicU64>,
     pub(crate) part_files: Gauge,
@@ -71,6 +72,7 @@ impl Metrics {
             resent_chunks: Counter::default(),
             verify_failures: Counter::default(),
             refused: Family::default(),
+            probes: Counter::default(),
             engines: Family::default(),
             rate: Gauge::default(),
             part_files: Gauge::default(),
@@ -122,6 +124,12 @@ impl Metrics {
             "zcp_refused_connections",
             "Connections refused, by cause (auth, busy, protocol, version, access, ...)",
             m.refused.clone(),
+        );
+        r.register(
+            "zcp_probe_connections",
+            "Connections closed by their peer without sending a byte (zcp doctor --peer, \
+             health checks, port scans): not refusals",
+            m.probes.clone(),
         );
         r.register(
             "zcp_engines_chosen",

@@ -135,7 +135,7 @@ impl Monitor {
                 m.part_files.set(inner.part_files);
                 m.part_bytes.set(inner.part_bytes);
             }
-            ServerEvent::Rejected { cause, .. } => {
+            ServerEvent::Rejected { cause, .. } | ServerEvent::SessionRefused { cause, .. } => {
                 let cause = metrics::cause_name(cause);
                 m.refused.get_or_create(&Cause { cause }).inc();
             }
@@ -146,9 +146,11 @@ impl Monitor {
                 evicted,
                 expired,
                 gave_up,
+                probes,
                 refused,
                 ..
             } => {
+                m.probes.inc_by(*probes);
                 let counts = [
                     ("busy", evicted),
                     ("limit", expired),
@@ -287,17 +289,12 @@ impl Inner {
             bytes,
             seconds,
             resent_chunks,
-            started,
             ..
         } = event
         else {
             return;
         };
         let m = &self.metrics;
-        if !started {
-            m.refused.get_or_create(&Cause { cause: "access" }).inc();
-            return;
-        }
         let outcome = if *ok { "ok" } else { "failed" };
         m.sessions.get_or_create(&Outcome { outcome }).inc();
         m.resent_chunks.inc_by(*resent_chunks);

@@ -39,7 +39,7 @@ fn progress(m: &Monitor, session: &str, bytes: u64, last: Option<&str>, now: f64
     );
 }
 
-fn end(m: &Monitor, session: &str, ok: bool, bytes: u64, started: bool, now: f64) {
+fn end(m: &Monitor, session: &str, ok: bool, bytes: u64, now: f64) {
     m.event_at(
         &ServerEvent::SessionEnd {
             session: session.into(),
@@ -50,7 +50,6 @@ fn end(m: &Monitor, session: &str, ok: bool, bytes: u64, started: bool, now: f64
             seconds: 3.0,
             resent_chunks: 3,
             failed: 0,
-            started,
         },
         now,
     );
@@ -129,9 +128,35 @@ fn events_in_give_the_metrics_out() {
         2.7,
     );
     // The end's byte count tops up what progress counted.
-    end(&m, "aa", true, 2_000_000, true, 3.0);
-    end(&m, "bb", false, 800, true, 3.0);
-    end(&m, "cc", false, 0, false, 3.0);
+    end(&m, "aa", true, 2_000_000, 3.0);
+    end(&m, "bb", false, 800, 3.0);
+    m.event_at(
+        &ServerEvent::SessionRefused {
+            session: "cc".into(),
+            peer: peer(),
+            identity: "lab".into(),
+            export: Some("incoming".into()),
+            direction: Some("push"),
+            cause: "access",
+            reason: "may not write".into(),
+        },
+        3.0,
+    );
+    // Connections closed without a byte (zcp doctor's RTT probes) are not refusals.
+    m.event_at(
+        &ServerEvent::Shed {
+            evicted: 0,
+            expired: 0,
+            gave_up: 0,
+            probes: 5,
+            refused: 0,
+            descriptors: 0,
+            pending: 0,
+            max: 64,
+            busiest: None,
+        },
+        3.1,
+    );
     let t = m.metrics_text_at(3.5);
     for (name, want) in [
         ("zcp_sessions_active", 0.0),
@@ -150,6 +175,7 @@ fn events_in_give_the_metrics_out() {
         ("zcp_verify_failures_total", 1.0),
         ("zcp_refused_connections_total{cause=\"auth\"}", 1.0),
         ("zcp_refused_connections_total{cause=\"access\"}", 1.0),
+        ("zcp_probe_connections_total", 5.0),
         (
             "zcp_engines_chosen_total{side=\"sender\",engine=\"sendfile\"}",
             1.0,
@@ -163,6 +189,7 @@ fn events_in_give_the_metrics_out() {
     ] {
         assert_eq!(value(&t, name), Some(want), "{name} in\n{t}");
     }
+    assert!(!t.contains("cause=\"protocol\""), "{t}");
     assert!(t.contains("# HELP zcp_rate_bytes_per_second "), "{t}");
     // Prometheus's text format: a counter's HELP and TYPE name its samples.
     assert!(t.contains("# TYPE zcp_sessions_total counter\n"), "{t}");

@@ -67,6 +67,7 @@ struct Tally {
     evicted: u64,
     expired: u64,
     gave_up: u64,
+    probes: u64,
     descriptors: u64,
     /// Failed handshakes logged on their own line, and the ones beyond that only counted.
     logged: u64,
@@ -241,6 +242,11 @@ impl<'a> Gate<'a> {
                 let p = self.take(id);
                 hand_off(self.ctx, p, joined, ended);
             }
+            // Closed or reset before its first byte: a probe, not a refusal.
+            Err(_) if p.heard_nothing() => {
+                self.take(id);
+                self.tally.probes += 1;
+            }
             Err(r) if r.message == PEER_CLOSED => {
                 self.take(id);
                 self.tally.gave_up += 1;
@@ -314,7 +320,7 @@ impl<'a> Gate<'a> {
         {
             return;
         }
-        if t.evicted + t.expired + t.gave_up + t.descriptors + t.unlogged == 0 {
+        if t.evicted + t.expired + t.gave_up + t.probes + t.descriptors + t.unlogged == 0 {
             // Nothing to report: a new second for the failed handshakes' own lines.
             *t = Tally {
                 last: Some(now),
@@ -327,6 +333,7 @@ impl<'a> Gate<'a> {
             evicted: t.evicted,
             expired: t.expired,
             gave_up: t.gave_up,
+            probes: t.probes,
             refused: t.unlogged,
             descriptors: t.descriptors,
             pending: self.table.len(),

@@ -46,9 +46,16 @@ pub(super) struct Pending {
     /// The frame being received: header, then payload.
     buf: Vec<u8>,
     step: Step,
+    /// Whether any byte arrived.
+    heard: bool,
 }
 
 impl Pending {
+    /// Whether the peer has sent nothing yet (a connection it closes now was a TCP probe).
+    pub(super) fn heard_nothing(&self) -> bool {
+        !self.heard
+    }
+
     /// A freshly accepted connection (non-blocking, as the listener's are).
     pub(super) fn new(stream: TcpStream, peer: SocketAddr) -> Pending {
         let _ = stream.set_nonblocking(true);
@@ -58,6 +65,7 @@ impl Pending {
             peer,
             buf: Vec::new(),
             step: Step::Hello,
+            heard: false,
         }
     }
 
@@ -106,7 +114,10 @@ impl Pending {
             let room = want - self.buf.len();
             match self.stream.read(&mut chunk[..room]) {
                 Ok(0) => return Err(Refusal::protocol(PEER_CLOSED)),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    self.heard = true;
+                    self.buf.extend_from_slice(&chunk[..n]);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Refusal::protocol(e.to_string())),

@@ -19,12 +19,13 @@ use zcp_wire::{
 };
 
 use super::access::{Granted, Live};
+use super::observer::{Asked, ServerObserver, clip};
 use super::{Ctx, Session, SessionRole};
 use crate::confine::Scope;
 use crate::conn::{ControlRx, ControlTx, FrameReader};
 use crate::control::ControlWriter;
 use crate::error::SessionError;
-use crate::event::{Failure, FileOutcome, Observer, ServerEvent, ServerReporter};
+use crate::event::ServerEvent;
 use crate::manifest::{Top, Walker};
 use crate::recv::state::RxConfig;
 use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
@@ -33,174 +34,6 @@ use crate::transport::pace::{RateCap, planned};
 
 /// Paths one `get` may ask for.
 const MAX_GETS: usize = 4096;
-
-/// Notices (failed files, refusals, the peer's own notes) logged per session; past this they
-/// are counted, and the count is logged when the session ends. A peer cannot flood the log.
-const MAX_LOGGED_NOTICES: u64 = 100;
-/// Characters of one peer text (a path, a reason) a log line shows at most.
-const MAX_LOGGED_TEXT: usize = 300;
-
-/// `text` cut to [`MAX_LOGGED_TEXT`] characters, saying how much was left out.
-fn clip(text: String) -> String {
-    match text.char_indices().nth(MAX_LOGGED_TEXT) {
-        None => text,
-        Some((at, _)) => format!("{}... ({} bytes more)", &text[..at], text.len() - at),
-    }
-}
-
-/// Turns a role's reports into server events, and keeps what the session's exit code needs.
-struct ServerObserver<'a> {
-    reporter: &'a dyn ServerReporter,
-    session: String,
-    files: u64,
-    /// Failure classes of the entries that failed, in order (the first few), and the first
-    /// integrity failure however late it came: what the session's exit code needs.
-    failures: Vec<&'static str>,
-    /// Notices so far, logged or not.
-    notices: u64,
-    /// Entries that failed, logged or not.
-    failed_files: u64,
-    /// Whether the session was granted and started (its `SessionStart` went out).
-    started: bool,
-    /// Set when the server is stopping.
-    shutdown: &'a std::sync::atomic::AtomicBool,
-    /// Payload bytes moved so far, once the role runs; bytes resumed rather than sent.
-    moved: Option<Box<dyn Fn() -> u64 + Send>>,
-    skipped: u64,
-    /// What the sender counted (a pull), the last file committed, the last `Progress`.
-    plan: Option<(u64, u64)>,
-    last: Option<String>,
-    progress_at: Option<Instant>,
-}
-
-/// How often a running session's [`ServerEvent::Progress`] goes out.
-const PROGRESS_EVERY: Duration = Duration::from_secs(1);
-
-impl ServerObserver<'_> {
-    /// The session ended: what was not logged is counted.
-    fn finish(&mut self) {
-        if self.notices > MAX_LOGGED_NOTICES {
-            self.reporter.event(&ServerEvent::Note {
-                session: self.session.clone(),
-                message: format!(
-                    "{} more notices in this session not logged",
-                    self.notices - MAX_LOGGED_NOTICES
-                ),
-            });
-        }
-    }
-
-    fn failed(&mut self, code: &'static str) {
-        self.failed_files += 1;
-        let integrity = |c: &str| matches!(c, "verify" | "source-changed");
-        if self.failures.len() < 64
-            || (integrity(code) && !self.failures.iter().any(|c| integrity(c)))
-        {
-            self.failures.push(code);
-        }
-    }
-}
-
-impl Observer for ServerObserver<'_> {
-    fn engines(&mut self, sender: &str, _: Option<&str>, receiver: &str, _: Option<&str>) {
-        self.reporter.event(&ServerEvent::Engines {
-            session: self.session.clone(),
-            sender: sender.to_string(),
-            receiver: receiver.to_string(),
-        });
-    }
-
-    fn file_done(&mut self, d: FileOutcome) {
-        match d.failure {
-            None => {
-                self.files += 1;
-                self.skipped += d.skipped;
-                // Whole: a path is at most 4096 bytes, and the transfer log must name the file.
-                let target = d.path;
-                self.last = Some(target.clone());
-                self.reporter.event(&ServerEvent::FileDone {
-                    session: self.session.clone(),
-                    target,
-                    bytes: d.bytes,
-                    skipped: d.skipped,
-                    seconds: d.seconds,
-                    engine: d.engine,
-                    verified: d.verified,
-                    stored: d.stored,
-                    digest: d.verified.then(|| hex::encode(d.digest)),
-                });
-            }
-            Some(f) => {
-                // One event per announced file, as for a file committed: never capped (the
-                // transfer log accounts for each); the peer's words in it are clipped.
-                self.failed(f.code);
-                self.reporter.event(&ServerEvent::FileFailed {
-                    session: self.session.clone(),
-                    target: if f.path.is_empty() {
-                        d.path
-                    } else {
-                        clip(f.path)
-                    },
-                    reason: clip(f.message),
-                    code: f.code,
-                })
-            }
-        }
-    }
-
-    fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
-        if let Some(f) = &failure {
-            self.failed(f.code);
-        }
-        self.notices += 1;
-        if self.notices > MAX_LOGGED_NOTICES {
-            return;
-        }
-        if let Some(f) = failure {
-            self.reporter.event(&ServerEvent::FileFailed {
-                session: self.session.clone(),
-                target: clip(f.path),
-                reason: clip(f.message),
-                code: f.code,
-            });
-        }
-        if let Some(message) = note {
-            self.reporter.event(&ServerEvent::Note {
-                session: self.session.clone(),
-                message: clip(message),
-            });
-        }
-    }
-
-    fn tick(&mut self, phase: crate::event::Phase) {
-        let now = Instant::now();
-        if self.progress_at.is_some_and(|at| now < at + PROGRESS_EVERY) {
-            return;
-        }
-        self.progress_at = Some(now);
-        let moved = self.moved.as_ref().map_or(0, |m| m());
-        self.reporter.event(&ServerEvent::Progress {
-            session: self.session.clone(),
-            phase: phase.name(),
-            bytes: moved + self.skipped,
-            resumed: self.skipped,
-            total_bytes: self.plan.map(|p| p.1),
-            files: self.files,
-            total_files: self.plan.map(|p| p.0),
-            last: self.last.clone(),
-        });
-    }
-
-    fn plan(&mut self, files: u64, bytes: u64) {
-        self.plan = Some((files, bytes));
-    }
-
-    fn stop(&self) -> Option<String> {
-        self.shutdown
-            .load(Ordering::Relaxed)
-            .then(|| "the server is shutting down".to_string())
-    }
-}
 
 /// A session's control connection, before its role takes it over.
 struct Control {
@@ -453,6 +286,14 @@ pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
         notices: 0,
         failed_files: 0,
         started: false,
+        asked: Asked {
+            peer: j.peer,
+            identity: j.live.identities[j.who].name.clone(),
+            export: None,
+            direction: None,
+            access_refused: false,
+            hidden: false,
+        },
         shutdown: &ctx.shutdown,
         moved: None,
         skipped: 0,
@@ -478,6 +319,10 @@ fn end(
     o: &ServerObserver<'_>,
     began: Instant,
 ) -> i32 {
+    if !o.started {
+        ctx.reporter.event(&o.refusal(result.as_ref().err()));
+        return crate::exit::FAILURE;
+    }
     let served = result.as_ref().ok();
     let stored = served.is_some_and(|s| s.files + s.entries > 0);
     let mut reason = result.as_ref().err().map(|e| match e {
@@ -509,7 +354,6 @@ fn end(
         seconds: began.elapsed().as_secs_f64(),
         resent_chunks: served.map_or(0, |s| s.resent_chunks),
         failed: o.failed_files,
-        started: o.started,
     });
     code
 }
@@ -529,11 +373,17 @@ fn serve(
             return Err(c.refuse(ErrorCode::Protocol, m));
         }
     };
+    observer.asked.export = Some(clip(escape_text(&open.export)));
+    observer.asked.direction = Some(if open.pull { "pull" } else { "push" });
     // The export, and whether this identity may read or write it, before anything else.
-    let export = j
-        .live
-        .export(j.who, &open.export, open.pull)
-        .map_err(|r| c.refuse(r.code, r.message))?;
+    let export = j.live.export(j.who, &open.export, open.pull).map_err(|r| {
+        // The client is told no more than for a name that is no export (no oracle); the
+        // server's accounting says what it was.
+        observer.asked.access_refused = true;
+        observer.asked.hidden =
+            r.code == ErrorCode::BadPath && j.live.exports().any(|(name, _)| *name == open.export);
+        c.refuse(r.code, r.message)
+    })?;
     let identity = &j.live.identities[j.who];
     let g = grant(ctx, &c, open)?;
     *session.granted.locked() = g.streams;
