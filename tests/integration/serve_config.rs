@@ -282,6 +282,23 @@ fn a_write_only_identity_learns_nothing_of_what_is_there() {
     assert!(o.status.success(), "{}", both(&o));
     assert_eq!(v["end"]["resume"]["bytes_skipped"], 0, "{v}");
     assert_eq!(v2["end"]["resume"]["bytes_skipped"], 3 << 20, "{v2}");
+    // Its rate is of bytes moved: none (it reported tens of Gbit/s for nothing sent).
+    assert_eq!(v2["end"]["sum"]["bytes"], 3 << 20, "{v2}");
+    assert_eq!(v2["end"]["sum"]["bytes_moved"], 0, "{v2}");
+    assert_eq!(v2["end"]["sum"]["bits_per_second"], 0.0, "{v2}");
+    let o = run(send_cmd(srv.port, &site.lab, &src, "archive/", &[]), 30);
+    assert!(o.status.success(), "{}", both(&o));
+    let out = text(&o.stdout);
+    let stored = out
+        .lines()
+        .find(|l| l.contains("stored durably"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        stored.contains(" 0 Bytes ")
+            && stored.contains("0.00 bits/sec")
+            && stored.contains("(and 3.00 MBytes resumed, not sent)"),
+        "{stored}"
+    );
     // A write-only one is offered nothing: the file goes whole, every time.
     for _ in 0..2 {
         let (o, v) = send_json(srv.port, &site.observatory, &src, "incoming/", &[], 30);

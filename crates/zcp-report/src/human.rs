@@ -215,13 +215,20 @@ impl<W: Write> Human<W> {
             (false, false) if s.receiver_engine == "null" => "discarded by the receiver",
             (false, false) => "neither stored nor verified",
         };
+        // Of the bytes moved: what was resumed or kept was not, and is named apart.
+        let moved = s.bytes.saturating_sub(s.bytes_skipped);
+        let kept = if s.bytes_skipped > 0 && s.files > 0 {
+            format!(" (and {} resumed, not sent)", bytes(s.bytes_skipped))
+        } else {
+            String::new()
+        };
         writeln!(
             o,
-            "[{id}] {:>6.2}-{:<6.2} sec  {:>11}  {:>15}       {what}",
+            "[{id}] {:>6.2}-{:<6.2} sec  {:>11}  {:>15}       {what}{kept}",
             0.0,
             s.seconds,
-            bytes(s.bytes),
-            rate(bits_per_second(s.bytes, s.seconds)),
+            bytes(moved),
+            rate(bits_per_second(moved, s.seconds)),
         )?;
         writeln!(
             o,

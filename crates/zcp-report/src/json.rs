@@ -155,7 +155,8 @@ fn end(s: &Summary) -> Value {
             "end": s.seconds,
             "seconds": s.seconds,
             "bytes": s.bytes,
-            "bits_per_second": bits_per_second(s.bytes, s.seconds),
+            "bytes_moved": s.bytes.saturating_sub(s.bytes_skipped),
+            "bits_per_second": bits_per_second(s.bytes.saturating_sub(s.bytes_skipped), s.seconds),
             "retransmits": s.retransmits,
         },
         "sum_sent": {

@@ -204,7 +204,8 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             target,
             size(*bytes),
             seconds,
-            rate(bits_per_second(*bytes, *seconds)),
+            // Of the bytes moved; those resumed are named apart.
+            rate(bits_per_second(bytes.saturating_sub(*skipped), *seconds)),
             if *verified {
                 ", verified"
             } else {

@@ -116,8 +116,7 @@ fn events(verify: bool) -> Vec<Event> {
         iv(2.0, 2.1, 107_374_183),
         iv(2.1, 2.4, 0),
         Event::Notice(
-            "data.bin: resumed; 1073741824 bytes were already on the receiver and not sent again"
-                .into(),
+            "data.bin: resumed; 1.00 GiB were already on the receiver and not sent again".into(),
         ),
         Event::Failed(Failure {
             path: "dir/fifo".into(),

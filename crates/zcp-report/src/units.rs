@@ -10,15 +10,7 @@ pub fn bits_per_second(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-fn three_digits(v: f64) -> String {
-    if v >= 99.95 {
-        format!("{v:.0}")
-    } else if v >= 9.995 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
+use zcp_wire::three_digits;
 
 /// `n` scaled by 1024 into the largest unit of `units` that keeps it at least 1.
 fn binary(n: u64, units: [&str; 5]) -> String {
@@ -60,7 +52,7 @@ pub fn rate(bits_per_second: f64) -> String {
 
 /// `1.00 GiB`-style size for headings (binary units, IEC names).
 pub fn size(n: u64) -> String {
-    binary(n, ["B", "KiB", "MiB", "GiB", "TiB"])
+    zcp_wire::size_text(n)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod message;
 mod path;
 mod seal;
 pub mod udp;
+mod units;
 
 pub use chunk::{
     CHUNK_ALIGN, CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkHeader, ChunkKind, ChunkPlan, MAX_CHUNK,
@@ -39,6 +40,7 @@ pub use message::{
 };
 pub use path::{PathError, RelPath, escape, escape_text};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
+pub use units::{size_text, three_digits};
 
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u16 = 2;

@@ -383,8 +383,13 @@ fn preallocate(file: &OwnedFd, size: u64) -> Result<(), EngineError> {
     if size == 0 {
         return Ok(());
     }
-    let no_space =
-        |free: u64| EngineError::NoSpace(format!("the file needs {size} bytes, {free} are free"));
+    let no_space = |free: u64| {
+        EngineError::NoSpace(format!(
+            "the file needs {}, {} are free",
+            zcp_wire::size_text(size),
+            zcp_wire::size_text(free)
+        ))
+    };
     // On a filesystem in memory (tmpfs), fallocate allocates and charges every page before
     // the first byte moves: about 0.25 s per GiB here, all of it waiting. The writes allocate
     // the same pages while the network runs, so only the free space is checked.

@@ -348,8 +348,9 @@ impl Observer for ClientObserver<'_> {
                 // summary's resumed bytes; a line each would bury a re-run tree's output.
                 if done.skipped > 0 && done.skipped < done.bytes {
                     self.emit(Event::Notice(format!(
-                        "{}: resumed; {} bytes were already on the receiver and not sent again",
-                        done.path, done.skipped
+                        "{}: resumed; {} were already on the receiver and not sent again",
+                        done.path,
+                        zcp_wire::size_text(done.skipped)
                     )));
                 }
             }

@@ -255,10 +255,13 @@ impl Sending {
     /// observer shows `Sending` while bytes move).
     pub(crate) fn phase(&self) -> crate::event::Phase {
         use crate::event::Phase as P;
+        // The least advanced open file: a file whose chunks are still leaving is sending;
+        // one whose every chunk left awaits the receiver's verification and sync.
         let stage = |f: &OutFile| match f.state {
             State::Announced | State::Checking => (0, P::Checking),
-            State::Sending => (1, P::Syncing),
-            State::Ending => (2, P::Committing),
+            State::Sending if f.departed.iter().any(|d| !d) => (1, P::Sending),
+            State::Sending => (2, P::Syncing),
+            State::Ending => (3, P::Committing),
         };
         match self.open.values().map(stage).min_by_key(|(r, _)| *r) {
             Some((_, p)) => p,

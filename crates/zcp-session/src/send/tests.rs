@@ -521,6 +521,24 @@ fn file_end_waits_for_every_chunk_to_have_left() {
     );
 }
 
+/// A file whose chunks are still leaving is "sending"; once every chunk left, and until the
+/// receiver commits it, "verifying and syncing" (a pull showed the latter while data flowed).
+#[test]
+fn the_phase_is_sending_until_every_chunk_left() {
+    use crate::event::Phase;
+    let now = Instant::now();
+    let (mut s, out) = ready_sized(VerifyMode::Blake3, RecvEngine::Auto, "rw", 3 << 26);
+    assert!(out.chunks.len() >= 2, "{}", out.chunks.len());
+    assert_eq!(s.phase(), Phase::Sending);
+    for c in &out.chunks[..out.chunks.len() - 1] {
+        s.departed(c.file_id, c.index, now);
+    }
+    assert_eq!(s.phase(), Phase::Sending);
+    let last = out.chunks.last().unwrap();
+    s.departed(last.file_id, last.index, now);
+    assert_eq!(s.phase(), Phase::Syncing);
+}
+
 /// (a) after a refusal: the chunk is sent again, and its fresh MAC waits for it to leave
 /// again; an acknowledgement before that is a protocol error.
 #[test]

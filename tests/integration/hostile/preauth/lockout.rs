@@ -179,11 +179,13 @@ fn mixed(n: usize) -> Vec<Hold> {
 }
 
 /// The sums of the server's shed summaries: (evicted, expired, closed by their peer).
-fn shed_counts(log: &str) -> (u64, u64, u64) {
-    let mut sum = (0, 0, 0);
+fn shed_counts(log: &str) -> (u64, u64, u64, u64) {
+    let mut sum = (0, 0, 0, 0);
     for line in log.lines().filter(|l| l.contains("in their handshake: ")) {
         let num = |before: &str| -> u64 {
-            let head = line.split(before).next().unwrap_or_default();
+            let Some((head, _)) = line.split_once(before) else {
+                return 0;
+            };
             head.rsplit(|c: char| !c.is_ascii_digit())
                 .find(|w| !w.is_empty())
                 .and_then(|w| w.parse().ok())
@@ -192,13 +194,14 @@ fn shed_counts(log: &str) -> (u64, u64, u64) {
         sum.0 += num(" evicted for newer ones");
         sum.1 += num(" past their deadline");
         sum.2 += num(" closed by their peer");
+        sum.3 += num(" probe");
     }
     sum
 }
 
 /// Waits (up to 5 s: summaries come at most once a second) until the log's summaries
 /// account for `evicted` evictions; the sums then.
-fn shed_settles(srv: &ServerProc, evicted: u64) -> (u64, u64, u64) {
+fn shed_settles(srv: &ServerProc, evicted: u64) -> (u64, u64, u64, u64) {
     let end = Instant::now() + Duration::from_secs(5);
     loop {
         let sums = shed_counts(&srv.log());
@@ -267,7 +270,7 @@ fn a_full_table_never_locks_out_a_client_at_the_attackers_address() {
     assert!(!still.is_empty());
     assert!(opened > 24, "the attacker reconnected");
     // Every eviction is in the log, counted; nothing was refused for being one too many.
-    let (evicted, expired, _) = shed_settles(&srv, closed.len() as u64);
+    let (evicted, expired, _, _) = shed_settles(&srv, closed.len() as u64);
     let log = srv.log();
     assert!(
         evicted >= closed.len() as u64,
@@ -341,17 +344,18 @@ fn a_source_is_held_to_its_share() {
         before.1,
         during.1
     );
-    let (evicted, _, _) = shed_settles(&srv, 7);
+    let (evicted, _, _, _) = shed_settles(&srv, 7);
     let log = srv.log();
     assert_eq!(evicted, 7, "{log}");
-    // The crowd lets go: 400 closes, counted in the summaries, not a line each.
+    // The crowd lets go: 400 closes without a byte, counted in the summaries as probes (not
+    // refusals), not a line each.
     drop(crowd);
     let end = Instant::now() + Duration::from_secs(5);
-    while shed_counts(&srv.log()).2 < 400 && Instant::now() < end {
+    while shed_counts(&srv.log()).3 < 400 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
     let log = srv.log();
-    assert!(shed_counts(&log).2 >= 400, "{log}");
+    assert!(shed_counts(&log).3 >= 400, "{log}");
     assert!(
         !log.contains("closed the connection during the handshake"),
         "{log}"
@@ -395,7 +399,7 @@ fn under_pressure_the_deadline_shortens() {
     while shed_counts(&srv.log()).1 < 7 && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(shed_counts(&srv.log()), (0, 7, 0), "{}", srv.log());
+    assert_eq!(shed_counts(&srv.log()), (0, 7, 0, 0), "{}", srv.log());
     assert!(tree(&root).is_empty());
 }
 
@@ -596,7 +600,7 @@ fn pending_connections_leave_descriptors_for_the_sessions() {
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
     assert!(same_file(&src, &root.join("f.bin")));
     assert!(closed >= 28, "{closed} of 60 closed");
-    let (evicted, _, _) = shed_settles(&srv, closed as u64);
+    let (evicted, _, _, _) = shed_settles(&srv, closed as u64);
     let log = srv.log();
     assert!(evicted >= closed as u64, "{log}");
     assert!(log.contains("of at most 32 pending"), "{log}");
@@ -729,7 +733,7 @@ fn ipv6_sources_share_by_their_64() {
         vec![first_closed, closed(&mut second), closed(&mut third)]
     });
     let closed = groups.join().unwrap();
-    let (evicted, _, _) = shed_settles(&srv, 4);
+    let (evicted, _, _, _) = shed_settles(&srv, 4);
     let log = srv.log();
     assert_eq!(closed, [4, 0, 0], "closed per group\n{log}");
     assert_eq!(evicted, 4, "{log}");
