@@ -683,6 +683,48 @@ fn a_tree_with_an_unreadable_entry_is_partial() {
     assert!(!root.join("t/locked/inner.bin").exists());
 }
 
+/// A tree sent to a destination that is a file fails every entry alike: the report prints the
+/// first and folds the rest into one line (rsync prints one); the JSON report lists each.
+#[test]
+fn one_wrong_destination_is_one_failure_line() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    std::fs::write(root.join("dst"), b"a file, not a directory").unwrap();
+    let src = env.path("t2");
+    std::fs::create_dir_all(src.join("a/b")).unwrap();
+    std::fs::create_dir_all(src.join("c")).unwrap();
+    for f in ["a/b/f1", "a/f2", "c/f3", "top"] {
+        std::fs::write(src.join(f), f).unwrap();
+    }
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let o = run(
+        send_cmd(srv.port, &env.key, &src, "dst/", &["-r", "-i", "0"]),
+        30,
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", both(&o));
+    let out = text(&o.stdout);
+    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("failed:")).collect();
+    assert_eq!(failed.len(), 2, "{out}");
+    assert!(failed[0].contains("is not a directory"), "{out}");
+    assert_eq!(
+        failed[1], "failed:   and 8 more entries for the same reason",
+        "{out}"
+    );
+    assert!(out.contains("9 FAILED"), "{out}");
+    let (o, v) = send_json(srv.port, &env.key, &src, "dst/", &["-r"], 30);
+    assert_eq!(o.status.code(), Some(4), "{}", both(&o));
+    assert_eq!(
+        v["end"]["files"]["failures"].as_array().unwrap().len(),
+        9,
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read(root.join("dst")).unwrap(),
+        b"a file, not a directory"
+    );
+    assert_eq!(tree(&root), vec!["dst"]);
+}
+
 /// A tree of 40,000 directories with long names (about 11 MB of answers if every one were
 /// outstanding at once; before the window, 70,000 of 150 bytes deadlocked both sides),
 /// pushed then pulled back. Each directory is answered (`EntryDone`)

@@ -18,6 +18,9 @@ pub struct Human<W: Write> {
     out: W,
     header_done: bool,
     streams: u16,
+    /// The last failure printed (class and reason), and how many since had the same and
+    /// were folded into one line: one wrong destination fails every entry of a tree alike.
+    fold: Option<(String, String, u64)>,
 }
 
 impl<W: Write> Human<W> {
@@ -27,6 +30,7 @@ impl<W: Write> Human<W> {
             out,
             header_done: false,
             streams: 1,
+            fold: None,
         }
     }
 
@@ -181,7 +185,28 @@ impl<W: Write> Human<W> {
     }
 
     fn failed(&mut self, f: &Failure) -> std::io::Result<()> {
+        if let Some((code, message, n)) = &mut self.fold
+            && *code == f.code
+            && *message == f.message
+        {
+            *n += 1;
+            return Ok(());
+        }
+        self.unfold()?;
+        self.fold = Some((f.code.to_string(), f.message.clone(), 0));
         writeln!(self.out, "failed:   {}: {} [{}]", f.path, f.message, f.code)
+    }
+
+    /// Writes how many failures were folded into the last one printed, if any.
+    fn unfold(&mut self) -> std::io::Result<()> {
+        match self.fold.take() {
+            Some((_, _, n)) if n > 0 => writeln!(
+                self.out,
+                "failed:   and {n} more entr{} for the same reason",
+                if n == 1 { "y" } else { "ies" }
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn summary(&mut self, s: &Summary) -> std::io::Result<()> {
@@ -392,7 +417,11 @@ fn cleaned(event: &Event) -> Event {
 impl<W: Write> Reporter for Human<W> {
     fn event(&mut self, event: &Event) {
         // A closed stdout (zcp send ... | head) must not abort the transfer: ignore write errors.
-        let _ = match &cleaned(event) {
+        let event = cleaned(event);
+        if !matches!(event, Event::Failed(_) | Event::Progress(_)) {
+            let _ = self.unfold();
+        }
+        let _ = match &event {
             Event::Start(s) => self.start(s),
             Event::Interval(i) => self.interval(i),
             Event::Notice(n) => writeln!(self.out, "note:     {n}"),

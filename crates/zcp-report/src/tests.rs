@@ -255,6 +255,36 @@ fn events_unverified() -> Vec<Event> {
 }
 
 #[test]
+fn failures_for_one_reason_fold_into_one_line() {
+    let fail = |path: &str, message: &str| {
+        Event::Failed(Failure {
+            path: path.into(),
+            code: "bad-path",
+            message: message.into(),
+        })
+    };
+    let wrong = "destination 'dst' is not a directory";
+    let mut h = Human::new(Vec::new());
+    for p in ["dst/", "dst/t2", "t2/top", "dst/t2/c"] {
+        h.event(&fail(p, wrong));
+    }
+    h.event(&fail("t2/x", "no space"));
+    h.event(&fail("t2/y", wrong));
+    h.event(&fail("t2/z", wrong));
+    h.event(&Event::Notice("a note".into()));
+    let text = String::from_utf8(h.into_inner()).unwrap();
+    assert_eq!(
+        text,
+        "failed:   dst/: destination 'dst' is not a directory [bad-path]\n\
+         failed:   and 3 more entries for the same reason\n\
+         failed:   t2/x: no space [bad-path]\n\
+         failed:   t2/y: destination 'dst' is not a directory [bad-path]\n\
+         failed:   and 1 more entry for the same reason\n\
+         note:     a note\n"
+    );
+}
+
+#[test]
 fn an_unverified_transfer_says_so_in_its_start_and_summary_and_never_says_verified() {
     let mut h = Human::new(Vec::new());
     for e in events_unverified() {
