@@ -24,7 +24,9 @@ pub mod units;
 pub use human::Human;
 pub use json::{JSON_VERSION, JsonDoc, JsonStream};
 pub use monitor::Monitor;
-pub use progress::{BarTarget, ProgressReport, line as progress_line};
+pub use progress::{
+    BarTarget, ProgressReport, line as progress_line, line_within as progress_line_within,
+};
 pub use server::ServerLog;
 pub use server_trace::{ServerTrace, TARGET as LOG_TARGET, level as log_level};
 pub use transfer_log::TransferLog;

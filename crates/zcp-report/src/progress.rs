@@ -80,10 +80,12 @@ impl<R: Reporter> ProgressReport<R> {
             p.bytes.saturating_sub(b0),
             now.duration_since(t0).as_secs_f64(),
         );
-        let text = line(p, current);
         match &self.bar {
             Some(b) => {
-                b.set_message(text);
+                let width = console::Term::stderr()
+                    .size_checked()
+                    .map_or(80, |(_, w)| w);
+                b.set_message(line_within(p, current, usize::from(width)));
                 b.tick();
             }
             None => {
@@ -93,16 +95,104 @@ impl<R: Reporter> ProgressReport<R> {
                     .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
                 if due || p.phase == Phase::Done {
                     self.printed = Some(now);
-                    let _ = writeln!(std::io::stderr(), "{text}");
+                    let _ = writeln!(std::io::stderr(), "{}", line(p, current));
                 }
             }
         }
     }
 }
 
-/// The progress line for `p`, with `current` the rate over the last second (bits/s).
+/// The progress line for `p`, with `current` the rate over the last second (bits/s): every
+/// part, for logs and wide terminals.
 pub fn line(p: &Progress, current: f64) -> String {
-    let mut s = format!("{:<22}", p.phase.name());
+    compose(p, current, Parts::ALL)
+}
+
+/// The progress line for a terminal `width` columns wide: the most of it that fits, shedding
+/// the least useful parts first (the phase's padding, the average rate, the file count, the
+/// long phase name, the current rate), cut at the width as a last resort. Never wider than
+/// `width - 1`, so the cursor never wraps.
+pub fn line_within(p: &Progress, current: f64, width: usize) -> String {
+    let room = width.saturating_sub(1).max(20);
+    let tries = [
+        Parts::ALL,
+        Parts {
+            pad: false,
+            ..Parts::ALL
+        },
+        Parts {
+            pad: false,
+            avg: false,
+            ..Parts::ALL
+        },
+        Parts {
+            pad: false,
+            avg: false,
+            short: true,
+            ..Parts::ALL
+        },
+        Parts {
+            pad: false,
+            avg: false,
+            short: true,
+            files: false,
+            ..Parts::ALL
+        },
+        Parts {
+            pad: false,
+            avg: false,
+            short: true,
+            files: false,
+            now: false,
+        },
+    ];
+    for parts in tries {
+        let text = compose(p, current, parts);
+        if text.chars().count() <= room {
+            return text;
+        }
+    }
+    let cut: String = compose(p, current, tries[tries.len() - 1])
+        .chars()
+        .take(room)
+        .collect();
+    cut.trim_end().to_string()
+}
+
+/// Which parts of the line to write.
+#[derive(Debug, Clone, Copy)]
+struct Parts {
+    /// The phase padded to its longest name, so the rest stays in place as it changes.
+    pad: bool,
+    /// The short name of the phase (`syncing` for `verifying and syncing`).
+    short: bool,
+    /// The rate over the last second, and the average rate.
+    now: bool,
+    avg: bool,
+    /// Files done of the total.
+    files: bool,
+}
+
+impl Parts {
+    const ALL: Parts = Parts {
+        pad: true,
+        short: false,
+        now: true,
+        avg: true,
+        files: true,
+    };
+}
+
+fn compose(p: &Progress, current: f64, parts: Parts) -> String {
+    let phase = match (parts.short, p.phase) {
+        (true, Phase::Syncing) => "syncing",
+        (_, phase) => phase.name(),
+    };
+    let mut s = if parts.pad {
+        format!("{phase:<22}")
+    } else {
+        phase.to_string()
+    };
     match p.total_bytes {
         Some(total) if total > 0 => {
             let pct = (p.bytes.min(total) as f64 * 100.0 / total as f64).floor();
@@ -119,7 +209,15 @@ pub fn line(p: &Progress, current: f64) -> String {
         }
     }
     let avg = bits_per_second(p.bytes, p.seconds);
-    let _ = write!(s, "  {} now, {} avg", rate(current), rate(avg));
+    match (parts.now, parts.avg) {
+        (true, true) => {
+            let _ = write!(s, "  {} now, {} avg", rate(current), rate(avg));
+        }
+        (true, false) => {
+            let _ = write!(s, "  {}", rate(current));
+        }
+        _ => {}
+    }
     let eta = match (p.total_bytes, p.phase) {
         (_, Phase::Done) => Some(0.0),
         (Some(total), _) if avg > 0.0 => Some(total.saturating_sub(p.bytes) as f64 * 8.0 / avg),
@@ -132,14 +230,16 @@ pub fn line(p: &Progress, current: f64) -> String {
         }
         None => s.push_str("  ETA --:--:--"),
     }
-    match p.total_files {
-        Some(t) if t != 1 => {
-            let _ = write!(s, "  {}/{} files", p.files, t);
+    if parts.files {
+        match p.total_files {
+            Some(t) if t != 1 => {
+                let _ = write!(s, "  {}/{} files", p.files, t);
+            }
+            None if p.files > 0 => {
+                let _ = write!(s, "  {} files", p.files);
+            }
+            _ => {}
         }
-        None if p.files > 0 => {
-            let _ = write!(s, "  {} files", p.files);
-        }
-        _ => {}
     }
     s
 }

@@ -217,6 +217,39 @@ fn progress_lines() {
 }
 
 #[test]
+fn the_progress_line_fits_the_terminal() {
+    let p = |phase, bytes, total, files, total_files| Progress {
+        phase,
+        bytes,
+        total_bytes: Some(total),
+        files,
+        total_files: Some(total_files),
+        seconds: 3.0,
+    };
+    let wide = p(Phase::Syncing, 3 << 30, 300 << 30, 1200, 4000);
+    let full = crate::progress_line(&wide, 9.41e9);
+    assert!(full.chars().count() > 100, "{full}");
+    // Wide enough: all of it.
+    assert_eq!(crate::progress_line_within(&wide, 9.41e9, 200), full);
+    let mut seen = Vec::new();
+    for width in [120, 100, 80, 72, 60, 40, 20, 1] {
+        let l = crate::progress_line_within(&wide, 9.41e9, width);
+        assert!(
+            l.chars().count() < width.max(21),
+            "{width}: {} chars: {l}",
+            l.chars().count()
+        );
+        seen.push(format!("{width:>3}: {l}"));
+    }
+    // In 80 columns, what matters stays: the amount, the percentage, the rate, the ETA.
+    let l80 = crate::progress_line_within(&wide, 9.41e9, 80);
+    for part in ["3.00 GiB of 300 GiB", "1%", "9.41 Gbits/sec", "ETA "] {
+        assert!(l80.contains(part), "{part}: {l80}");
+    }
+    insta::assert_snapshot!(seen.join("\n"));
+}
+
+#[test]
 fn human_report() {
     let mut h = Human::new(Vec::new());
     for e in events(true) {
