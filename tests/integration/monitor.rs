@@ -516,6 +516,18 @@ fn the_status_page_shows_a_running_push_in_chromium() {
         later["points"].as_u64().unwrap() > p1,
         "{first} then {later}"
     );
+    // The chart's scale follows the last two minutes: a spike ten minutes old (10 Gbit/s)
+    // does not flatten 400 Mbit/s now; the scale rounds up to 1, 2 or 5 times a power of ten.
+    let scale = |samples: &str| {
+        browser
+            .eval(&format!("return chartScale({samples}, 1);"))
+            .as_f64()
+            .unwrap()
+    };
+    let spike_then_steady = "Array.from({length: 600}, (_, i) => i < 100 ? 1e10 : 4e8)";
+    assert_eq!(scale(spike_then_steady), 5e8);
+    assert_eq!(scale("[1e10, 4e8]"), 2e10);
+    assert_eq!(scale("[]"), 2.0);
     // The hostile name shows as text: no image element was made, no script ran.
     let recent = later["recent"].as_str().unwrap();
     assert!(

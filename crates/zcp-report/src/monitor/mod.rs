@@ -316,6 +316,7 @@ impl Inner {
             seconds: round3(*seconds),
             outcome,
             reason: reason.as_deref().map(escape_text),
+            count: 1,
         };
         push_recent(&mut self.recent, r);
     }
@@ -372,10 +373,15 @@ fn recent_file(
         seconds: round3(seconds),
         outcome: if reason.is_none() { "ok" } else { "failed" },
         reason: reason.map(escape_text),
+        count: 1,
     }
 }
 
 fn push_recent(recent: &mut VecDeque<Recent>, r: Recent) {
+    // One tree's small files make one row, not the whole table.
+    if recent.back_mut().is_some_and(|last| last.absorb(&r)) {
+        return;
+    }
     if recent.len() >= RECENT {
         recent.pop_front();
     }

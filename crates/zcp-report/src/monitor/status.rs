@@ -65,6 +65,33 @@ pub(crate) struct Recent {
     pub(crate) outcome: &'static str,
     /// Why it failed, escaped.
     pub(crate) reason: Option<String>,
+    /// Files of one session that finished one after another alike (committed, or failed
+    /// for the same reason) share a row: how many, `name` the last of them; `seconds` then
+    /// spans from the first one's start to the last one's end. 1 for a session.
+    pub(crate) count: u64,
+}
+
+impl Recent {
+    /// Takes `next` into this row when both are files of the same session that ended alike.
+    pub(crate) fn absorb(&mut self, next: &Recent) -> bool {
+        let alike = self.kind == "file"
+            && next.kind == "file"
+            && self.session == next.session
+            && !self.session.is_empty()
+            && self.outcome == next.outcome
+            && self.reason == next.reason;
+        if !alike {
+            return false;
+        }
+        let began = (self.at - self.seconds).min(next.at - next.seconds);
+        self.at = next.at;
+        self.seconds = ((next.at - began) * 1000.0).round() / 1000.0;
+        self.name.clone_from(&next.name);
+        self.bytes += next.bytes;
+        self.files += next.files;
+        self.count += 1;
+        true
+    }
 }
 
 /// Bytes moved in each second since the monitor started, the last [`SAMPLES`] of them.

@@ -263,7 +263,8 @@ fn the_status_json_escapes_and_bounds() {
             &ServerEvent::FileFailed {
                 session: "aa".into(),
                 target: format!("{evil}{i}"),
-                reason: "no\x07 room".into(),
+                // Alternating, so that no two in a row share a row.
+                reason: if i % 2 == 0 { "no\x07 room" } else { "full" }.into(),
                 code: "no-space",
             },
             1.6,
@@ -282,11 +283,53 @@ fn the_status_json_escapes_and_bounds() {
         recent[0]["name"],
         format!("{}59", a["last"].as_str().unwrap())
     );
-    assert_eq!(recent[0]["reason"], "no\\u{7} room");
+    assert_eq!(recent[0]["reason"], "full");
+    assert_eq!(recent[1]["reason"], "no\\u{7} room");
     assert_eq!(recent[0]["outcome"], "failed");
     // Two complete seconds so far; the 4 MB progressed was spread over 0.5..1.5.
     let samples = doc["samples"].as_array().unwrap();
     assert_eq!(samples, &[16e6, 16e6]);
+}
+
+#[test]
+fn one_sessions_files_share_a_row_of_the_last_transfers() {
+    let m = Monitor::new();
+    start(&m, "aa", "push", "observatory", 0.5);
+    start(&m, "bb", "push", "lab", 0.5);
+    let done = |session: &str, name: String, at: f64| {
+        m.event_at(
+            &ServerEvent::FileDone {
+                session: session.into(),
+                target: name,
+                bytes: 1000,
+                skipped: 0,
+                seconds: 0.5,
+                engine: "rw".into(),
+                verified: true,
+                stored: true,
+                digest: None,
+            },
+            at,
+        );
+    };
+    for i in 0..500 {
+        done("aa", format!("tree/f{i}"), 1.0 + f64::from(i) / 100.0);
+    }
+    done("bb", "other.bin".into(), 6.5);
+    done("aa", "tree/late".into(), 7.0);
+    let doc: serde_json::Value = serde_json::from_str(&m.status_json_at(8.0)).unwrap();
+    let recent = doc["recent"].as_array().unwrap();
+    assert_eq!(recent.len(), 3, "{doc}");
+    assert_eq!(recent[0]["name"], "tree/late");
+    assert_eq!(recent[0]["count"], 1);
+    assert_eq!(recent[1]["name"], "other.bin");
+    let tree = &recent[2];
+    assert_eq!(tree["count"], 500, "{tree}");
+    assert_eq!(tree["files"], 500);
+    assert_eq!(tree["bytes"], 500_000);
+    assert_eq!(tree["name"], "tree/f499");
+    // From the first file's start (1.0 - 0.5) to the last one's end (5.99).
+    assert_eq!(tree["seconds"], 5.49);
 }
 
 #[test]

@@ -58,8 +58,8 @@ function renderRecent(recent, uptime) {
   for (const r of recent) {
     const tr = document.createElement("tr");
     cell(tr, Math.max(0, Math.round(uptime - r.at)) + " s ago");
-    cell(tr, r.kind);
-    cell(tr, r.name, "name");
+    cell(tr, r.count > 1 ? r.count + " files" : r.kind);
+    cell(tr, r.count > 1 ? r.name + " and " + (r.count - 1) + " before it" : r.name, "name");
     cell(tr, r.identity);
     cell(tr, r.export);
     cell(tr, r.direction);
@@ -70,6 +70,20 @@ function renderRecent(recent, uptime) {
     rows.push(tr);
   }
   body.replaceChildren(...rows);
+}
+
+// The seconds the chart's scale follows: an old spike must not flatten what runs now for ten
+// minutes. Older samples above the scale are clipped at the top.
+const SCALE_SECONDS = 120;
+
+// The top of the chart's scale: the highest sample of the last SCALE_SECONDS with a little
+// room, rounded up to 1, 2 or 5 times a power of ten.
+function chartScale(samples, sampleSeconds) {
+  const n = Math.max(1, Math.ceil(SCALE_SECONDS / Math.max(1, sampleSeconds)));
+  const v = Math.max(1, ...samples.slice(-n)) * 1.05;
+  const e = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5]) if (v <= m * e) return m * e;
+  return 10 * e;
 }
 
 // The throughput chart, drawn on the canvas: the last ten minutes of per-second samples,
@@ -84,7 +98,7 @@ function drawChart(samples, sampleSeconds) {
   ctx.font = "11px sans-serif";
   ctx.fillStyle = "#777";
   ctx.strokeStyle = "#eee";
-  const max = Math.max(1, ...samples) * 1.1;
+  const max = chartScale(samples, sampleSeconds);
   for (let i = 0; i <= 4; i++) {
     const y = top + (h - top - bottom) * (1 - i / 4);
     ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(w, y); ctx.stroke();
@@ -99,7 +113,7 @@ function drawChart(samples, sampleSeconds) {
   const n = samples.length;
   if (n > 0) {
     const x = (i) => left + (w - left) * (1 - ((n - 1 - i) * sampleSeconds) / span);
-    const y = (v) => top + (h - top - bottom) * (1 - v / max);
+    const y = (v) => top + (h - top - bottom) * (1 - Math.min(v, max) / max);
     ctx.beginPath();
     ctx.moveTo(x(0), y(0));
     for (let i = 0; i < n; i++) ctx.lineTo(x(i), y(samples[i]));
@@ -113,6 +127,7 @@ function drawChart(samples, sampleSeconds) {
     ctx.stroke();
   }
   canvas.dataset.points = String(n);
+  canvas.dataset.max = String(max);
 }
 
 async function poll() {
