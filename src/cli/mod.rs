@@ -374,9 +374,14 @@ impl Output {
     /// stdout (JSON), so the caller need not repeat it.
     fn fail(&mut self, e: &SessionError, code: i32) -> bool {
         match self {
-            Output::Human(_) | Output::Quiet(_) => false,
+            Output::Quiet(_) => false,
+            Output::Human(h) => {
+                h.finish();
+                false
+            }
             Output::Bar(b) => {
                 b.clear();
+                b.inner_mut().finish();
                 false
             }
             Output::Json(j) => {

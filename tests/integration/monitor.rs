@@ -190,6 +190,10 @@ fn metrics_count_a_push_and_the_refused_connections() {
         30,
     );
     assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    // A client that gives up after authenticating (no export named) was refused nothing:
+    // logged at info, not counted.
+    let o = run(send_cmd(srv.port, &site.lab, &src, ".", &["-q"]), 30);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
 
     let (status, head, text) = http(m, "GET", "/metrics", None);
     assert_eq!(status, 200, "{head}");
@@ -224,6 +228,21 @@ fn metrics_count_a_push_and_the_refused_connections() {
         text.contains("zcp_engines_chosen_total{side=\"receiver\""),
         "{text}"
     );
+    assert!(!text.contains("cause=\"protocol\""), "{text}");
+    assert!(
+        srv.wait_log("ended by the client before it began", 5),
+        "{}",
+        srv.log()
+    );
+    let gave_up = srv.log();
+    let gave_up = gave_up
+        .lines()
+        .find(|l| l.contains("ended by the client"))
+        .unwrap();
+    assert!(
+        gave_up.contains(" INFO ") && gave_up.contains("identity lab"),
+        "{gave_up}"
+    );
     assert!(text.contains("# HELP zcp_rate_bytes_per_second "), "{text}");
     promtool_passes(&text);
     // The status document holds the session and its file.
@@ -248,7 +267,10 @@ fn metrics_count_a_push_and_the_refused_connections() {
     assert!(
         line.contains("from 127.0.0.1:")
             && line.contains("(identity lab, push to export 'incoming'): ")
-            && line.contains("the export exists, but identity 'lab' has no access to it"),
+            && line.contains(
+                "the client is told the same as for a missing export; this one exists, but \
+                 identity 'lab' has no access to it"
+            ),
         "{line}"
     );
     let lines = std::fs::read_to_string(&tl).unwrap();

@@ -337,6 +337,35 @@ fn sigterm_drains_the_server_and_a_retry_resumes_after_its_restart() {
     assert!(same_file(&src, &target));
 }
 
+/// A server killed mid-transfer that never comes back: the retry cannot connect, but the
+/// first try moved data the server holds, so the client says to resume, not "nothing was
+/// sent".
+#[test]
+fn a_retry_that_cannot_reconnect_after_data_moved_says_to_resume() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 256 << 20, 8);
+    let mut server = ServerProc::start(&root, &env.key, &[]);
+    let target = root.join("k.bin");
+    let mut args = vec!["--retry", "1", "--retry-wait", "0.2"];
+    args.extend_from_slice(SLOW);
+    let child = spawn_send(server.port, &env.key, &src, "k.bin", &args);
+    assert!(wait_journaled(&target, 30), "no chunk became durable");
+    signal(server.pid(), libc::SIGKILL);
+    let _ = server.exit_code(10);
+    let o = wait_output(child, 60);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(err.contains("cannot connect again after 1 try"), "{err}");
+    assert!(
+        err.contains("run the same command again to resume"),
+        "{err}"
+    );
+    assert!(!err.contains("nothing was sent"), "{err}");
+    assert!(!target.exists() && journaled(&target) > 0);
+}
+
 #[test]
 fn retry_gives_up_after_n_tries_and_skips_what_cannot_mend() {
     let env = Env::new();

@@ -184,8 +184,18 @@ impl<W: Write> Human<W> {
         )
     }
 
+    /// Writes what is still held back (failures folded into the last one printed): at the
+    /// end of a session that ended without its summary.
+    pub fn finish(&mut self) {
+        let _ = self.unfold();
+        let _ = self.out.flush();
+    }
+
     fn failed(&mut self, f: &Failure) -> std::io::Result<()> {
+        // An integrity failure names each file: which ones are damaged matters one by one.
+        let integrity = matches!(f.code, "verify" | "source-changed");
         if let Some((code, message, n)) = &mut self.fold
+            && !integrity
             && *code == f.code
             && *message == f.message
         {

@@ -62,6 +62,11 @@ impl<R: Reporter> ProgressReport<R> {
         }
     }
 
+    /// The wrapped reporter.
+    pub fn inner_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
     /// The wrapped reporter back.
     pub fn into_inner(mut self) -> R {
         self.clear();
@@ -109,53 +114,34 @@ pub fn line(p: &Progress, current: f64) -> String {
 }
 
 /// The progress line for a terminal `width` columns wide: the most of it that fits, shedding
-/// the least useful parts first (the phase's padding, the average rate, the file count, the
-/// long phase name, the current rate), cut at the width as a last resort. Never wider than
-/// `width - 1`, so the cursor never wraps.
+/// whole parts, the least useful first: the phase's padding, the average rate, the long phase
+/// name (for its short one), the file count, the current rate, the phase, the ETA. Never
+/// wider than `width - 1`, so the cursor never wraps (cut only where even the amount alone
+/// does not fit).
 pub fn line_within(p: &Progress, current: f64, width: usize) -> String {
-    let room = width.saturating_sub(1).max(20);
-    let tries = [
-        Parts::ALL,
-        Parts {
-            pad: false,
-            ..Parts::ALL
-        },
-        Parts {
-            pad: false,
-            avg: false,
-            ..Parts::ALL
-        },
-        Parts {
-            pad: false,
-            avg: false,
-            short: true,
-            ..Parts::ALL
-        },
-        Parts {
-            pad: false,
-            avg: false,
-            short: true,
-            files: false,
-            ..Parts::ALL
-        },
-        Parts {
-            pad: false,
-            avg: false,
-            short: true,
-            files: false,
-            now: false,
-        },
-    ];
-    for parts in tries {
-        let text = compose(p, current, parts);
+    let room = width.saturating_sub(1);
+    let all = Parts::ALL;
+    let mut tries = vec![all];
+    let mut shed = |f: fn(&mut Parts)| {
+        let mut next = *tries.last().expect("one at least");
+        f(&mut next);
+        tries.push(next);
+    };
+    shed(|p| p.pad = false);
+    shed(|p| p.avg = false);
+    shed(|p| p.short = true);
+    shed(|p| p.files = false);
+    shed(|p| p.now = false);
+    shed(|p| p.phase = false);
+    shed(|p| p.eta = false);
+    for parts in &tries {
+        let text = compose(p, current, *parts);
         if text.chars().count() <= room {
             return text;
         }
     }
-    let cut: String = compose(p, current, tries[tries.len() - 1])
-        .chars()
-        .take(room)
-        .collect();
+    let last = compose(p, current, tries[tries.len() - 1]);
+    let cut: String = last.chars().take(room).collect();
     cut.trim_end().to_string()
 }
 
@@ -171,6 +157,9 @@ struct Parts {
     avg: bool,
     /// Files done of the total.
     files: bool,
+    /// The phase at all, and the ETA.
+    phase: bool,
+    eta: bool,
 }
 
 impl Parts {
@@ -180,6 +169,8 @@ impl Parts {
         now: true,
         avg: true,
         files: true,
+        phase: true,
+        eta: true,
     };
 }
 
@@ -188,10 +179,10 @@ fn compose(p: &Progress, current: f64, parts: Parts) -> String {
         (true, Phase::Syncing) => "syncing",
         (_, phase) => phase.name(),
     };
-    let mut s = if parts.pad {
-        format!("{phase:<22}")
-    } else {
-        phase.to_string()
+    let mut s = match (parts.phase, parts.pad) {
+        (false, _) => String::new(),
+        (true, true) => format!("{phase:<22}"),
+        (true, false) => phase.to_string(),
     };
     match p.total_bytes {
         Some(total) if total > 0 => {
@@ -224,6 +215,7 @@ fn compose(p: &Progress, current: f64, parts: Parts) -> String {
         _ => None,
     };
     match eta {
+        _ if !parts.eta => {}
         Some(e) => {
             let e = e.round() as u64;
             let _ = write!(s, "  ETA {}:{:02}:{:02}", e / 3600, e / 60 % 60, e % 60);
@@ -241,7 +233,7 @@ fn compose(p: &Progress, current: f64, parts: Parts) -> String {
             _ => {}
         }
     }
-    s
+    s.trim_start().to_string()
 }
 
 impl<R: Reporter> Reporter for ProgressReport<R> {

@@ -84,6 +84,18 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             session,
             peer,
             identity,
+            cause,
+            reason,
+            ..
+        } if *cause == zcp_session::CLIENT_GAVE_UP => format!(
+            "zcp: session {} from {peer} (identity {identity}) ended by the client before it \
+             began: {reason}",
+            &session[..session.len().min(16)]
+        ),
+        ServerEvent::SessionRefused {
+            session,
+            peer,
+            identity,
             export,
             direction,
             reason,
@@ -111,17 +123,22 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             busiest,
         } => {
             let all = evicted + expired + gave_up;
-            let mut line = format!(
-                "zcp: {all} connection{} ended in their handshake: {evicted} evicted for newer \
-                 ones, {expired} past their deadline, {gave_up} closed by their peer",
-                if all == 1 { "" } else { "s" }
+            let probed = format!(
+                "{probes} probe{} (connected and closed without a byte: zcp doctor, a health \
+                 check, a port scan)",
+                if *probes == 1 { "" } else { "s" }
             );
-            if *probes > 0 {
-                line += &format!(
-                    "; {probes} probe{} (connected and closed without a byte: zcp doctor, a \
-                     health check, a port scan)",
-                    if *probes == 1 { "" } else { "s" }
-                );
+            let mut line = if all + refused + descriptors == 0 {
+                format!("zcp: {probed}")
+            } else {
+                format!(
+                    "zcp: {all} connection{} ended in their handshake: {evicted} evicted for \
+                     newer ones, {expired} past their deadline, {gave_up} closed by their peer",
+                    if all == 1 { "" } else { "s" }
+                )
+            };
+            if *probes > 0 && all + refused + descriptors > 0 {
+                line += &format!("; {probed}");
             }
             if *refused > 0 {
                 line += &format!(

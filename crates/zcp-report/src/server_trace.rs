@@ -59,6 +59,9 @@ pub fn level(event: &ServerEvent) -> Level {
             descriptors: 0,
             ..
         } => Level::INFO,
+        ServerEvent::SessionRefused { cause, .. } if *cause == zcp_session::CLIENT_GAVE_UP => {
+            Level::INFO
+        }
         ServerEvent::Rejected { .. }
         | ServerEvent::SessionRefused { .. }
         | ServerEvent::Shed { .. }

@@ -232,10 +232,10 @@ fn the_progress_line_fits_the_terminal() {
     // Wide enough: all of it.
     assert_eq!(crate::progress_line_within(&wide, 9.41e9, 200), full);
     let mut seen = Vec::new();
-    for width in [120, 100, 80, 72, 60, 40, 20, 1] {
+    for width in [120, 100, 80, 72, 60, 48, 40, 30, 20, 1] {
         let l = crate::progress_line_within(&wide, 9.41e9, width);
         assert!(
-            l.chars().count() < width.max(21),
+            l.chars().count() < width,
             "{width}: {} chars: {l}",
             l.chars().count()
         );
@@ -305,6 +305,18 @@ fn failures_for_one_reason_fold_into_one_line() {
     h.event(&fail("t2/y", wrong));
     h.event(&fail("t2/z", wrong));
     h.event(&Event::Notice("a note".into()));
+    // Integrity failures are never folded: each damaged file is named.
+    for p in ["v1", "v2"] {
+        h.event(&Event::Failed(Failure {
+            path: p.into(),
+            code: "verify",
+            message: "the whole-file digests differ".into(),
+        }));
+    }
+    h.event(&fail("t2/w", wrong));
+    h.event(&fail("t2/v", wrong));
+    // A session that ends without its summary still says what was folded.
+    h.finish();
     let text = String::from_utf8(h.into_inner()).unwrap();
     assert_eq!(
         text,
@@ -313,7 +325,11 @@ fn failures_for_one_reason_fold_into_one_line() {
          failed:   t2/x: no space [bad-path]\n\
          failed:   t2/y: destination 'dst' is not a directory [bad-path]\n\
          failed:   and 1 more entry for the same reason\n\
-         note:     a note\n"
+         note:     a note\n\
+         failed:   v1: the whole-file digests differ [verify]\n\
+         failed:   v2: the whole-file digests differ [verify]\n\
+         failed:   t2/w: destination 'dst' is not a directory [bad-path]\n\
+         failed:   and 1 more entry for the same reason\n"
     );
 }
 

@@ -147,6 +147,10 @@ impl TransferLog {
                 v["reason"] = json!(reason.as_deref().map(escape_text));
                 v
             }
+            // A client that gave up before asking for anything: no transfer, no refusal.
+            ServerEvent::SessionRefused { cause, .. } if *cause == zcp_session::CLIENT_GAVE_UP => {
+                return None;
+            }
             ServerEvent::SessionRefused {
                 session,
                 peer,

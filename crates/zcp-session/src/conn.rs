@@ -242,10 +242,12 @@ pub(crate) fn open_data(
 ) -> Result<TcpStream, SessionError> {
     let shown = peer.to_string();
     let io_err = |e: FrameIoError| e.into_session(&shown);
+    // The session's control connection is up: a data stream that cannot connect is a
+    // broken session (its files may be part-sent), not a server that was never reached.
     let mut s =
-        TcpStream::connect_timeout(&peer, timeout).map_err(|source| SessionError::Connect {
-            addr: shown.clone(),
-            source,
+        TcpStream::connect_timeout(&peer, timeout).map_err(|e| SessionError::Connection {
+            peer: shown.clone(),
+            reason: format!("data stream {stream_index}: cannot connect: {e}"),
         })?;
     s.set_nodelay(true).ok();
     s.set_read_timeout(Some(timeout)).ok();

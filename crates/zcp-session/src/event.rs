@@ -546,13 +546,18 @@ pub enum ServerEvent {
         /// `push` or `pull`, once the client said.
         direction: Option<&'static str>,
         /// The refusal's class, for counting: `access` when the identity may not use the
-        /// export or the direction it asked for, else an [`zcp_wire::ErrorCode`] name
-        /// (`busy`, `protocol`, ...).
+        /// export or the direction it asked for, [`CLIENT_GAVE_UP`] when the client itself
+        /// ended the session before asking for anything (no refusal), else an
+        /// [`zcp_wire::ErrorCode`] name (`busy`, `protocol`, ...).
         cause: &'static str,
         /// Why, escaped.
         reason: String,
     },
 }
+
+/// The [`ServerEvent::SessionRefused`] cause of a session its client ended before it asked
+/// for anything (its own `Error`): logged, but neither a refusal nor a failure.
+pub const CLIENT_GAVE_UP: &str = "client";
 
 /// Receives a server's events; must tolerate calls from many threads.
 pub trait ServerReporter: Send + Sync {

@@ -383,11 +383,13 @@ fn preallocate(file: &OwnedFd, size: u64) -> Result<(), EngineError> {
     if size == 0 {
         return Ok(());
     }
+    // Sizes for people, and the shortfall exact: both sizes may round alike.
     let no_space = |free: u64| {
         EngineError::NoSpace(format!(
-            "the file needs {}, {} are free",
+            "the file needs {}, {} are free ({} bytes short)",
             zcp_wire::size_text(size),
-            zcp_wire::size_text(free)
+            zcp_wire::size_text(free),
+            size.saturating_sub(free)
         ))
     };
     // On a filesystem in memory (tmpfs), fallocate allocates and charges every page before

@@ -135,6 +135,8 @@ impl Monitor {
                 m.part_files.set(inner.part_files);
                 m.part_bytes.set(inner.part_bytes);
             }
+            // A client that gave up before asking for anything was refused nothing.
+            ServerEvent::SessionRefused { cause, .. } if *cause == zcp_session::CLIENT_GAVE_UP => {}
             ServerEvent::Rejected { cause, .. } | ServerEvent::SessionRefused { cause, .. } => {
                 let cause = metrics::cause_name(cause);
                 m.refused.get_or_create(&Cause { cause }).inc();

@@ -106,6 +106,8 @@ fn retrying(
 ) -> Result<Summary, SessionError> {
     let attempts = t.retries.saturating_add(1);
     let mut attempt = 1;
+    // Whether a try got past connecting (it may have moved data).
+    let mut reached = false;
     let stopped = |during: &str| {
         let s = t.stop.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
         (s != 0).then(|| SessionError::Stopped {
@@ -124,8 +126,21 @@ fn retrying(
         }
         let e = match once(reporter, attempt - 1) {
             Err(e) if e.retryable() && attempt < attempts => e,
+            // A connection refused now, after an earlier try reached the server: what that
+            // one moved may be held there, so this is no "nothing was sent".
+            Err(SessionError::Connect { addr, source }) if reached => {
+                return Err(SessionError::Connection {
+                    peer: addr,
+                    reason: format!(
+                        "cannot connect again after {} tr{}: {source}",
+                        attempt - 1,
+                        if attempt == 2 { "y" } else { "ies" }
+                    ),
+                });
+            }
             done => return done,
         };
+        reached |= !matches!(e, SessionError::Connect { .. });
         let shift = (attempt - 1).min(16);
         let first = t.retry_wait.max(MIN_RETRY_WAIT);
         let wait = (first * (1u32 << shift)).min(MAX_RETRY_WAIT.max(first));

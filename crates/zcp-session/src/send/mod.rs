@@ -392,7 +392,7 @@ fn drive(
                     peer: io.peer.to_string(),
                     reason: format!("data stream {stream}: {why}"),
                 };
-                return Err(the_receivers_reason(&mut queue, sm, broke));
+                return Err(the_receivers_reason(&mut queue, sm, io.reader, broke));
             }
             SendEvent::StreamDone { usage, end } => sm.stream_done(usage, end),
             SendEvent::Tally { files, bytes } => sm.plan(files, bytes),
@@ -413,17 +413,23 @@ const REASON_GRACE: Duration = Duration::from_secs(2);
 fn the_receivers_reason(
     queue: &mut Batched<'_, SendEvent>,
     sm: &mut Sending,
+    reader: &Reader,
     broke: SessionError,
 ) -> SessionError {
     let until = Instant::now() + REASON_GRACE;
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match queue.next(left) {
-            Ok(SendEvent::Ctl(Ok(m @ Message::Error { .. }))) => {
-                return match sm.handle_frame(m, Instant::now()) {
-                    Err(e) => e,
-                    Ok(()) => broke,
-                };
+            Ok(SendEvent::Ctl(Ok(m))) => {
+                // Every frame taken lets the reader read on: the Error may be queued behind
+                // hundreds of acknowledgements.
+                reader.taken();
+                if matches!(m, Message::Error { .. }) {
+                    return match sm.handle_frame(m, Instant::now()) {
+                        Err(e) => e,
+                        Ok(()) => broke,
+                    };
+                }
             }
             Ok(SendEvent::Ctl(Err(_))) | Err(_) => return broke,
             Ok(_) if left.is_zero() => return broke,

@@ -198,19 +198,22 @@ impl ServerObserver<'_> {
     /// who asked for what.
     pub(super) fn refusal(&self, error: Option<&SessionError>) -> ServerEvent {
         let (cause, reason) = match error {
-            Some(
-                SessionError::Refusing { code, message } | SessionError::Refused { code, message },
-            ) => (code.name(), escape_text(message)),
+            Some(SessionError::Refusing { code, message }) => (code.name(), escape_text(message)),
+            // The client's own `Error` before it opened anything: it gave up.
+            Some(SessionError::Refused { message, .. }) => {
+                (crate::event::CLIENT_GAVE_UP, escape_text(message))
+            }
             Some(e @ SessionError::Protocol { .. }) => ("protocol", escape_text(&e.to_string())),
             Some(e) => ("other", escape_text(&e.to_string())),
             None => ("other", "the session ended before it started".into()),
         };
         let a = &self.asked;
         let cause = if a.access_refused { "access" } else { cause };
+        let reason = clip(reason);
         let reason = if a.hidden {
             format!(
-                "{reason} (what the client is told: the export exists, but identity '{}' has \
-                 no access to it)",
+                "{reason} (the client is told the same as for a missing export; this one \
+                 exists, but identity '{}' has no access to it)",
                 escape_text(&a.identity)
             )
         } else {
@@ -223,7 +226,7 @@ impl ServerObserver<'_> {
             export: a.export.clone(),
             direction: a.direction,
             cause,
-            reason: clip(reason),
+            reason,
         }
     }
 }

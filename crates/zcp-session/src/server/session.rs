@@ -368,6 +368,9 @@ fn serve(
     let mut c = Control::new(j.stream, j.sealer, j.opener, ctx.cfg.idle_timeout)?;
     let open = match c.next(Instant::now() + ctx.cfg.handshake_timeout)? {
         Message::Open(o) => o,
+        // The client gave up before it asked for anything (a usage mistake it found after
+        // authenticating, a signal): its word, not a refusal of ours.
+        Message::Error { code, message } => return Err(SessionError::Refused { code, message }),
         other => {
             let m = format!("expected Open, got {}", other.name());
             return Err(c.refuse(ErrorCode::Protocol, m));
@@ -379,7 +382,7 @@ fn serve(
     let export = j.live.export(j.who, &open.export, open.pull).map_err(|r| {
         // The client is told no more than for a name that is no export (no oracle); the
         // server's accounting says what it was.
-        observer.asked.access_refused = true;
+        observer.asked.access_refused = matches!(r.code, ErrorCode::BadPath | ErrorCode::Auth);
         observer.asked.hidden =
             r.code == ErrorCode::BadPath && j.live.exports().any(|(name, _)| *name == open.export);
         c.refuse(r.code, r.message)

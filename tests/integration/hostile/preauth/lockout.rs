@@ -181,7 +181,10 @@ fn mixed(n: usize) -> Vec<Hold> {
 /// The sums of the server's shed summaries: (evicted, expired, closed by their peer).
 fn shed_counts(log: &str) -> (u64, u64, u64, u64) {
     let mut sum = (0, 0, 0, 0);
-    for line in log.lines().filter(|l| l.contains("in their handshake: ")) {
+    let summary = |l: &&str| {
+        l.contains("in their handshake: ") || l.contains("(connected and closed without a byte")
+    };
+    for line in log.lines().filter(summary) {
         let num = |before: &str| -> u64 {
             let Some((head, _)) = line.split_once(before) else {
                 return 0;
@@ -363,6 +366,53 @@ fn a_source_is_held_to_its_share() {
     // The busiest source holds its share and no more (.2 and .4 tie at 4).
     assert!(log.contains(", 4 from 127.0.0."), "{log}");
     assert_eq!(tree(&root), vec!["f.bin"]);
+}
+
+/// Probes are connections that never sent a byte. SAFE: one that sent part of a Hello and
+/// closed, or sent a byte and reset, is not passed off as a probe: it counts as closed by
+/// its peer (a `protocol` refusal), so the counter operators alert on still sees it.
+#[test]
+fn a_connection_that_sent_anything_is_no_probe() {
+    let env = Env::new();
+    let root = env.mkdir("in");
+    let srv = ServerProc::start(&root, &env.key, &["--metrics", "127.0.0.1:0"]);
+    let m = monitor_addr(&srv);
+    for reset in [false, true] {
+        let mut s = connect_from(Ipv4Addr::LOCALHOST, srv.port).unwrap();
+        s.write_all(&[0x5a, 0x43, 0x50]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        if reset {
+            // SO_LINGER 0: close sends a reset.
+            rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO)).unwrap();
+        }
+        drop(s);
+    }
+    // And one true probe.
+    drop(connect_from(Ipv4Addr::LOCALHOST, srv.port).unwrap());
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut t = String::new();
+    while Instant::now() < end {
+        t = http(m, "GET", "/metrics", None).2;
+        if crate::monitor::sample(&t, "zcp_probe_connections_total") == Some(1.0)
+            && crate::monitor::sample(&t, "zcp_refused_connections_total{cause=\"protocol\"}")
+                == Some(2.0)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        crate::monitor::sample(&t, "zcp_probe_connections_total"),
+        Some(1.0),
+        "{t}\n{}",
+        srv.log()
+    );
+    assert_eq!(
+        crate::monitor::sample(&t, "zcp_refused_connections_total{cause=\"protocol\"}"),
+        Some(2.0),
+        "{t}\n{}",
+        srv.log()
+    );
 }
 
 /// Seven silent connections fill three quarters of an 8-entry table. SAFE: they are closed
