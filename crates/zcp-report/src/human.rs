@@ -19,7 +19,8 @@ pub struct Human<W: Write> {
     header_done: bool,
     streams: u16,
     /// The last failure printed (class and reason), and how many since had the same and
-    /// were folded into one line: one wrong destination fails every entry of a tree alike.
+    /// were folded into one line: one wrong destination fails every entry of a tree alike
+    /// (only destination classes fold; see `failed`).
     fold: Option<(String, String, u64)>,
 }
 
@@ -192,10 +193,12 @@ impl<W: Write> Human<W> {
     }
 
     fn failed(&mut self, f: &Failure) -> std::io::Result<()> {
-        // An integrity failure names each file: which ones are damaged matters one by one.
-        let integrity = matches!(f.code, "verify" | "source-changed");
+        // Only failures of a cause the entries share fold: the destination (a path that is
+        // not a directory, a full filesystem). An unreadable source, a damaged or changed
+        // file is each file's own: every one is named.
+        let shared = matches!(f.code, "bad-path" | "no-space");
         if let Some((code, message, n)) = &mut self.fold
-            && !integrity
+            && shared
             && *code == f.code
             && *message == f.message
         {

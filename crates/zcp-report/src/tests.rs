@@ -305,12 +305,17 @@ fn failures_for_one_reason_fold_into_one_line() {
     h.event(&fail("t2/y", wrong));
     h.event(&fail("t2/z", wrong));
     h.event(&Event::Notice("a note".into()));
-    // Integrity failures are never folded: each damaged file is named.
-    for p in ["v1", "v2"] {
+    // Failures of each file's own are never folded: each damaged or unreadable file is named.
+    for (p, code, message) in [
+        ("v1", "verify", "the whole-file digests differ"),
+        ("v2", "verify", "the whole-file digests differ"),
+        ("s1", "source", "cannot be opened (Permission denied)"),
+        ("s2", "source", "cannot be opened (Permission denied)"),
+    ] {
         h.event(&Event::Failed(Failure {
             path: p.into(),
-            code: "verify",
-            message: "the whole-file digests differ".into(),
+            code,
+            message: message.into(),
         }));
     }
     h.event(&fail("t2/w", wrong));
@@ -328,6 +333,8 @@ fn failures_for_one_reason_fold_into_one_line() {
          note:     a note\n\
          failed:   v1: the whole-file digests differ [verify]\n\
          failed:   v2: the whole-file digests differ [verify]\n\
+         failed:   s1: cannot be opened (Permission denied) [source]\n\
+         failed:   s2: cannot be opened (Permission denied) [source]\n\
          failed:   t2/w: destination 'dst' is not a directory [bad-path]\n\
          failed:   and 1 more entry for the same reason\n"
     );
