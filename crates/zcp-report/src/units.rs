@@ -12,24 +12,9 @@ pub fn bits_per_second(bytes: u64, seconds: f64) -> f64 {
 
 use zcp_wire::three_digits;
 
-/// `n` scaled by 1024 into the largest unit of `units` that keeps it at least 1.
-fn binary(n: u64, units: [&str; 5]) -> String {
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < units.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{n} {}", units[0])
-    } else {
-        format!("{} {}", three_digits(v), units[i])
-    }
-}
-
 /// `1.00 GBytes`, `512 KBytes`, `17 Bytes`.
 pub fn bytes(n: u64) -> String {
-    binary(n, ["Bytes", "KBytes", "MBytes", "GBytes", "TBytes"])
+    zcp_wire::scaled_text(n, ["Bytes", "KBytes", "MBytes", "GBytes", "TBytes"])
 }
 
 /// `9.41 Gbits/sec`.

@@ -40,7 +40,7 @@ pub use message::{
 };
 pub use path::{PathError, RelPath, escape, escape_text};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
-pub use units::{size_text, three_digits};
+pub use units::{scaled_text, size_text, three_digits};
 
 /// The protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u16 = 2;

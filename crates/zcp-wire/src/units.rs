@@ -3,17 +3,22 @@
 
 /// `64.0 MiB`, `1.00 GiB`, `17 B`.
 pub fn size_text(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    scaled_text(n, ["B", "KiB", "MiB", "GiB", "TiB"])
+}
+
+/// `n` scaled by 1024 into the largest of `units` that keeps it at least 1, with three
+/// significant digits (whole below the first step).
+pub fn scaled_text(n: u64, units: [&str; 5]) -> String {
     let mut v = n as f64;
     let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
+    while v >= 1024.0 && i + 1 < units.len() {
         v /= 1024.0;
         i += 1;
     }
     if i == 0 {
-        format!("{n} B")
+        format!("{n} {}", units[0])
     } else {
-        format!("{} {}", three_digits(v), UNITS[i])
+        format!("{} {}", three_digits(v), units[i])
     }
 }
 
