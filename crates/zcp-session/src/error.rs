@@ -137,6 +137,45 @@ impl Refusal {
         self.code == ErrorCode::Busy && self.message.starts_with(OUT_OF_DESCRIPTORS)
     }
 
+    /// When `e` is the process (or system) out of file descriptors: the refusal that ends the
+    /// session as busy, counted so the server's accept loop sheds pending connections to make
+    /// room. Anything else is `None`, for the caller to class.
+    pub(crate) fn out_of_descriptors(e: &EngineError) -> Option<Refusal> {
+        match e {
+            EngineError::Sys { source, .. } => Refusal::short_of_descriptors(source, e),
+            _ => None,
+        }
+    }
+
+    /// [`Refusal::out_of_descriptors`] for an OS error `source`, told as `what`.
+    pub(crate) fn short_of_descriptors(
+        source: &io::Error,
+        what: impl std::fmt::Display,
+    ) -> Option<Refusal> {
+        if !zcp_engine::sys::is_fd_limit(source) {
+            return None;
+        }
+        crate::server::gate::note_out_of_descriptors();
+        Some(Refusal::new(
+            ErrorCode::Busy,
+            format!("{OUT_OF_DESCRIPTORS} ({what}); try again"),
+        ))
+    }
+
+    /// A data stream's failure on this side, as the peer is told it: out of descriptors is
+    /// the session's want ([`Refusal::out_of_descriptors`]), a full disk is `NoSpace`, and
+    /// anything else `Io`.
+    pub(crate) fn stream(e: &EngineError) -> Refusal {
+        Refusal::out_of_descriptors(e).unwrap_or_else(|| {
+            let code = if e.is_no_space() {
+                ErrorCode::NoSpace
+            } else {
+                ErrorCode::Io
+            };
+            Refusal::new(code, e.to_string())
+        })
+    }
+
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Refusal {
         Refusal {
             code,

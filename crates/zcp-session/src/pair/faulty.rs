@@ -28,6 +28,9 @@ pub(crate) enum DiskFault {
     WriteNoSpace,
     /// Writing the chunk fails: an I/O error.
     WriteEio,
+    /// The stream that lands the chunk finds the process out of file descriptors (as
+    /// `pipe2` for its splice pipe fails with EMFILE).
+    StreamEmfile,
 }
 
 /// [`TcpStreams`] with one [`DiskFault`].
@@ -103,6 +106,12 @@ impl Transport for Faulty {
                     fired: self.fired.clone(),
                 })
             }
+            Some((at, DiskFault::StreamEmfile)) => Arc::new(FailPlace {
+                inner: landing,
+                at,
+                seen: AtomicUsize::new(0),
+                fired: self.fired.clone(),
+            }),
             _ => landing,
         };
         Box::new(self.inner).receive(landing)
@@ -141,6 +150,66 @@ impl Landing for FailWrite {
         } else {
             r
         };
+        self.inner.written(file, index, r);
+    }
+
+    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]) {
+        self.inner.hashed(file, index, mac);
+    }
+
+    fn keys(&self) -> SessionKeys {
+        self.inner.keys()
+    }
+
+    fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>) {
+        self.inner.stream_ended(usage, failed, late);
+    }
+
+    fn block(&self) -> u64 {
+        self.inner.block()
+    }
+
+    fn alive(&self) -> bool {
+        self.inner.alive()
+    }
+
+    fn memory_limit(&self) -> u64 {
+        self.inner.memory_limit()
+    }
+
+    fn idle(&self) -> Duration {
+        self.inner.idle()
+    }
+}
+
+/// A landing whose `at`-th placement finds the process out of file descriptors: its stream
+/// ends with the refusal the real engine's `EMFILE` makes.
+struct FailPlace {
+    inner: Arc<dyn Landing>,
+    at: usize,
+    seen: AtomicUsize,
+    fired: Arc<AtomicBool>,
+}
+
+impl Landing for FailPlace {
+    fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>) {
+        self.inner.join(counter, closer);
+    }
+
+    fn place(&self, header: &ChunkHeader) -> Result<Placement, Refusal> {
+        if self.seen.fetch_add(1, Ordering::Relaxed) == self.at {
+            self.fired.store(true, Ordering::Relaxed);
+            let e = zcp_engine::EngineError::Sys {
+                call: "pipe2",
+                what: "splice pipe",
+                source: std::io::Error::from_raw_os_error(24),
+            };
+            return Err(Refusal::stream(&e));
+        }
+        self.inner.place(header)
+    }
+
+    fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>) {
         self.inner.written(file, index, r);
     }
 

@@ -172,6 +172,35 @@ fn a_full_disk_fails_only_its_file_and_a_second_run_completes() {
     }
 }
 
+/// A data stream of the receiver finds the process out of descriptors (EMFILE from `pipe2`):
+/// the session ends as busy, for a retry, and fails no file; what was durable is kept, and
+/// the next run resumes it and completes.
+#[test]
+fn a_stream_out_of_descriptors_ends_the_session_busy_and_fails_no_file() {
+    let p = Pair::new();
+    p.file("d/a", 300_000, 1);
+    p.file("d/b", 300_000, 2);
+    let o = Opts {
+        streams: 1,
+        disk: Some((6, DiskFault::StreamEmfile)),
+        ..Opts::default()
+    };
+    let out = p.push(&["d"], ".", &o);
+    let Err(e) = &out.sender else {
+        panic!("the sender succeeded: {out:#?}");
+    };
+    assert!(e.retryable(), "{e}");
+    assert!(e.to_string().contains("out of file descriptors"), "{e}");
+    assert!(out.receiver.is_err(), "{out:#?}");
+    assert!(out.sent.failures.is_empty(), "{out:#?}");
+    assert!(!p.dst("d/b").exists());
+    let again = p.push(&["d"], ".", &Opts::default());
+    again.assert_clean();
+    for n in ["d/a", "d/b"] {
+        assert!(p.same(n), "{n}");
+    }
+}
+
 #[test]
 fn a_source_that_cannot_be_read_ends_the_session_and_a_second_run_completes() {
     let p = Pair::new();

@@ -267,7 +267,9 @@ impl Landing for RxCore {
             if let Some(e) = &late {
                 st.fail_open_files(ErrorCode::Io, e);
             }
-            if let Some(Refusal { code, message: why }) = &failed {
+            if let Some(r) = failed.as_ref().filter(|r| r.is_out_of_descriptors()) {
+                st.short_of_descriptors(r.clone());
+            } else if let Some(Refusal { code, message: why }) = &failed {
                 // A broken stream leaves chunks missing: fail what is open, so the sender
                 // hears at once instead of at the idle timeout; and say why.
                 st.fail_open_files(*code, &format!("data stream failed: {why}"));

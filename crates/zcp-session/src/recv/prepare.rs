@@ -170,16 +170,12 @@ pub(crate) struct Disk {
 }
 
 pub(crate) fn engine_err(e: EngineError) -> Refusal {
+    // The process's descriptors, not this file: another try may find them free (and a
+    // server sheds connections in their handshake to free them).
+    if let Some(r) = Refusal::out_of_descriptors(&e) {
+        return r;
+    }
     match e {
-        // The process's descriptors, not this file: another try may find them free (and a
-        // server sheds connections in their handshake to free them).
-        EngineError::Sys { ref source, .. } if zcp_engine::sys::is_fd_limit(source) => {
-            crate::server::gate::note_out_of_descriptors();
-            Refusal::new(
-                ErrorCode::Busy,
-                format!("{} ({e}); try again", crate::error::OUT_OF_DESCRIPTORS),
-            )
-        }
         EngineError::NoSpace(m) => Refusal::new(
             ErrorCode::NoSpace,
             format!("no space for the destination: {m}"),

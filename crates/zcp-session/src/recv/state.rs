@@ -155,6 +155,10 @@ pub(crate) struct Receiving {
     last_tell: Instant,
     pub(crate) out: Out,
     reports: Vec<Report>,
+    /// A data stream found the process out of file descriptors: the session ends as busy on
+    /// the next [`Receiving::tick`] (the sender's `--retry` comes back and resumes), rather
+    /// than fail every open file.
+    short: Option<Refusal>,
 }
 
 impl Receiving {
@@ -188,6 +192,7 @@ impl Receiving {
             last_tell: now,
             out: Out::default(),
             reports: Vec::new(),
+            short: None,
         }
     }
 
@@ -559,6 +564,11 @@ impl Receiving {
         }
     }
 
+    /// A data stream found the process out of file descriptors ([`Receiving::short`]).
+    pub(crate) fn short_of_descriptors(&mut self, r: Refusal) {
+        self.short.get_or_insert(r);
+    }
+
     /// A data stream ended; `failed`: why it broke (reported), when it did.
     pub(crate) fn stream_ended(&mut self, failed: Option<String>) {
         self.streams_ended += 1;
@@ -605,6 +615,9 @@ impl Receiving {
     /// keep-alive about once a second while files are open (a long commit says nothing else),
     /// and the idle timeout, which only progress restarts — never chatter such as `Notice`.
     pub(crate) fn tick(&mut self, now: Instant, bytes: u64) -> Result<(), SessionError> {
+        if let Some(r) = self.short.take() {
+            return Err(r.into());
+        }
         if bytes != self.last_bytes {
             self.last_bytes = bytes;
             self.progress(now);

@@ -131,7 +131,9 @@ fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU
         },
         Err(e) => Departure::StreamFailed {
             stream,
-            why: e.to_string(),
+            // Out of descriptors is counted (a server sheds pending connections to make room
+            // for the retry) and said so.
+            why: Refusal::out_of_descriptors(&e).map_or_else(|| e.to_string(), |r| r.message),
         },
     });
     usage
@@ -387,14 +389,7 @@ fn receive_chunks(
                 Box::new(|_| {}),
             ),
         };
-        r.map_err(|e| {
-            let code = if e.is_no_space() {
-                ErrorCode::NoSpace
-            } else {
-                ErrorCode::Io
-            };
-            Refusal::new(code, e.to_string())
-        })?;
+        r.map_err(|e| Refusal::stream(&e))?;
     }
 }
 

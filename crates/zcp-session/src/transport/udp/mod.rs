@@ -264,8 +264,10 @@ pub(crate) fn bind_beside(sock: &TcpStream, offload: bool) -> Result<UdpSock, Re
         .local_addr()
         .map_err(|e| Refusal::new(ErrorCode::Io, format!("data connection address: {e}")))?
         .ip();
-    UdpSock::bind(ip, offload)
-        .map_err(|e| Refusal::new(ErrorCode::Io, format!("binding a UDP socket on {ip}: {e}")))
+    UdpSock::bind(ip, offload).map_err(|e| {
+        let what = format!("binding a UDP socket on {ip}: {e}");
+        Refusal::short_of_descriptors(&e, &what).unwrap_or(Refusal::new(ErrorCode::Io, what))
+    })
 }
 
 /// Connects `udp` to the peer's UDP `port` on the far address of the data connection.

@@ -362,7 +362,7 @@ impl<'a> Receiver<'a> {
             let n = self
                 .udp
                 .recv_batch(batch)
-                .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
+                .map_err(|e| Refusal::stream(&e))?;
             if n == 0 {
                 self.drained = Instant::now();
                 break;
