@@ -51,7 +51,7 @@ pub(crate) fn run(a: GetArgs) -> anyhow::Result<i32> {
     };
     let mut out = a.transfer.output();
     let r = get(&opts, out.reporter());
-    Ok(super::outcome(&mut out, r, "get", a.transfer.retry))
+    Ok(super::outcome(&mut out, r, "get", &a.transfer))
 }
 
 /// What one get fetches, from where.

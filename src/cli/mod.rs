@@ -536,8 +536,10 @@ fn outcome(
     out: &mut Output,
     r: Result<zcp_session::Summary, SessionError>,
     what: &str,
-    retry: u32,
+    t: &TransferArgs,
 ) -> i32 {
+    // With --verify none nothing is journaled: there is no resume to promise.
+    let resumes = t.verify != zcp_session::VerifyMode::None;
     match r {
         Ok(s) if s.failed == 0 => 0,
         Ok(s) => {
@@ -565,7 +567,12 @@ fn outcome(
             let code = signals::caught().map_or(e.exit_code(), |s| 128 + s);
             out.fail(&e, code);
             eprintln!("zcp: {}", zcp_wire::escape_text(&e.to_string()));
-            if let SessionError::Stopped { durable, .. } = e {
+            if !resumes && (e.retryable() || matches!(e, SessionError::Stopped { .. })) {
+                eprintln!(
+                    "zcp: with --verify none nothing is kept for a resume: the same command \
+                     sends everything again (leave --verify at blake3 to resume)"
+                );
+            } else if let SessionError::Stopped { durable, .. } = e {
                 let held = durable.map_or(String::new(), |d| {
                     format!(
                         "{} verified and durable on the receiver; ",
@@ -583,7 +590,11 @@ fn outcome(
                 eprintln!(
                     "zcp: what the receiver verified is kept: run the same command again to \
                      resume{}",
-                    if retry > 0 { "" } else { " (or add --retry N)" }
+                    if t.retry > 0 {
+                        ""
+                    } else {
+                        " (or add --retry N)"
+                    }
                 );
             }
             code

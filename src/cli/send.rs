@@ -75,7 +75,7 @@ pub(crate) fn run(a: SendArgs) -> anyhow::Result<i32> {
     };
     let mut out = a.transfer.output();
     let r = send(&opts, out.reporter());
-    Ok(super::outcome(&mut out, r, "send", a.transfer.retry))
+    Ok(super::outcome(&mut out, r, "send", &a.transfer))
 }
 
 #[cfg(test)]

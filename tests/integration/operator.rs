@@ -5,40 +5,10 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-
-/// Waits (at most `secs`) until the receiver made at least one chunk of `target` durable.
-fn wait_journaled(target: &Path, secs: u64) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if journaled(target) > 0 {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    false
-}
-
-/// Sends `sig` to a process.
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a child this test spawned; no memory is involved.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::kill(pid as i32, sig) };
-    assert_eq!(rc, 0, "kill {pid} {sig}");
-}
-
-/// A sender of `src` to `dest`, spawned with its output piped.
-fn spawn_send(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -> Child {
-    send_cmd(port, key, src, dest, extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn zcp send")
-}
 
 /// Options that keep a 256 MiB transfer going long enough to interrupt it with small,
 /// early-journaled chunks.
@@ -241,6 +211,37 @@ fn sigint_stops_the_sender_cleanly_and_the_same_command_resumes() {
         );
         assert!(same_file(&src, &target));
     }
+}
+
+/// With `--verify none` the receiver journals nothing, so a cut send has nothing to resume:
+/// the client says so, and that the same command sends everything again, instead of
+/// promising a resume.
+#[test]
+fn a_cut_send_without_verification_promises_no_resume() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let src = env.path("src.bin");
+    make_dense(&src, 256 << 20, 6);
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let mut args = vec!["--verify", "none", "--limit-rate", "400M"];
+    args.extend_from_slice(SLOW);
+    let child = spawn_send(server.port, &env.key, &src, "n.bin", &args);
+    let part = root.join(format!(".zcp-{}.part", zcp_engine::fs::part_key(b"n.bin")));
+    let end = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&part).map_or(true, |m| m.len() == 0) {
+        assert!(Instant::now() < end, "the session never began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(child.id(), libc::SIGINT);
+    let o = wait_output(child, 30);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{}", both(&o));
+    assert!(err.contains("with --verify none nothing is kept"), "{err}");
+    assert!(
+        !err.contains("run the same command again to resume"),
+        "{err}"
+    );
+    assert!(!root.join("n.bin").exists());
 }
 
 #[test]

@@ -299,7 +299,7 @@ fn a_write_only_identity_learns_nothing_of_what_is_there() {
             && stored.contains("(and 3.00 MBytes resumed, not sent)"),
         "{stored}"
     );
-    // A write-only one is offered nothing: the file goes whole, every time.
+    // A write-only one is offered nothing of a file already there: it goes whole, every time.
     for _ in 0..2 {
         let (o, v) = send_json(srv.port, &site.observatory, &src, "incoming/", &[], 30);
         assert!(o.status.success(), "{}", both(&o));
@@ -338,6 +338,84 @@ fn a_write_only_identity_learns_nothing_of_what_is_there() {
     assert!(why.iter().all(|w| w == &why[0]), "{why:?}");
     assert!(site.incoming.join("d").is_dir());
     assert!(site.incoming.join("l").is_symlink());
+}
+
+/// A write-only identity's push cut midway resumes: the same command sends only what was not
+/// durable yet. SAFE: it resumes the part files of its own sessions only: a part file left at
+/// the same name by another identity (here `lab`, also write-only there) is emptied and the
+/// file sent whole, and neither the offer nor the summary tells it what was there.
+#[test]
+fn a_write_only_identity_resumes_its_own_part_files_only() {
+    let site = Site::new();
+    let mut t = site.text(false);
+    t.push_str(&format!(
+        "\n[identity.lab]\nkey_file = \"{}\"\naccess = {{ incoming = \"write\" }}\n",
+        site.lab.display()
+    ));
+    site.write(&t);
+    let srv = site.serve();
+    let src = site.file("big.bin", 64 << 20);
+    let target = site.incoming.join("big.bin");
+    let slow = ["-i", "0", "--chunk-size", "1M", "--limit-rate", "160M"];
+    let part = site.incoming.join(format!(
+        ".zcp-{}.journal",
+        zcp_engine::fs::part_key(b"big.bin")
+    ));
+    let journal = || {
+        let j = std::fs::read(&part).ok()?;
+        zcp_wire::journal::decode_journal(&j).ok()
+    };
+    // Cuts a push by `key` once a chunk of its own session is durable (the journal's last
+    // session is a new one, with a chunk).
+    let cut = |key: &Path| {
+        let before = journal().and_then(|j| j.sessions.last().copied());
+        let child = spawn_send(srv.port, key, &src, "incoming/", &slow);
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        let own = || {
+            journal().is_some_and(|j| {
+                let last = j.sessions.len().wrapping_sub(1) as u16;
+                j.sessions.last().copied() != before && j.chunks.iter().any(|c| c.0 == last)
+            })
+        };
+        while !own() {
+            assert!(std::time::Instant::now() < end, "no chunk became durable");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        signal(child.id(), libc::SIGINT);
+        let o = wait_output(child, 30);
+        assert_eq!(o.status.code(), Some(130), "{}", both(&o));
+        assert!(!target.exists());
+        let held = journaled(&target);
+        assert!(held > 0 && held < 64 << 20, "{held}");
+        (o, held)
+    };
+    // The same command (without the cap) completes, sending only what was not held.
+    let resumed = |held: u64| {
+        let args = ["--chunk-size", "1M"];
+        let (o, v) = send_json(srv.port, &site.observatory, &src, "incoming/", &args, 60);
+        assert!(o.status.success(), "{}", both(&o));
+        let skipped = v["end"]["resume"]["bytes_skipped"].as_u64().unwrap();
+        assert!(skipped >= held, "{held} held: {v}");
+        assert!(same_file(&src, &target));
+    };
+    // Its own part file: resumed.
+    let (o, held) = cut(&site.observatory);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("run the same command again to resume"),
+        "{err}"
+    );
+    resumed(held);
+    // Another identity's part file at the same name: not resumed but emptied, so the journal
+    // of the next cut names one session, the observatory's own (resumed, it would name lab's
+    // first); and that one resumes.
+    std::fs::remove_file(&target).unwrap();
+    cut(&site.lab);
+    let (_, held) = cut(&site.observatory);
+    let sessions = journal().unwrap().sessions;
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    resumed(held);
+    assert_eq!(journaled(&target), 0);
 }
 
 /// Waits for `child` up to `secs`; its output.

@@ -757,6 +757,36 @@ pub fn journaled(target: &Path) -> u64 {
     chunks.iter().map(|i| plan.chunk(*i).1).sum()
 }
 
+/// Waits (at most `secs`) until the receiver made at least one chunk of `target` durable.
+pub fn wait_journaled(target: &Path, secs: u64) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if journaled(target) > 0 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// Sends `sig` to a process.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child this test spawned; no memory is involved.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(rc, 0, "kill {pid} {sig}");
+}
+
+/// A sender of `src` to `dest`, spawned with its output piped.
+pub fn spawn_send(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -> Child {
+    send_cmd(port, key, src, dest, extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn zcp send")
+}
+
 /// `mkfifo path`, checked: a FIFO is there afterwards.
 pub fn mkfifo(p: &Path) {
     use std::os::unix::fs::FileTypeExt;

@@ -110,8 +110,9 @@ pub(crate) struct Scope {
     dirs: Mutex<HashMap<[u8; 16], DirFacts>>,
     /// In a pull, which requested names the server sent an entry for (by index).
     answered: Mutex<Vec<bool>>,
-    /// A push by a write-only identity: nothing already there is offered (no journal
-    /// resumed, no existing target hashed), so the sender learns nothing of what exists.
+    /// A push by a write-only identity: nothing already there is offered but the part files
+    /// of its own sessions (no other journal resumed, no existing target hashed), so the
+    /// sender learns nothing of what exists beyond what it wrote itself.
     blind: bool,
 }
 
@@ -136,7 +137,7 @@ impl Scope {
     }
 
     /// A push by an identity that may not read: as [`Scope::push`], and nothing already
-    /// there is offered to the sender.
+    /// there is offered to the sender but its own sessions' part files.
     pub(crate) fn push_blind() -> Scope {
         Scope {
             blind: true,

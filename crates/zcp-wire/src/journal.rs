@@ -11,10 +11,16 @@
 //! ```text
 //! header  = "ZCPJ" version:u16=1 zero:u16 size:u64 chunk_size:u64 zero:u64
 //! record  = kind:u8 payload check[8]
-//!   kind 1, session: client_nonce[32] server_nonce[32] file_id:u32   (tags count from 0)
-//!   kind 2, chunk:   session_tag:u16 index:u64 mac[32]
+//!   kind 1, session:       client_nonce[32] server_nonce[32] file_id:u32   (tags count from 0)
+//!   kind 3, owned session: owner[16] client_nonce[32] server_nonce[32] file_id:u32
+//!   kind 2, chunk:         session_tag:u16 index:u64 mac[32]
 //! ```
+//!
+//! A session record names its *owner* ([`crate::keys::JournalOwner`], from the identity's key)
+//! (kind 3); kind 1, written by earlier versions, has none. An identity that may
+//! not read resumes only a journal whose every session is its own.
 
+use crate::keys::JournalOwner;
 use crate::{DecodeError, Nonce};
 
 /// First bytes of a journal.
@@ -28,7 +34,9 @@ pub const MAX_JOURNAL_SESSIONS: usize = 256;
 const CHECK_LEN: usize = 8;
 const SESSION: u8 = 1;
 const CHUNK: u8 = 2;
+const OWNED_SESSION: u8 = 3;
 const SESSION_PAYLOAD: usize = 32 + 32 + 4;
+const OWNER_LEN: usize = 16;
 const CHUNK_PAYLOAD: usize = 2 + 8 + 32;
 
 /// What a journal is about: the file's size and chunk size. A sender announcing anything else
@@ -59,6 +67,9 @@ pub enum JournalRecord {
     /// A session that verified chunks of this file; later chunk records name it by its tag
     /// (its position among the session records, from 0).
     Session {
+        /// Whose session it was; `None` only in journals written before owners were
+        /// recorded (kind 1).
+        owner: Option<JournalOwner>,
         /// That session's client nonce.
         client_nonce: Nonce,
         /// That session's server nonce.
@@ -91,15 +102,26 @@ impl JournalRecord {
     pub fn encode(&self) -> Vec<u8> {
         let (kind, payload) = match self {
             JournalRecord::Session {
+                owner,
                 client_nonce,
                 server_nonce,
                 file_id,
             } => {
-                let mut p = Vec::with_capacity(SESSION_PAYLOAD);
+                let mut p = Vec::with_capacity(OWNER_LEN + SESSION_PAYLOAD);
+                if let Some(o) = owner {
+                    p.extend_from_slice(o);
+                }
                 p.extend_from_slice(client_nonce);
                 p.extend_from_slice(server_nonce);
                 p.extend_from_slice(&file_id.to_be_bytes());
-                (SESSION, p)
+                (
+                    if owner.is_some() {
+                        OWNED_SESSION
+                    } else {
+                        SESSION
+                    },
+                    p,
+                )
             }
             JournalRecord::Chunk {
                 session,
@@ -124,6 +146,8 @@ impl JournalRecord {
 /// A session named in a journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalSession {
+    /// Whose session it was (`None`: not recorded, an older journal).
+    pub owner: Option<JournalOwner>,
     /// Client nonce.
     pub client_nonce: Nonce,
     /// Server nonce.
@@ -188,6 +212,7 @@ pub fn decode_journal(bytes: &[u8]) -> Result<JournalState, DecodeError> {
         let kind = bytes[pos];
         let payload_len = match kind {
             SESSION => SESSION_PAYLOAD,
+            OWNED_SESSION => OWNER_LEN + SESSION_PAYLOAD,
             CHUNK => CHUNK_PAYLOAD,
             _ => break,
         };
@@ -199,14 +224,22 @@ pub fn decode_journal(bytes: &[u8]) -> Result<JournalState, DecodeError> {
         if bytes[pos + 1 + payload_len..end] != check(kind, payload) {
             break;
         }
-        if kind == SESSION {
+        if kind == SESSION || kind == OWNED_SESSION {
             if state.sessions.len() >= MAX_JOURNAL_SESSIONS {
                 break;
             }
+            let (owner, p) = match kind {
+                OWNED_SESSION => {
+                    let (o, rest) = payload.split_at(OWNER_LEN);
+                    (Some(o.try_into().expect("16 bytes")), rest)
+                }
+                _ => (None, payload),
+            };
             state.sessions.push(JournalSession {
-                client_nonce: payload[..32].try_into().expect("32 bytes"),
-                server_nonce: payload[32..64].try_into().expect("32 bytes"),
-                file_id: u32::from_be_bytes(payload[64..68].try_into().expect("4 bytes")),
+                owner,
+                client_nonce: p[..32].try_into().expect("32 bytes"),
+                server_nonce: p[32..64].try_into().expect("32 bytes"),
+                file_id: u32::from_be_bytes(p[64..68].try_into().expect("4 bytes")),
             });
         } else {
             let tag = u16::from_be_bytes([payload[0], payload[1]]);
@@ -238,6 +271,7 @@ mod tests {
         .to_vec();
         j.extend(
             JournalRecord::Session {
+                owner: Some([9; 16]),
                 client_nonce: [1; 32],
                 server_nonce: [2; 32],
                 file_id: 7,
@@ -270,6 +304,7 @@ mod tests {
         );
         assert_eq!(s.sessions.len(), 1);
         assert_eq!(s.sessions[0].file_id, 7);
+        assert_eq!(s.sessions[0].owner, Some([9; 16]));
         assert_eq!(
             s.chunks,
             vec![(0, 0, [0; 32]), (0, 1, [1; 32]), (0, 2, [2; 32])]
@@ -306,6 +341,40 @@ mod tests {
             .encode(),
         );
         assert!(decode_journal(&j).unwrap().chunks.is_empty());
+    }
+
+    /// A journal written before owners were recorded still reads: its sessions have none.
+    #[test]
+    fn a_session_without_an_owner_reads_as_none() {
+        let mut j = JournalHeader {
+            size: 100,
+            chunk_size: 65536,
+        }
+        .encode()
+        .to_vec();
+        let old = JournalRecord::Session {
+            owner: None,
+            client_nonce: [3; 32],
+            server_nonce: [4; 32],
+            file_id: 2,
+        }
+        .encode();
+        assert_eq!(old[0], SESSION);
+        assert_eq!(old.len(), 1 + SESSION_PAYLOAD + CHECK_LEN);
+        j.extend(old);
+        j.extend(
+            JournalRecord::Chunk {
+                session: 0,
+                index: 0,
+                mac: [5; 32],
+            }
+            .encode(),
+        );
+        let s = decode_journal(&j).unwrap();
+        assert_eq!(s.sessions[0].owner, None);
+        assert_eq!(s.sessions[0].file_id, 2);
+        assert_eq!(s.chunks, vec![(0, 0, [5; 32])]);
+        assert_eq!(s.valid_len, j.len());
     }
 
     #[test]

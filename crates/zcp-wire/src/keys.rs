@@ -159,7 +159,14 @@ pub struct SessionKeys {
     chunk: [u8; 32],
     digest: [u8; 32],
     udp: [u8; 32],
+    /// Names the key's holder in resume journals ([`SessionKeys::journal_owner`]).
+    owner: JournalOwner,
 }
+
+/// Who wrote a journal's chunks: 16 bytes derived from the pre-shared key alone (the same in
+/// every session of that key, and telling nothing of it), so a receiver can hold a resume to
+/// the identity that wrote it.
+pub type JournalOwner = [u8; 16];
 
 impl fmt::Debug for SessionKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -182,7 +189,16 @@ impl SessionKeys {
             chunk: blake3::derive_key("zcp/1 chunk mac", &secret),
             digest: blake3::derive_key("zcp/1 file digest", &secret),
             udp: blake3::derive_key("zcp/1 udp datagram tag", &secret),
+            owner: blake3::derive_key("zcp/1 journal owner", &psk.0)[..16]
+                .try_into()
+                .expect("16 of 32 bytes"),
         }
+    }
+
+    /// The owner a resume journal records for the sessions of this key: a write-only
+    /// identity resumes only part files whose every session was its own.
+    pub fn journal_owner(&self) -> JournalOwner {
+        self.owner
     }
 
     /// The proof a data connection sends: an HMAC over the session id, stream index and both

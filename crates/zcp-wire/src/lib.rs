@@ -32,7 +32,7 @@ pub use handshake::{
     Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Established,
     HandshakeError, JoinRequest, ServerAwaitProof, accept, accept_any,
 };
-pub use keys::{FileDigest, KeyError, PSK_LEN, Psk, SessionKeys};
+pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
     ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES,
     MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT, MIN_RATE, Message, Open, Pacing, PutFile,

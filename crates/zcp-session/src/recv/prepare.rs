@@ -14,7 +14,9 @@ use zcp_engine::recv::{Choice, Target, choose};
 use zcp_engine::sync::Locked;
 use zcp_engine::{EngineError, RecvEngine};
 use zcp_wire::journal::{JournalHeader, MAX_JOURNAL_SESSIONS, decode_journal};
-use zcp_wire::{ChunkPlan, ErrorCode, Message, Nonce, PutFile, RelPath, SessionKeys, escape};
+use zcp_wire::{
+    ChunkPlan, ErrorCode, JournalOwner, Message, Nonce, PutFile, RelPath, SessionKeys, escape,
+};
 
 use super::chunks::{Existing, FileSpec, JournalState};
 use super::frames::{FsDone, FsJob, Offer, Prepared};
@@ -148,8 +150,9 @@ pub(crate) struct Disk {
     /// The session verifies: only then is an existing target hashed and offered (with
     /// `--verify none` it is replaced without being read).
     verify: bool,
-    /// A write-only identity's push: no journal is resumed and no existing target hashed;
-    /// a part file left there is emptied, a target replaced without being read.
+    /// A write-only identity's push: only a journal of its own sessions is resumed (another
+    /// part file left there is emptied), and no existing target is hashed (it is replaced
+    /// without being read).
     blind: bool,
     pub(crate) root: Arc<Root>,
     keys: SessionKeys,
@@ -567,10 +570,10 @@ impl Disk {
             ..JournalState::default()
         };
         let mut offers = Vec::new();
-        if existed && self.blind {
-            part.reset().map_err(engine_err)?;
-        } else if existed {
-            offers = resume(&mut part, &plan, &mut journal, size)?;
+        if existed {
+            // A write-only identity resumes only what its own sessions wrote.
+            let owner = self.blind.then(|| self.keys.journal_owner());
+            offers = resume(&mut part, &plan, &mut journal, size, owner)?;
         }
         // A target already there with the file's size: offer its chunks, hashed under this
         // session's key, as held. If the sender's source proves every one, no byte is sent and
@@ -717,12 +720,15 @@ fn entry(raw: Vec<u8>, act: Act, path: RelPath, result: Result<bool, Refusal>) -
 
 /// The chunks an intact journal of an earlier attempt holds for this size and chunk size,
 /// grouped by the session that verified them; the journal continues after them. Anything
-/// else empties the part file.
+/// else empties the part file, as does (`only`: a write-only identity's push) a journal
+/// naming any session that was not that owner's: such an identity resumes only what its own
+/// sessions wrote, and learns nothing of another's part file.
 fn resume(
     part: &mut PartFile,
     plan: &ChunkPlan,
     journal: &mut JournalState,
     size: u64,
+    only: Option<JournalOwner>,
 ) -> Result<Vec<Offer>, Refusal> {
     let state = if journal.kept {
         part.read_journal()
@@ -740,6 +746,7 @@ fn resume(
         s.header == header
             && s.sessions.len() < MAX_JOURNAL_SESSIONS
             && s.chunks.iter().all(|(_, i, _)| *i < plan.count())
+            && only.is_none_or(|o| s.sessions.iter().all(|t| t.owner == Some(o)))
     }) else {
         part.reset().map_err(engine_err)?;
         return Ok(Vec::new());
@@ -772,3 +779,7 @@ fn resume(
     journal.open = true;
     Ok(offers)
 }
+
+#[cfg(test)]
+#[path = "resume_tests.rs"]
+mod resume_tests;

@@ -388,6 +388,7 @@ impl Receiving {
                     let (c, s) = self.nonces;
                     records.extend(
                         JournalRecord::Session {
+                            owner: Some(self.keys.journal_owner()),
                             client_nonce: c,
                             server_nonce: s,
                             file_id: file,

@@ -91,6 +91,7 @@ fn forged_journal(psk: &zcp_wire::Psk, honest: &[u8]) -> Vec<u8> {
     .to_vec();
     j.extend(
         JournalRecord::Session {
+            owner: Some(keys.journal_owner()),
             client_nonce: n1,
             server_nonce: n2,
             file_id: fid,
