@@ -9,8 +9,8 @@ use zcp_wire::journal::decode_journal;
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = decode_journal(data) else { return };
     assert!(s.valid_len <= data.len());
-    for (tag, _, _) in &s.chunks {
-        assert!(usize::from(*tag) < s.sessions.len());
+    for c in &s.chunks {
+        assert!(usize::from(c.session) < s.sessions.len());
     }
     let again = decode_journal(&data[..s.valid_len]).expect("a valid prefix decodes");
     assert_eq!(again, s);

@@ -202,8 +202,8 @@ struct TransferArgs {
     /// engine choose.
     #[arg(long, default_value = "0", value_parser = parse_size, value_name = "BYTES")]
     block_size: u64,
-    /// Chunk size (suffixes K, M, G): the unit of verification, resume and scheduling over
-    /// streams; default grows with the file.
+    /// Chunk size, a power of two from 64K to 1G (suffixes K, M, G): the unit of
+    /// verification, resume and scheduling over streams; default grows with the file.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     chunk_size: Option<u64>,
     /// Parallel data streams (TCP connections, 1 to 64); chunks of every file are spread over

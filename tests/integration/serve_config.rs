@@ -374,7 +374,7 @@ fn a_write_only_identity_resumes_its_own_part_files_only() {
         let own = || {
             journal().is_some_and(|j| {
                 let last = j.sessions.len().wrapping_sub(1) as u16;
-                j.sessions.last().copied() != before && j.chunks.iter().any(|c| c.0 == last)
+                j.sessions.last().copied() != before && j.chunks.iter().any(|c| c.session == last)
             })
         };
         while !own() {

@@ -272,3 +272,60 @@ fn a_verified_session_never_resumes_what_an_unverified_one_wrote() {
     assert!(same_file(&src, &target));
     assert!(no_partials(&root, 10), "{:?}", tree(&root));
 }
+
+/// The digest users compare is the file's plain BLAKE3 (what `b3sum` prints), the same on
+/// every transfer of the same bytes: a send, two gets (each its own session and keys), the
+/// server's transfer log for all three, and the text summary, for a file of several chunks
+/// and one of a single chunk. It was keyed per session: each transfer showed another.
+#[test]
+fn the_digest_is_the_plain_blake3_on_every_transfer() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let tl = env.path("transfers.jsonl");
+    let tl_arg = tl.to_str().unwrap().to_string();
+    let srv = ServerProc::start(&root, &env.key, &["--transfer-log", &tl_arg]);
+    for (name, size, chunk) in [
+        ("multi.bin", (5 << 20) + 12_345, "1M"),
+        ("one.bin", 60_000, "64K"),
+    ] {
+        let src = env.path(name);
+        make_dense(&src, size, 7);
+        let want = blake3::hash(&std::fs::read(&src).unwrap())
+            .to_hex()
+            .to_string();
+        let cs = ["--chunk-size", chunk];
+        let (o, v) = send_json(srv.port, &env.key, &src, name, &cs, 30);
+        assert!(o.status.success(), "{}", both(&o));
+        assert_eq!(v["end"]["digest"], want.as_str(), "send {name}");
+        for round in 0..2 {
+            let dest = env.path(&format!("got-{round}-{name}"));
+            let o = run(
+                get_cmd(srv.port, &env.key, name, &dest, &["-J", "-i", "0"]),
+                30,
+            );
+            assert!(o.status.success(), "{}", both(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["end"]["digest"], want.as_str(), "get {round} {name}");
+            assert!(same_file(&src, &dest));
+        }
+        let o = run(send_cmd(srv.port, &env.key, &src, "again.bin", &cs), 30);
+        assert!(o.status.success(), "{}", both(&o));
+        let line = format!("BLAKE3 {want} (as b3sum prints it)");
+        assert!(text(&o.stdout).contains(&line), "{}", text(&o.stdout));
+        // The server's transfer log: the push, both pulls and the second push.
+        let end = Instant::now() + Duration::from_secs(10);
+        let digests = loop {
+            let log = std::fs::read_to_string(&tl).unwrap_or_default();
+            let d: Vec<String> = (log.lines())
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|l| l["type"] == "file" && l["bytes"] == size)
+                .map(|l| l["digest"].as_str().unwrap_or_default().to_string())
+                .collect();
+            if d.len() >= 4 || Instant::now() > end {
+                break d;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(digests, vec![want.clone(); 4], "{name}");
+    }
+}

@@ -339,7 +339,7 @@ impl<W: Write> Human<W> {
         match (&s.digest, s.verified) {
             (Some(d), true) => writeln!(
                 o,
-                "Verified: every chunk MAC matched; keyed BLAKE3 digest {d}"
+                "Verified: every chunk MAC matched; BLAKE3 {d} (as b3sum prints it)"
             )?,
             (None, true) => writeln!(o, "Verified: every chunk MAC and file digest matched")?,
             _ if s.files == 0 => {}

@@ -229,7 +229,8 @@ pub struct Summary {
     pub verify_mode: zcp_wire::VerifyMode,
     /// Whether the files were stored durably under their final names.
     pub stored: bool,
-    /// The keyed BLAKE3 digest, hex, when exactly one file was sent and verified.
+    /// The file's plain BLAKE3 (as `b3sum` prints it), hex, when exactly one file was sent and
+    /// verified.
     pub digest: Option<String>,
     /// The destination, escaped for display.
     pub target: String,
@@ -489,7 +490,7 @@ pub enum ServerEvent {
         verified: bool,
         /// Whether it was stored.
         stored: bool,
-        /// The keyed BLAKE3 digest of the whole file, hex, when it was verified.
+        /// The plain BLAKE3 of the whole file (as `b3sum` prints it), hex, when it was verified.
         digest: Option<String>,
     },
     /// An entry failed; nothing was renamed into place.

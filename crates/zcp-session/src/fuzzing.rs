@@ -190,7 +190,12 @@ fn step(
             rx.written(file, index, r, now);
             if ok {
                 let mac = s.mac();
-                rx.hashed(file, index, mac, now);
+                let proof = zcp_wire::ChunkProof {
+                    mac,
+                    cv: mac,
+                    root: None,
+                };
+                rx.hashed(file, index, proof, now);
             }
             true
         }
@@ -401,7 +406,17 @@ fn answer(s: &mut Script<'_>, told: &mut Told, job: FsJob) -> FsDone {
                 .then(|| Offer {
                     nonces: ([3; 32], [4; 32]),
                     old_file_id: 1,
-                    entries: (0..plan.count().min(4)).map(|i| (i, [1; 32])).collect(),
+                    entries: (0..plan.count().min(4))
+                        .map(|i| {
+                            (
+                                i,
+                                zcp_wire::ChunkProof {
+                                    mac: [1; 32],
+                                    ..Default::default()
+                                },
+                            )
+                        })
+                        .collect(),
                 })
                 .into_iter()
                 .collect();

@@ -136,9 +136,7 @@ impl ChunkHeader {
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
     /// The chunk size is out of range or misaligned.
-    #[error(
-        "chunk size {0} must be a multiple of {CHUNK_ALIGN} between {MIN_CHUNK} and {MAX_CHUNK}"
-    )]
+    #[error("chunk size {0} must be a power of two from {MIN_CHUNK} (64K) to {MAX_CHUNK} (1G)")]
     BadChunkSize(u64),
     /// The header's offset is not on a chunk boundary or is past the end.
     #[error("chunk offset {offset} is not a chunk boundary of a {size}-byte file")]
@@ -170,20 +168,21 @@ pub struct ChunkPlan {
 impl ChunkPlan {
     /// The plan for `size` bytes in chunks of `chunk_size`.
     pub fn new(size: u64, chunk_size: u64) -> Result<ChunkPlan, PlanError> {
-        if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) || !chunk_size.is_multiple_of(CHUNK_ALIGN)
-        {
+        // A power of two, so each chunk is a whole subtree of the file's BLAKE3 tree
+        // (crate::proof); in range, it is a multiple of CHUNK_ALIGN too.
+        if !(MIN_CHUNK..=MAX_CHUNK).contains(&chunk_size) || !chunk_size.is_power_of_two() {
             return Err(PlanError::BadChunkSize(chunk_size));
         }
         Ok(ChunkPlan { size, chunk_size })
     }
 
-    /// The chunk size zcp picks for a file: about 1/256 of the file, between 4 MiB and
-    /// 256 MiB, in whole MiB. Large enough that per-chunk work (a header, a MAC, a journal
+    /// The chunk size zcp picks for a file: about 1/256 of the file (the power of two at or
+    /// above it), between 4 MiB and 256 MiB. Large enough that per-chunk work (a header, a MAC, a journal
     /// record) is noise; small enough that the chunks in flight when a transfer dies — sent
     /// but not yet durable, so sent again on resume — stay a few percent of the file.
     pub fn default_chunk_size(size: u64) -> u64 {
         const MIB: u64 = 1 << 20;
-        (size / 256).div_ceil(MIB).clamp(4, 256) * MIB
+        (size / 256).next_power_of_two().clamp(4 * MIB, 256 * MIB)
     }
 
     /// File size.
@@ -312,6 +311,15 @@ mod tests {
     fn default_chunk_size_grows_with_the_file() {
         assert_eq!(ChunkPlan::default_chunk_size(0), 4 << 20);
         assert_eq!(ChunkPlan::default_chunk_size(4 << 30), 16 << 20);
+        // 5 GiB / 256 is 20 MiB: the power of two above it.
+        assert_eq!(ChunkPlan::default_chunk_size(5 << 30), 32 << 20);
+        for size in [0, 1 << 20, 3 << 30, 5 << 30, 77 << 30, 1 << 40] {
+            let cs = ChunkPlan::default_chunk_size(size);
+            assert!(ChunkPlan::new(size, cs).is_ok(), "{size}: {cs}");
+        }
+        // A chunk size that is no power of two is refused, however aligned.
+        assert!(ChunkPlan::new(1 << 30, 3 << 20).is_err());
+        assert!(ChunkPlan::new(1 << 30, 4 << 20).is_ok());
         assert_eq!(ChunkPlan::default_chunk_size(64 << 30), 256 << 20);
         assert_eq!(ChunkPlan::default_chunk_size(1 << 40), 256 << 20);
     }

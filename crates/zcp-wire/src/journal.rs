@@ -4,21 +4,24 @@
 //! A journal is an append-only file beside the partial file: a 32-byte header, then records.
 //! Each record ends with the first 8 bytes of an (unkeyed) BLAKE3 of its kind and payload, so a
 //! record torn by a crash mid-append is recognised and everything from it on is ignored: the
-//! journal's *valid length* is where the next append goes. The journal proves nothing by itself
-//! — a resumed chunk counts only after the sender recomputes its MAC over the current source
-//! under the key of the session named in the journal, which needs the pre-shared key.
+//! journal's *valid length* is where the next append goes. The journal proves no chunk by
+//! itself — a resumed chunk counts only after the sender recomputes its MAC over the current
+//! source under the key of the session named in the journal, which needs the pre-shared key.
+//! The chaining values it keeps for the file's digest are the receiver's own record, trusted as
+//! its part file is: no peer can write either (names beginning `.zcp-` are refused).
 //!
 //! ```text
-//! header  = "ZCPJ" version:u16=1 zero:u16 size:u64 chunk_size:u64 zero:u64
+//! header  = "ZCPJ" version:u16=2 zero:u16 size:u64 chunk_size:u64 zero:u64
 //! record  = kind:u8 payload check[8]
-//!   kind 1, session:       client_nonce[32] server_nonce[32] file_id:u32   (tags count from 0)
-//!   kind 3, owned session: owner[16] client_nonce[32] server_nonce[32] file_id:u32
-//!   kind 2, chunk:         session_tag:u16 index:u64 mac[32]
+//!   kind 1, session: owner[16] client_nonce[32] server_nonce[32] file_id:u32   (tags from 0)
+//!   kind 2, chunk:   session_tag:u16 index:u64 mac[32] cv[32]
 //! ```
 //!
-//! A session record names its *owner* ([`crate::keys::JournalOwner`], from the identity's key)
-//! (kind 3); kind 1, written by earlier versions, has none. An identity that may
-//! not read resumes only a journal whose every session is its own.
+//! A session record names its *owner* ([`crate::keys::JournalOwner`], from the identity's key):
+//! an identity that may not read resumes only a journal whose every session is its own. A
+//! chunk record keeps the chunk's plain BLAKE3 chaining value beside its MAC, so a resumed
+//! file's digest needs no second pass ([`crate::proof`]). A version 1 journal (before both)
+//! is void: its part file is written anew.
 
 use crate::keys::JournalOwner;
 use crate::{DecodeError, Nonce};
@@ -26,7 +29,7 @@ use crate::{DecodeError, Nonce};
 /// First bytes of a journal.
 pub const JOURNAL_MAGIC: [u8; 4] = *b"ZCPJ";
 /// Journal format version.
-pub const JOURNAL_VERSION: u16 = 1;
+pub const JOURNAL_VERSION: u16 = 2;
 /// Size of the journal header.
 pub const JOURNAL_HEADER_LEN: usize = 32;
 /// Most sessions one journal may name (a file resumed this many times starts over).
@@ -34,10 +37,8 @@ pub const MAX_JOURNAL_SESSIONS: usize = 256;
 const CHECK_LEN: usize = 8;
 const SESSION: u8 = 1;
 const CHUNK: u8 = 2;
-const OWNED_SESSION: u8 = 3;
-const SESSION_PAYLOAD: usize = 32 + 32 + 4;
-const OWNER_LEN: usize = 16;
-const CHUNK_PAYLOAD: usize = 2 + 8 + 32;
+const SESSION_PAYLOAD: usize = 16 + 32 + 32 + 4;
+const CHUNK_PAYLOAD: usize = 2 + 8 + 32 + 32;
 
 /// What a journal is about: the file's size and chunk size. A sender announcing anything else
 /// for the same target makes the journal void.
@@ -67,9 +68,8 @@ pub enum JournalRecord {
     /// A session that verified chunks of this file; later chunk records name it by its tag
     /// (its position among the session records, from 0).
     Session {
-        /// Whose session it was; `None` only in journals written before owners were
-        /// recorded (kind 1).
-        owner: Option<JournalOwner>,
+        /// Whose session it was.
+        owner: JournalOwner,
         /// That session's client nonce.
         client_nonce: Nonce,
         /// That session's server nonce.
@@ -85,6 +85,8 @@ pub enum JournalRecord {
         index: u64,
         /// The MAC it was verified against.
         mac: [u8; 32],
+        /// Its plain BLAKE3 chaining value, which the MAC binds.
+        cv: [u8; 32],
     },
 }
 
@@ -107,31 +109,24 @@ impl JournalRecord {
                 server_nonce,
                 file_id,
             } => {
-                let mut p = Vec::with_capacity(OWNER_LEN + SESSION_PAYLOAD);
-                if let Some(o) = owner {
-                    p.extend_from_slice(o);
-                }
+                let mut p = Vec::with_capacity(SESSION_PAYLOAD);
+                p.extend_from_slice(owner);
                 p.extend_from_slice(client_nonce);
                 p.extend_from_slice(server_nonce);
                 p.extend_from_slice(&file_id.to_be_bytes());
-                (
-                    if owner.is_some() {
-                        OWNED_SESSION
-                    } else {
-                        SESSION
-                    },
-                    p,
-                )
+                (SESSION, p)
             }
             JournalRecord::Chunk {
                 session,
                 index,
                 mac,
+                cv,
             } => {
                 let mut p = Vec::with_capacity(CHUNK_PAYLOAD);
                 p.extend_from_slice(&session.to_be_bytes());
                 p.extend_from_slice(&index.to_be_bytes());
                 p.extend_from_slice(mac);
+                p.extend_from_slice(cv);
                 (CHUNK, p)
             }
         };
@@ -146,14 +141,27 @@ impl JournalRecord {
 /// A session named in a journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalSession {
-    /// Whose session it was (`None`: not recorded, an older journal).
-    pub owner: Option<JournalOwner>,
+    /// Whose session it was.
+    pub owner: JournalOwner,
     /// Client nonce.
     pub client_nonce: Nonce,
     /// Server nonce.
     pub server_nonce: Nonce,
     /// The file's id in that session.
     pub file_id: u32,
+}
+
+/// A chunk record as read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalChunk {
+    /// The tag of the session that verified it.
+    pub session: u16,
+    /// Its index.
+    pub index: u64,
+    /// The MAC it was verified against.
+    pub mac: [u8; 32],
+    /// Its plain BLAKE3 chaining value.
+    pub cv: [u8; 32],
 }
 
 /// A journal as read back.
@@ -163,9 +171,9 @@ pub struct JournalState {
     pub header: JournalHeader,
     /// Sessions, by tag.
     pub sessions: Vec<JournalSession>,
-    /// `(session tag, chunk index, mac)` in the order recorded; a later record for the same
-    /// index supersedes an earlier one.
-    pub chunks: Vec<(u16, u64, [u8; 32])>,
+    /// The chunks in the order recorded; a later record for the same index supersedes an
+    /// earlier one.
+    pub chunks: Vec<JournalChunk>,
     /// Bytes up to the end of the last intact record: where the next append goes.
     pub valid_len: usize,
 }
@@ -212,7 +220,6 @@ pub fn decode_journal(bytes: &[u8]) -> Result<JournalState, DecodeError> {
         let kind = bytes[pos];
         let payload_len = match kind {
             SESSION => SESSION_PAYLOAD,
-            OWNED_SESSION => OWNER_LEN + SESSION_PAYLOAD,
             CHUNK => CHUNK_PAYLOAD,
             _ => break,
         };
@@ -224,33 +231,27 @@ pub fn decode_journal(bytes: &[u8]) -> Result<JournalState, DecodeError> {
         if bytes[pos + 1 + payload_len..end] != check(kind, payload) {
             break;
         }
-        if kind == SESSION || kind == OWNED_SESSION {
+        if kind == SESSION {
             if state.sessions.len() >= MAX_JOURNAL_SESSIONS {
                 break;
             }
-            let (owner, p) = match kind {
-                OWNED_SESSION => {
-                    let (o, rest) = payload.split_at(OWNER_LEN);
-                    (Some(o.try_into().expect("16 bytes")), rest)
-                }
-                _ => (None, payload),
-            };
             state.sessions.push(JournalSession {
-                owner,
-                client_nonce: p[..32].try_into().expect("32 bytes"),
-                server_nonce: p[32..64].try_into().expect("32 bytes"),
-                file_id: u32::from_be_bytes(p[64..68].try_into().expect("4 bytes")),
+                owner: payload[..16].try_into().expect("16 bytes"),
+                client_nonce: payload[16..48].try_into().expect("32 bytes"),
+                server_nonce: payload[48..80].try_into().expect("32 bytes"),
+                file_id: u32::from_be_bytes(payload[80..84].try_into().expect("4 bytes")),
             });
         } else {
             let tag = u16::from_be_bytes([payload[0], payload[1]]);
             if usize::from(tag) >= state.sessions.len() {
                 break;
             }
-            state.chunks.push((
-                tag,
-                u64_at(payload, 2),
-                payload[10..42].try_into().expect("32 bytes"),
-            ));
+            state.chunks.push(JournalChunk {
+                session: tag,
+                index: u64_at(payload, 2),
+                mac: payload[10..42].try_into().expect("32 bytes"),
+                cv: payload[42..74].try_into().expect("32 bytes"),
+            });
         }
         pos = end;
         state.valid_len = pos;
@@ -271,7 +272,7 @@ mod tests {
         .to_vec();
         j.extend(
             JournalRecord::Session {
-                owner: Some([9; 16]),
+                owner: [9; 16],
                 client_nonce: [1; 32],
                 server_nonce: [2; 32],
                 file_id: 7,
@@ -284,6 +285,7 @@ mod tests {
                     session: 0,
                     index: i,
                     mac: [i as u8; 32],
+                    cv: [i as u8 + 100; 32],
                 }
                 .encode(),
             );
@@ -304,11 +306,14 @@ mod tests {
         );
         assert_eq!(s.sessions.len(), 1);
         assert_eq!(s.sessions[0].file_id, 7);
-        assert_eq!(s.sessions[0].owner, Some([9; 16]));
-        assert_eq!(
-            s.chunks,
-            vec![(0, 0, [0; 32]), (0, 1, [1; 32]), (0, 2, [2; 32])]
-        );
+        assert_eq!(s.sessions[0].owner, [9; 16]);
+        let chunk = |i: u8| JournalChunk {
+            session: 0,
+            index: u64::from(i),
+            mac: [i; 32],
+            cv: [i + 100; 32],
+        };
+        assert_eq!(s.chunks, vec![chunk(0), chunk(1), chunk(2)]);
         assert_eq!(s.valid_len, j.len());
     }
 
@@ -337,44 +342,11 @@ mod tests {
                 session: 0,
                 index: 0,
                 mac: [0; 32],
+                cv: [0; 32],
             }
             .encode(),
         );
         assert!(decode_journal(&j).unwrap().chunks.is_empty());
-    }
-
-    /// A journal written before owners were recorded still reads: its sessions have none.
-    #[test]
-    fn a_session_without_an_owner_reads_as_none() {
-        let mut j = JournalHeader {
-            size: 100,
-            chunk_size: 65536,
-        }
-        .encode()
-        .to_vec();
-        let old = JournalRecord::Session {
-            owner: None,
-            client_nonce: [3; 32],
-            server_nonce: [4; 32],
-            file_id: 2,
-        }
-        .encode();
-        assert_eq!(old[0], SESSION);
-        assert_eq!(old.len(), 1 + SESSION_PAYLOAD + CHECK_LEN);
-        j.extend(old);
-        j.extend(
-            JournalRecord::Chunk {
-                session: 0,
-                index: 0,
-                mac: [5; 32],
-            }
-            .encode(),
-        );
-        let s = decode_journal(&j).unwrap();
-        assert_eq!(s.sessions[0].owner, None);
-        assert_eq!(s.sessions[0].file_id, 2);
-        assert_eq!(s.chunks, vec![(0, 0, [5; 32])]);
-        assert_eq!(s.valid_len, j.len());
     }
 
     #[test]
@@ -385,6 +357,10 @@ mod tests {
         assert!(decode_journal(&j).is_err());
         let mut j = sample();
         j[5] = 9;
+        assert!(decode_journal(&j).is_err());
+        // A version 1 journal (no owners, no chaining values) is void.
+        let mut j = sample();
+        j[5] = 1;
         assert!(decode_journal(&j).is_err());
     }
 }

@@ -9,6 +9,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
 
+use crate::proof::ChunkHasher;
 use crate::{Nonce, SessionId};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -254,14 +255,16 @@ impl SessionKeys {
         self.udp[..8].try_into().expect("8 of 32 bytes")
     }
 
-    /// A keyed BLAKE3 hasher for one chunk, already bound to the chunk's file, offset and
-    /// length. Feed it the chunk's bytes, in order, and finalize: that is the chunk MAC.
-    pub fn chunk_hasher(&self, file_id: u32, offset: u64, len: u64) -> blake3::Hasher {
+    /// The hasher of one chunk, bound to the chunk's file, offset and length. Feed it the
+    /// chunk's bytes, in order, and finalize: the chunk's MAC (a keyed BLAKE3 over its place
+    /// and the plain BLAKE3 chaining value of its bytes) and that chaining value, from one
+    /// pass ([`crate::proof`]).
+    pub fn chunk_hasher(&self, file_id: u32, offset: u64, len: u64) -> ChunkHasher {
         let mut h = blake3::Hasher::new_keyed(&self.chunk);
         h.update(&file_id.to_be_bytes());
         h.update(&offset.to_be_bytes());
         h.update(&len.to_be_bytes());
-        h
+        ChunkHasher::new(h, offset, len)
     }
 
     /// Starts the whole-file digest; see [`FileDigest`].
@@ -293,10 +296,10 @@ impl FileDigest {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn psk(b: u8) -> Psk {
+    pub(crate) fn psk(b: u8) -> Psk {
         let mut k = [b; 32];
         k[0] ^= 1;
         Psk::from_bytes(k)

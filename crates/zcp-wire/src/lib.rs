@@ -19,6 +19,7 @@ pub mod journal;
 pub mod keys;
 mod message;
 mod path;
+pub mod proof;
 mod seal;
 pub mod udp;
 mod units;
@@ -39,11 +40,12 @@ pub use message::{
     Role, SideStats, VerifyMode,
 };
 pub use path::{PathError, RelPath, escape, escape_text};
+pub use proof::{ChunkHasher, ChunkProof, plain_digest};
 pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
 pub use units::{scaled_text, size_text, three_digits};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Length of a nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of a session id.

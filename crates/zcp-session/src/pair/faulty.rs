@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use zcp_engine::Usage;
 use zcp_engine::recv::WriteFailure;
-use zcp_wire::{ChunkHeader, SessionKeys};
+use zcp_wire::{ChunkHeader, ChunkProof, SessionKeys};
 
 use crate::error::SessionError;
 use crate::recv::Placement;
@@ -153,8 +153,8 @@ impl Landing for FailWrite {
         self.inner.written(file, index, r);
     }
 
-    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]) {
-        self.inner.hashed(file, index, mac);
+    fn hashed(&self, file: u32, index: u64, proof: ChunkProof) {
+        self.inner.hashed(file, index, proof);
     }
 
     fn keys(&self) -> SessionKeys {
@@ -213,8 +213,8 @@ impl Landing for FailPlace {
         self.inner.written(file, index, r);
     }
 
-    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]) {
-        self.inner.hashed(file, index, mac);
+    fn hashed(&self, file: u32, index: u64, proof: ChunkProof) {
+        self.inner.hashed(file, index, proof);
     }
 
     fn keys(&self) -> SessionKeys {

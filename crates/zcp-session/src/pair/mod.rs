@@ -136,6 +136,38 @@ impl Notes {
     }
 }
 
+/// Every file the receiver reports done and verified carries the plain BLAKE3 of its bytes,
+/// as `b3sum` would print it, whatever path it took (resumed, kept in place, sparse, over UDP,
+/// after a re-sent chunk): checked against the file at `at(path)`, where there is one. The
+/// sender reports the same digest for each file it saw committed (its source may have
+/// changed since, in a fault trial, so it is held to the receiver's, not to the source).
+#[track_caller]
+fn check_digests(received: &Notes, sent: &Notes, at: impl Fn(&str) -> PathBuf) {
+    let done = |n: &Notes| {
+        (n.done.iter())
+            .filter(|d| d.failure.is_none() && d.verified)
+            .map(|d| (d.path.clone(), d.digest))
+            .collect::<Vec<_>>()
+    };
+    let got = done(received);
+    for (path, digest) in &got {
+        let Ok(bytes) = std::fs::read(at(path)) else {
+            continue;
+        };
+        assert_eq!(
+            *digest,
+            *blake3::hash(&bytes).as_bytes(),
+            "{path}: the receiver's digest is not the plain BLAKE3 of its bytes"
+        );
+    }
+    for (path, digest) in done(sent) {
+        assert!(
+            got.iter().any(|(_, d)| *d == digest),
+            "{path}: the sender's digest is none the receiver reported"
+        );
+    }
+}
+
 /// How a run of the pair ended.
 #[derive(Debug)]
 pub(crate) struct Outcome {
@@ -337,6 +369,7 @@ impl Pair {
         for t in relays {
             let _ = t.join();
         }
+        check_digests(&received, &sent, |p| self.dst(p));
         Outcome {
             fired,
             sender,
@@ -376,7 +409,7 @@ impl Pair {
         let Ok(plan) = zcp_wire::ChunkPlan::new(j.header.size, j.header.chunk_size) else {
             return 0;
         };
-        let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.1).collect();
+        let chunks: std::collections::HashSet<u64> = j.chunks.iter().map(|c| c.index).collect();
         chunks.iter().map(|i| plan.chunk(*i).1).sum()
     }
 

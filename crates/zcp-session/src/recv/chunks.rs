@@ -14,15 +14,15 @@ use std::time::Instant;
 
 use zcp_engine::RecvEngine;
 use zcp_engine::recv::Target;
-use zcp_wire::{ChunkPlan, ErrorCode, SessionKeys};
+use zcp_wire::{ChunkPlan, ChunkProof, ErrorCode, SessionKeys};
 
-/// Most chunks one file may have; bounds the receiver's per-file bookkeeping (about 70 bytes
+/// Most chunks one file may have; bounds the receiver's per-file bookkeeping (about 110 bytes
 /// a chunk). With the largest chunk size (1 GiB) that is a 256 TiB file.
 pub(crate) const MAX_CHUNKS: u64 = 1 << 18;
 
 /// Most chunks the open files of one session may have together (files announced and not yet
-/// committed or failed): bounds the bookkeeping of both roles per session (about 35 MiB on a
-/// receiver, 17 MiB on a sender) whatever the files and chunk sizes. A sender announces a
+/// committed or failed): bounds the bookkeeping of both roles per session (about 55 MiB on a
+/// receiver, 34 MiB on a sender) whatever the files and chunk sizes. A sender announces a
 /// file only while the open ones leave room for it; a receiver refuses a file past it.
 pub(crate) const MAX_SESSION_CHUNKS: u64 = 1 << 19;
 
@@ -45,6 +45,8 @@ struct Chunk {
     /// Failed verifications so far (kept across the chunk's resets).
     mismatches: u8,
     local: [u8; 32],
+    /// The chunk's plain BLAKE3 chaining value (what `local` binds).
+    cv: [u8; 32],
     expected: Option<[u8; 32]>,
 }
 
@@ -145,7 +147,10 @@ pub(crate) struct RxFile {
     pub(crate) phase: Phase,
     chunks: Vec<Chunk>,
     /// Chunks held from an earlier session, offered in `Have`, until `Go`.
-    offered: Vec<(u64, [u8; 32])>,
+    offered: Vec<(u64, ChunkProof)>,
+    /// The plain BLAKE3 of chunk 0's bytes as a whole input: the file's digest when it is
+    /// the only chunk.
+    root: Option<[u8; 32]>,
     /// The highest count of offered bytes the sender said it checked (its `Progress`).
     checked: u64,
     /// Bytes of the chunks offered.
@@ -167,7 +172,7 @@ impl RxFile {
     pub(crate) fn new(
         spec: FileSpec,
         journal: JournalState,
-        offered: Vec<(u64, [u8; 32])>,
+        offered: Vec<(u64, ChunkProof)>,
         (in_place, verify): (bool, bool),
         now: Instant,
     ) -> RxFile {
@@ -188,6 +193,7 @@ impl RxFile {
             },
             chunks: vec![Chunk::default(); count],
             offered,
+            root: None,
             checked: 0,
             offered_bytes,
             check_counts: true,
@@ -274,15 +280,19 @@ impl RxFile {
             self.journal.session_recorded = false;
             self.journal.tag = 0;
         } else {
-            for (i, mac) in std::mem::take(&mut self.offered) {
+            for (i, p) in std::mem::take(&mut self.offered) {
                 let c = &mut self.chunks[i as usize];
                 if c.flags & DURABLE == 0 {
                     *c = Chunk {
                         flags: CLAIMED | WRITTEN | HASHED | VERIFIED | DURABLE,
                         mismatches: 0,
-                        local: mac,
-                        expected: Some(mac),
+                        local: p.mac,
+                        cv: p.cv,
+                        expected: Some(p.mac),
                     };
+                    if i == 0 {
+                        self.root = p.root;
+                    }
                     self.durable += 1;
                     kept += self.spec.plan.chunk(i).1;
                 }
@@ -364,13 +374,17 @@ impl RxFile {
         }
     }
 
-    /// Records the receiver's MAC of chunk `index` (zeros when not verifying).
-    pub(crate) fn hashed(&mut self, index: u64, mac: [u8; 32]) -> Outcome {
+    /// Records the receiver's proof of chunk `index` (zeros when not verifying).
+    pub(crate) fn hashed(&mut self, index: u64, proof: ChunkProof) -> Outcome {
         let c = &mut self.chunks[index as usize];
-        c.local = mac;
+        c.local = proof.mac;
+        c.cv = proof.cv;
         c.flags |= HASHED;
         if !self.verify {
-            c.expected = Some(mac);
+            c.expected = Some(proof.mac);
+        }
+        if index == 0 {
+            self.root = proof.root;
         }
         self.check(index)
     }
@@ -408,9 +422,21 @@ impl RxFile {
         Ok(self.check(index))
     }
 
-    /// The MAC a verified chunk was verified against (for its journal record).
-    pub(crate) fn mac(&self, index: u64) -> [u8; 32] {
-        self.chunks[index as usize].local
+    /// The MAC a verified chunk was verified against, and its chaining value (for its
+    /// journal record).
+    pub(crate) fn proof(&self, index: u64) -> ([u8; 32], [u8; 32]) {
+        let c = &self.chunks[index as usize];
+        (c.local, c.cv)
+    }
+
+    /// The file's plain BLAKE3 (what `b3sum` prints), from the chaining values its chunks
+    /// were verified with: the digest reports show. Zeros for a file not verified.
+    pub(crate) fn plain_digest(&self) -> [u8; 32] {
+        if !self.verify {
+            return [0; 32];
+        }
+        let cvs: Vec<[u8; 32]> = self.chunks.iter().map(|c| c.cv).collect();
+        zcp_wire::plain_digest(&cvs, self.root)
     }
 
     /// Records that verified chunk `index` is durable (synced and journaled).
@@ -505,7 +531,16 @@ impl RxFile {
 mod tests {
     use super::*;
 
-    fn file(size: u64, engine: RecvEngine, offered: Vec<(u64, [u8; 32])>) -> RxFile {
+    /// A chunk's proof whose MAC is `mac` (its chaining value and root the same bytes).
+    fn proof(mac: [u8; 32]) -> ChunkProof {
+        ChunkProof {
+            mac,
+            cv: mac,
+            root: Some(mac),
+        }
+    }
+
+    fn file(size: u64, engine: RecvEngine, offered: Vec<(u64, ChunkProof)>) -> RxFile {
         let spec = FileSpec {
             id: 0,
             plan: ChunkPlan::new(size, 64 * 1024).unwrap(),
@@ -548,13 +583,13 @@ mod tests {
         let mut f = file(100_000, RecvEngine::Direct, vec![]);
         f.claim(0).unwrap();
         assert_eq!(f.expect(0, [7; 32]), Ok(Outcome::Pending));
-        assert_eq!(f.hashed(0, [7; 32]), Outcome::Pending);
+        assert_eq!(f.hashed(0, proof([7; 32])), Outcome::Pending);
         assert_eq!(f.written(0), Outcome::Verified(0));
         f.durable(0);
         // The other order: written, hashed, then the sender's MAC.
         f.claim(1).unwrap();
         assert_eq!(f.written(1), Outcome::Pending);
-        assert_eq!(f.hashed(1, [8; 32]), Outcome::Pending);
+        assert_eq!(f.hashed(1, proof([8; 32])), Outcome::Pending);
         assert_eq!(f.expect(1, [8; 32]), Ok(Outcome::Verified(1)));
         let want = digest_of(&f, &[[7; 32], [8; 32]]);
         f.durable(1);
@@ -570,7 +605,7 @@ mod tests {
         let mut f = file(100_000, RecvEngine::ReadWrite, vec![]);
         f.claim(0).unwrap();
         f.written(0);
-        f.hashed(0, [7; 32]);
+        f.hashed(0, proof([7; 32]));
         assert_eq!(f.expect(0, [7; 32]), Ok(Outcome::Verified(0)));
         f.durable(0);
         f.end(digest_of(&f, &[[7; 32], [8; 32]])).unwrap();
@@ -590,7 +625,7 @@ mod tests {
         assert_eq!(f.expect(0, [5; 32]), Ok(Outcome::Pending));
         assert_eq!(f.settle(&keys()), Settle::Wait);
         f.written(0);
-        assert_eq!(f.hashed(0, [5; 32]), Outcome::Verified(0));
+        assert_eq!(f.hashed(0, proof([5; 32])), Outcome::Verified(0));
         f.durable(0);
         assert!(matches!(f.settle(&keys()), Settle::Commit(_)));
 
@@ -598,7 +633,7 @@ mod tests {
         f.end(digest_of(&f, &[[6; 32]])).unwrap();
         f.claim(0).unwrap();
         f.written(0);
-        f.hashed(0, [5; 32]);
+        f.hashed(0, proof([5; 32]));
         assert_eq!(f.expect(0, [5; 32]), Ok(Outcome::Verified(0)));
         f.durable(0);
         assert!(matches!(
@@ -615,12 +650,12 @@ mod tests {
         let mut f = file(100_000, RecvEngine::Splice, vec![]);
         f.claim(0).unwrap();
         f.written(0);
-        f.hashed(0, [1; 32]);
+        f.hashed(0, proof([1; 32]));
         assert_eq!(f.expect(0, [2; 32]), Ok(Outcome::Mismatch(0)));
         // Claimable again, with a fresh MAC expected.
         f.claim(0).unwrap();
         f.written(0);
-        f.hashed(0, [2; 32]);
+        f.hashed(0, proof([2; 32]));
         assert_eq!(f.expect(0, [2; 32]), Ok(Outcome::Verified(0)));
         assert!(f.claim(0).is_err(), "a verified chunk is not sent twice");
         assert!(f.expect(5, [0; 32]).is_err());
@@ -633,7 +668,7 @@ mod tests {
             f.claim(1).unwrap();
             f.written(1);
             assert!(f.written <= f.plan().size(), "{}", f.written);
-            f.hashed(1, [1; 32]);
+            f.hashed(1, proof([1; 32]));
             let want = if round < MAX_MISMATCHES {
                 Outcome::Mismatch(1)
             } else {
@@ -649,7 +684,7 @@ mod tests {
         let mut f = file(
             200_000,
             RecvEngine::Direct,
-            vec![(0, [3; 32]), (1, [4; 32])],
+            vec![(0, proof([3; 32])), (1, proof([4; 32]))],
         );
         assert!(f.claim(2).is_err(), "no data before Go");
         assert!(f.holds_resumable(), "offered chunks are kept until Go");
@@ -659,7 +694,7 @@ mod tests {
         for i in 2..4 {
             f.claim(i).unwrap();
             f.written(i);
-            f.hashed(i, [9; 32]);
+            f.hashed(i, proof([9; 32]));
             assert_eq!(f.expect(i, [9; 32]), Ok(Outcome::Verified(i)));
             f.durable(i);
         }
@@ -667,7 +702,7 @@ mod tests {
             .unwrap();
         assert!(matches!(f.settle(&keys()), Settle::Commit(_)));
 
-        let mut f = file(200_000, RecvEngine::Direct, vec![(0, [3; 32])]);
+        let mut f = file(200_000, RecvEngine::Direct, vec![(0, proof([3; 32]))]);
         assert_eq!(f.go(true), Ok(0));
         assert!(!f.holds_resumable(), "a restart keeps nothing");
         f.claim(0).unwrap();
@@ -679,7 +714,7 @@ mod tests {
         let mut f = file(
             200_000,
             RecvEngine::Direct,
-            vec![(0, [3; 32]), (1, [4; 32])],
+            vec![(0, proof([3; 32])), (1, proof([4; 32]))],
         );
         assert_eq!(f.resume_progress(65536, t0), Ok(true), "work under way");
         assert_eq!(
@@ -710,7 +745,7 @@ mod tests {
         let mut f = file(
             100_000,
             RecvEngine::Direct,
-            vec![(0, [3; 32]), (1, [4; 32])],
+            vec![(0, proof([3; 32])), (1, proof([4; 32]))],
         );
         f.in_place = true;
         assert!(!f.holds_resumable(), "offered from the target");
@@ -728,7 +763,7 @@ mod tests {
         let mut f = file(200_000, RecvEngine::ReadWrite, vec![]);
         f.claim(0).unwrap();
         f.written(0);
-        f.hashed(0, [9; 32]);
+        f.hashed(0, proof([9; 32]));
         assert_eq!(f.expect(0, [9; 32]), Ok(Outcome::Verified(0)));
         f.durable(0);
         assert!(f.may_go().is_err());
@@ -740,7 +775,7 @@ mod tests {
 
     #[test]
     fn an_unverified_file_counts_written_chunks_refuses_macs_and_keeps_only_verified_ones() {
-        let mut f = file(200_000, RecvEngine::Direct, vec![(0, [3; 32])]);
+        let mut f = file(200_000, RecvEngine::Direct, vec![(0, proof([3; 32]))]);
         f.verify = false;
         assert!(f.holds_resumable(), "a verified attempt's chunk is offered");
         assert_eq!(f.go(false), Ok(65536));
@@ -748,7 +783,7 @@ mod tests {
         // for it, hashing nothing) and is durable, but never resumable.
         for i in 1..4 {
             f.claim(i).unwrap();
-            assert_eq!(f.hashed(i, [0; 32]), Outcome::Pending);
+            assert_eq!(f.hashed(i, proof([0; 32])), Outcome::Pending);
             assert_eq!(f.written(i), Outcome::Verified(i));
             f.durable(i);
         }
@@ -762,7 +797,7 @@ mod tests {
         let mut f = file(200_000, RecvEngine::Direct, vec![]);
         f.verify = false;
         f.claim(0).unwrap();
-        f.hashed(0, [0; 32]);
+        f.hashed(0, proof([0; 32]));
         assert_eq!(f.written(0), Outcome::Verified(0));
         f.durable(0);
         assert!(

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use zcp_wire::{
-    ChunkPlan, ErrorCode, Have, MAX_HAVE_ENTRIES, Message, Nonce, PutFile, RelPath, escape,
-    escape_text,
+    ChunkPlan, ChunkProof, ErrorCode, Have, MAX_HAVE_ENTRIES, Message, Nonce, PutFile, RelPath,
+    escape, escape_text,
 };
 
 use super::chunks::{FileSpec, JournalState, MAX_CHUNKS, MAX_SESSION_CHUNKS, RxFile};
@@ -83,7 +83,8 @@ pub(crate) enum FsDone {
 pub(crate) struct Offer {
     pub(crate) nonces: (Nonce, Nonce),
     pub(crate) old_file_id: u32,
-    pub(crate) entries: Vec<(u64, [u8; 32])>,
+    /// Each chunk offered, with its proof (the `Have` carries the MAC).
+    pub(crate) entries: Vec<(u64, ChunkProof)>,
 }
 
 /// A file ready to receive.
@@ -478,7 +479,7 @@ impl Receiving {
                 receiver_note: p.note.clone(),
             });
         }
-        let offered: Vec<(u64, [u8; 32])> = p
+        let offered: Vec<(u64, ChunkProof)> = p
             .offers
             .iter()
             .flat_map(|o| o.entries.iter().copied())
@@ -490,7 +491,7 @@ impl Receiving {
                     client_nonce: o.nonces.0,
                     server_nonce: o.nonces.1,
                     old_file_id: o.old_file_id,
-                    entries: entries.to_vec(),
+                    entries: entries.iter().map(|(i, p)| (*i, p.mac)).collect(),
                 }));
             }
         }

@@ -32,7 +32,7 @@ use zcp_engine::fs::Root;
 use zcp_engine::recv::WriteFailure;
 use zcp_engine::sync::{Locked, Turns, Wakeup};
 use zcp_engine::sys::thread_usage;
-use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats};
+use zcp_wire::{ChunkHeader, ChunkProof, ErrorCode, Message, Nonce, SessionKeys, SideStats};
 
 use crate::confine::Scope;
 use crate::conn::ControlRx;
@@ -252,8 +252,8 @@ impl Landing for RxCore {
         self.apply(|st, now| st.written(file, index, r, now));
     }
 
-    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]) {
-        self.apply(|st, now| st.hashed(file, index, mac, now));
+    fn hashed(&self, file: u32, index: u64, proof: ChunkProof) {
+        self.apply(|st, now| st.hashed(file, index, proof, now));
     }
 
     fn keys(&self) -> SessionKeys {

@@ -13,9 +13,10 @@ use zcp_engine::fs::{EntryKind, PartFile, Root};
 use zcp_engine::recv::{Choice, Target, choose};
 use zcp_engine::sync::Locked;
 use zcp_engine::{EngineError, RecvEngine};
-use zcp_wire::journal::{JournalHeader, MAX_JOURNAL_SESSIONS, decode_journal};
+use zcp_wire::journal::{JournalChunk, JournalHeader, MAX_JOURNAL_SESSIONS, decode_journal};
 use zcp_wire::{
-    ChunkPlan, ErrorCode, JournalOwner, Message, Nonce, PutFile, RelPath, SessionKeys, escape,
+    ChunkPlan, ChunkProof, ErrorCode, JournalOwner, Message, Nonce, PutFile, RelPath, SessionKeys,
+    escape,
 };
 
 use super::chunks::{Existing, FileSpec, JournalState};
@@ -678,7 +679,7 @@ impl Disk {
                 hasher.update(b);
             })
             .ok()?;
-            macs.push((index, *hasher.finalize().as_bytes()));
+            macs.push((index, hasher.finalize()));
             if told.elapsed() >= self.keepalive {
                 // At once: this runs under the control loop's cork. A peer that is gone, or
                 // that has left keep-alives waiting an idle timeout in all, stops the hashing.
@@ -700,7 +701,7 @@ impl Disk {
 }
 
 /// An existing target's chunk MACs, by index.
-type TargetMacs = Vec<(u64, [u8; 32])>;
+type TargetMacs = Vec<(u64, ChunkProof)>;
 
 /// What [`Disk::hash_target`] found (the MACs, the file held open), and how long its
 /// keep-alives waited for the peer.
@@ -745,20 +746,26 @@ fn resume(
     let Some(s) = state.filter(|s| {
         s.header == header
             && s.sessions.len() < MAX_JOURNAL_SESSIONS
-            && s.chunks.iter().all(|(_, i, _)| *i < plan.count())
-            && only.is_none_or(|o| s.sessions.iter().all(|t| t.owner == Some(o)))
+            && s.chunks.iter().all(|c| c.index < plan.count())
+            && only.is_none_or(|o| s.sessions.iter().all(|t| t.owner == o))
     }) else {
         part.reset().map_err(engine_err)?;
         return Ok(Vec::new());
     };
     // Latest record per chunk wins.
-    let mut latest: HashMap<u64, (u16, [u8; 32])> = HashMap::new();
-    for (t, i, mac) in &s.chunks {
-        latest.insert(*i, (*t, *mac));
+    let mut latest: HashMap<u64, &JournalChunk> = HashMap::new();
+    for c in &s.chunks {
+        latest.insert(c.index, c);
     }
-    let mut by_session: HashMap<u16, Vec<(u64, [u8; 32])>> = HashMap::new();
-    for (i, (t, mac)) in latest {
-        by_session.entry(t).or_default().push((i, mac));
+    let mut by_session: HashMap<u16, Vec<(u64, ChunkProof)>> = HashMap::new();
+    for (i, c) in latest {
+        let proof = ChunkProof {
+            mac: c.mac,
+            cv: c.cv,
+            // Not journaled; a file of one chunk keeps no journal.
+            root: None,
+        };
+        by_session.entry(c.session).or_default().push((i, proof));
     }
     let mut offers: Vec<Offer> = by_session
         .into_iter()

@@ -13,7 +13,7 @@ const CHUNK: u64 = 65536;
 
 /// A part file beside a journal of three chunks: one session per owner in `owners`, each
 /// recording one chunk (the last owner the third).
-fn part_with(dir: &tempfile::TempDir, owners: &[Option<JournalOwner>]) -> (PartFile, ChunkPlan) {
+fn part_with(dir: &tempfile::TempDir, owners: &[JournalOwner]) -> (PartFile, ChunkPlan) {
     let fd = std::fs::File::open(dir.path()).expect("open the directory");
     let (mut part, _) = PartFile::open(Arc::new(fd.into()), "k").expect("part file");
     let plan = ChunkPlan::new(3 * CHUNK, CHUNK).expect("plan");
@@ -38,6 +38,7 @@ fn part_with(dir: &tempfile::TempDir, owners: &[Option<JournalOwner>]) -> (PartF
                 session: t as u16,
                 index: t as u64,
                 mac: [7; 32],
+                cv: [8; 32],
             }
             .encode(),
         );
@@ -47,7 +48,7 @@ fn part_with(dir: &tempfile::TempDir, owners: &[Option<JournalOwner>]) -> (PartF
 }
 
 /// Chunks offered to a push that may resume only `only`'s part files (`None`: any).
-fn offered(owners: &[Option<JournalOwner>], only: Option<JournalOwner>) -> usize {
+fn offered(owners: &[JournalOwner], only: Option<JournalOwner>) -> usize {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut part, plan) = part_with(&dir, owners);
     let mut journal = JournalState {
@@ -60,15 +61,12 @@ fn offered(owners: &[Option<JournalOwner>], only: Option<JournalOwner>) -> usize
 
 #[test]
 fn a_write_only_identity_is_offered_only_what_its_own_sessions_wrote() {
-    let (mine, theirs) = (Some([1; 16]), Some([2; 16]));
+    let (mine, theirs) = ([1; 16], [2; 16]);
     // Any identity that may read resumes whatever is there.
     assert_eq!(offered(&[mine, theirs], None), 2);
-    assert_eq!(offered(&[None], None), 1);
     // A write-only one: its own sessions only, every one of them.
-    assert_eq!(offered(&[mine, mine], mine), 2);
-    assert_eq!(offered(&[theirs], mine), 0);
-    assert_eq!(offered(&[mine, theirs], mine), 0);
-    assert_eq!(offered(&[theirs, mine], mine), 0);
-    // A journal from before owners were recorded is no one's.
-    assert_eq!(offered(&[None], mine), 0);
+    assert_eq!(offered(&[mine, mine], Some(mine)), 2);
+    assert_eq!(offered(&[theirs], Some(mine)), 0);
+    assert_eq!(offered(&[mine, theirs], Some(mine)), 0);
+    assert_eq!(offered(&[theirs, mine], Some(mine)), 0);
 }

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use zcp_engine::recv::Target;
 use zcp_engine::{RecvEngine, Usage};
 use zcp_wire::journal::{JournalHeader, JournalRecord};
-use zcp_wire::{ChunkHeader, ErrorCode, Message, Nonce, SessionKeys, SideStats, VerifyMode};
+use zcp_wire::{
+    ChunkHeader, ChunkProof, ErrorCode, Message, Nonce, SessionKeys, SideStats, VerifyMode,
+};
 
 use super::chunks::{FileSpec, Outcome, Phase, RxFile, Settle};
 use crate::confine::Scope;
@@ -345,10 +347,10 @@ impl Receiving {
         }
     }
 
-    /// The receiver's MAC of chunk `index` of `file` (zeros when not verifying).
-    pub(crate) fn hashed(&mut self, file: u32, index: u64, mac: [u8; 32], now: Instant) {
+    /// The receiver's proof of chunk `index` of `file` (zeros when not verifying).
+    pub(crate) fn hashed(&mut self, file: u32, index: u64, proof: ChunkProof, now: Instant) {
         if let Some(f) = self.files.get_mut(&file) {
-            let o = f.hashed(index, mac);
+            let o = f.hashed(index, proof);
             self.outcome(file, o, now);
         }
     }
@@ -388,7 +390,7 @@ impl Receiving {
                     let (c, s) = self.nonces;
                     records.extend(
                         JournalRecord::Session {
-                            owner: Some(self.keys.journal_owner()),
+                            owner: self.keys.journal_owner(),
                             client_nonce: c,
                             server_nonce: s,
                             file_id: file,
@@ -396,11 +398,13 @@ impl Receiving {
                         .encode(),
                     );
                 }
+                let (mac, cv) = f.proof(i);
                 records.extend(
                     JournalRecord::Chunk {
                         session: f.journal.tag,
                         index: i,
-                        mac: f.mac(i),
+                        mac,
+                        cv,
                     }
                     .encode(),
                 );
@@ -522,7 +526,8 @@ impl Receiving {
             engine: f.spec.engine.name().into(),
             verified: f.verify,
             stored,
-            digest,
+            // The plain BLAKE3 users compare; the keyed digest above is the proof.
+            digest: f.plain_digest(),
             failure: None,
         }));
     }

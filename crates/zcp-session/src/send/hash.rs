@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use zcp_engine::Usage;
 use zcp_engine::sys::thread_usage;
-use zcp_wire::{ChunkPlan, Have, Psk, SessionKeys};
+use zcp_wire::{ChunkPlan, ChunkProof, Have, Psk, SessionKeys};
 
 use super::SendEvent;
 use crate::transport::Queue;
@@ -66,7 +66,7 @@ pub(crate) fn hash_worker(
                     Ok(()) => SendEvent::Hashed {
                         file: file_id,
                         index,
-                        mac: *h.finalize().as_bytes(),
+                        proof: h.finalize(),
                     },
                     Err(e) => SendEvent::SourceFailed {
                         file: file_id,
@@ -105,7 +105,8 @@ pub(crate) fn hash_worker(
 }
 
 /// Recomputes every chunk the receiver claims to hold, under the key of the session that
-/// verified it, over the source as it is now. All equal: those chunks need not be sent.
+/// verified it, over the source as it is now. All equal: those chunks need not be sent, and
+/// their proofs (that session's MAC, the source's chaining value) are returned.
 /// `checked` hears the bytes checked so far after each chunk (a large file takes a while, and
 /// the receiver waits for the answer).
 pub(crate) fn check_resume(
@@ -114,7 +115,7 @@ pub(crate) fn check_resume(
     haves: &[Have],
     psk: &Psk,
     checked: &mut dyn FnMut(u64),
-) -> Option<Vec<(u64, [u8; 32])>> {
+) -> Option<Vec<(u64, ChunkProof)>> {
     let mut kept = Vec::new();
     let mut bytes = 0;
     for h in haves {
@@ -129,10 +130,11 @@ pub(crate) fn check_resume(
                 hasher.update(b);
             })
             .ok()?;
-            if hasher.finalize().as_bytes() != mac {
+            let proof = hasher.finalize();
+            if proof.mac != *mac {
                 return None;
             }
-            kept.push((*index, *mac));
+            kept.push((*index, proof));
             bytes += len;
             checked(bytes);
         }

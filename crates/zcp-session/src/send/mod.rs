@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::Meta;
 use zcp_engine::sys::thread_usage;
 use zcp_engine::{SendEngine, Usage};
-use zcp_wire::{ErrorCode, Message, Nonce, Psk, SessionKeys, SideStats};
+use zcp_wire::{ChunkProof, ErrorCode, Message, Nonce, Psk, SessionKeys, SideStats};
 
 use crate::conn::ControlRx;
 use crate::control::{Batched, ControlWriter, Reader};
@@ -52,11 +52,11 @@ const TICK: Duration = Duration::from_millis(100);
 pub(crate) enum SendEvent {
     /// A frame from the receiver, or why the control connection ended.
     Ctl(Result<Message, FrameIoError>),
-    /// A chunk's MAC (a hash worker, or the transport for a staged chunk).
+    /// A chunk's proof (a hash worker, or the transport for a staged chunk).
     Hashed {
         file: u32,
         index: u64,
-        mac: [u8; 32],
+        proof: ChunkProof,
     },
     /// Every byte of a chunk left on the transport.
     Sent { file: u32, index: u64 },
@@ -67,7 +67,7 @@ pub(crate) enum SendEvent {
     /// A resume check: the chunks to keep, or `None` to send the file whole.
     ResumeChecked {
         file: u32,
-        kept: Option<Vec<(u64, [u8; 32])>>,
+        kept: Option<Vec<(u64, ChunkProof)>>,
     },
     /// A data stream sent everything.
     StreamDone { usage: Usage, end: Instant },
@@ -80,7 +80,7 @@ pub(crate) enum SendEvent {
 impl From<Departure> for SendEvent {
     fn from(d: Departure) -> SendEvent {
         match d {
-            Departure::Hashed { file, index, mac } => SendEvent::Hashed { file, index, mac },
+            Departure::Hashed { file, index, proof } => SendEvent::Hashed { file, index, proof },
             Departure::Sent { file, index } => SendEvent::Sent { file, index },
             Departure::SourceFailed { file, why } => SendEvent::SourceFailed { file, why },
             Departure::StreamDone { usage, end } => SendEvent::StreamDone { usage, end },
@@ -382,7 +382,7 @@ fn drive(
                 sm.handle_frame(m, now)?
             }
             SendEvent::Ctl(Err(e)) => return Err(e.into_session(io.peer)),
-            SendEvent::Hashed { file, index, mac } => sm.hashed(file, index, mac, now),
+            SendEvent::Hashed { file, index, proof } => sm.hashed(file, index, proof, now),
             SendEvent::Sent { file, index } => sm.departed(file, index, now),
             SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),
             SendEvent::ResumeProgress { file, bytes } => sm.resume_progress(file, bytes, now),

@@ -62,7 +62,7 @@ pub(crate) struct Proved {
     pub(crate) verified: bool,
     /// Stored under its final name (never with `null` or `mem`).
     pub(crate) stored: bool,
-    /// This side's digest when verified, else zeros.
+    /// This side's plain BLAKE3 of the file when verified, else zeros.
     pub(crate) digest: [u8; 32],
 }
 
@@ -101,7 +101,7 @@ pub(crate) fn judge(f: &OutFile, claim: Claim) -> Result<Proved, String> {
     Ok(Proved {
         verified: f.verify,
         stored: f.stores,
-        digest: if f.verify { sent } else { [0; 32] },
+        digest: f.plain_digest(),
     })
 }
 

@@ -26,7 +26,8 @@ use zcp_engine::fs::Meta;
 use zcp_engine::send::STAGED_MAX;
 use zcp_engine::{RecvEngine, SendEngine, Usage};
 use zcp_wire::{
-    ChunkPlan, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats, VerifyMode,
+    ChunkPlan, ChunkProof, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats,
+    VerifyMode,
 };
 
 use super::entries::{Awaited, Awaiting};
@@ -91,6 +92,10 @@ pub(crate) struct OutFile {
     /// The receiver offered the target it already holds (not an interrupted attempt).
     pub(crate) held_target: bool,
     pub(crate) macs: Vec<Option<[u8; 32]>>,
+    /// Each chunk's plain BLAKE3 chaining value, once hashed ([`OutFile::prove`]).
+    cvs: Vec<[u8; 32]>,
+    /// Chunk 0's bytes hashed as a whole input: the digest of a one-chunk file.
+    root: Option<[u8; 32]>,
     /// Chunks whose bytes all left on the transport (or that a resume kept). A chunk's
     /// `ChunkMac` goes out only once it is both hashed and departed, so every MAC this side
     /// ever gives out stands for bytes that crossed the wire: none can be acknowledged,
@@ -110,6 +115,28 @@ pub(crate) struct OutFile {
     /// Whether the receiver's engine stores the file (every engine but `null` and `mem`):
     /// what its `FileCommitted` must then say.
     pub(crate) stores: bool,
+}
+
+impl OutFile {
+    /// Chunk `index`'s proof: its MAC (what `ChunkMac` and the keyed digest carry) and its
+    /// share of the file's plain BLAKE3.
+    pub(crate) fn prove(&mut self, index: u64, proof: ChunkProof) {
+        let i = index as usize;
+        self.macs[i] = Some(proof.mac);
+        self.cvs[i] = proof.cv;
+        if i == 0 {
+            self.root = proof.root;
+        }
+    }
+
+    /// The file's plain BLAKE3 (what `b3sum` prints), from its chunks' chaining values: what
+    /// reports show. Zeros for a file not verified (nothing was hashed).
+    pub(crate) fn plain_digest(&self) -> [u8; 32] {
+        if !self.verify {
+            return [0; 32];
+        }
+        zcp_wire::plain_digest(&self.cvs, self.root)
+    }
 }
 
 /// What a finished sending role reports.
@@ -441,6 +468,8 @@ impl Sending {
             sent_digest: None,
             held_target: false,
             macs: vec![None; count],
+            cvs: vec![[0; 32]; count],
+            root: None,
             departed: vec![false; count],
             acked: vec![false; count],
             n_acked: 0,
@@ -540,17 +569,17 @@ impl Sending {
     }
 
     /// Starts sending file `id`, keeping the chunks the receiver proved it holds.
-    pub(crate) fn start_sending(&mut self, id: u32, kept: Vec<(u64, [u8; 32])>) {
+    pub(crate) fn start_sending(&mut self, id: u32, kept: Vec<(u64, ChunkProof)>) {
         let Some(f) = self.open.get_mut(&id) else {
             return;
         };
         f.state = State::Sending;
-        for (i, mac) in kept {
+        for (i, proof) in kept {
             let i_us = i as usize;
             if !f.acked[i_us] {
                 f.acked[i_us] = true;
                 f.n_acked += 1;
-                f.macs[i_us] = Some(mac);
+                f.prove(i, proof);
                 // Proved held by the receiver against this side's own hash of the source:
                 // nothing to send.
                 f.departed[i_us] = true;
@@ -617,8 +646,9 @@ impl Sending {
         });
     }
 
-    /// A chunk's MAC, from a hash worker or a staged send: sent once the chunk has departed.
-    pub(crate) fn hashed(&mut self, file: u32, index: u64, mac: [u8; 32], now: Instant) {
+    /// A chunk's proof, from a hash worker or a staged send: its MAC is sent once the chunk
+    /// has departed.
+    pub(crate) fn hashed(&mut self, file: u32, index: u64, proof: ChunkProof, now: Instant) {
         self.progress(now);
         let Some(f) = self.open.get_mut(&file) else {
             return;
@@ -627,12 +657,12 @@ impl Sending {
         if i >= f.macs.len() {
             return;
         }
-        f.macs[i] = Some(mac);
+        f.prove(index, proof);
         if f.departed[i] {
             self.send(Message::ChunkMac {
                 file_id: file,
                 index,
-                mac,
+                mac: proof.mac,
             });
         }
         self.maybe_end(file);
@@ -683,7 +713,7 @@ impl Sending {
     pub(crate) fn resume_checked(
         &mut self,
         file: u32,
-        kept: Option<Vec<(u64, [u8; 32])>>,
+        kept: Option<Vec<(u64, ChunkProof)>>,
         now: Instant,
     ) {
         self.progress(now);

@@ -77,6 +77,14 @@ fn ready_sized(
     (s, out)
 }
 
+/// A chunk proof with MAC `m` (the role keeps its chaining value for the digest only).
+fn mac(m: [u8; 32]) -> zcp_wire::ChunkProof {
+    zcp_wire::ChunkProof {
+        mac: m,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn a_verified_file_has_every_chunk_hashed() {
     let (_, out) = ready(VerifyMode::Blake3);
@@ -178,7 +186,7 @@ fn to_file_end(s: &mut Sending, out: &SendOut) -> [u8; 32] {
     let now = Instant::now();
     for h in &out.hashes {
         if let HashJob::Chunk { index, .. } = h {
-            s.hashed(0, *index, [*index as u8; 32], now);
+            s.hashed(0, *index, mac([*index as u8; 32]), now);
         }
     }
     for c in &out.chunks {
@@ -221,7 +229,10 @@ fn a_commit_with_this_sides_digest_after_file_end_is_done() {
     assert_ne!(sent, [0; 32]);
     s.handle_frame(commit(sent, true, true), Instant::now())
         .expect("committed");
-    assert_eq!(outcomes(&mut s), [(true, true, sent, None)]);
+    // Reported: the plain BLAKE3 from the chunks' chaining values, not the keyed digest.
+    let plain = zcp_wire::plain_digest(&vec![[0; 32]; out.chunks.len()], None);
+    assert_ne!(plain, sent);
+    assert_eq!(outcomes(&mut s), [(true, true, plain, None)]);
     assert_eq!(s.totals.files, 1);
 }
 
@@ -337,7 +348,8 @@ fn engines_and_modes_asked_for_are_done_as_asked() {
         // The receiver claims everything: verified, stored, its digest.
         s.handle_frame(commit(sent, true, true), Instant::now())
             .expect("committed");
-        let digest = if verified { sent } else { [0; 32] };
+        let plain = zcp_wire::plain_digest(&vec![[0; 32]; out.chunks.len()], None);
+        let digest = if verified { plain } else { [0; 32] };
         assert_eq!(
             outcomes(&mut s),
             [(verified, stored, digest, None)],
@@ -404,7 +416,7 @@ fn a_commit_during_the_resume_check_fails_the_file() {
         .collect();
     assert_eq!(done, [Some("verify")]);
     // The check's answer, late, finds the file gone.
-    s.resume_checked(1, Some(vec![(0, [1; 32]), (1, [2; 32])]), now);
+    s.resume_checked(1, Some(vec![(0, mac([1; 32])), (1, mac([2; 32]))]), now);
     assert!(s.take_out().chunks.is_empty());
 }
 
@@ -433,7 +445,7 @@ fn ack(index: u64, ok: bool) -> Message {
 fn a_chunk_mac_goes_out_only_once_the_chunk_is_hashed_and_has_left() {
     let (mut s, _) = ready(VerifyMode::Blake3);
     let now = Instant::now();
-    s.hashed(0, 0, [7; 32], now);
+    s.hashed(0, 0, mac([7; 32]), now);
     assert!(
         chunk_macs(&s.take_out().frames).is_empty(),
         "hashed, not sent"
@@ -445,7 +457,7 @@ fn a_chunk_mac_goes_out_only_once_the_chunk_is_hashed_and_has_left() {
         chunk_macs(&s.take_out().frames).is_empty(),
         "sent, not hashed"
     );
-    s.hashed(0, 1, [8; 32], now);
+    s.hashed(0, 1, mac([8; 32]), now);
     assert_eq!(chunk_macs(&s.take_out().frames), [(1, [8; 32])]);
     // The transport's word again sends nothing more.
     s.departed(0, 1, now);
@@ -461,7 +473,7 @@ fn an_ack_for_a_chunk_whose_mac_was_not_sent_is_a_protocol_error() {
         let (mut s, out) = ready(VerifyMode::Blake3);
         let now = Instant::now();
         for index in 0..out.chunks.len() as u64 {
-            s.hashed(0, index, [1; 32], now);
+            s.hashed(0, index, mac([1; 32]), now);
         }
         let e = s.handle_frame(ack(0, ok), now).expect_err("not sent");
         assert!(e.to_string().contains("ChunkMac was not sent"), "{e}");
@@ -470,7 +482,7 @@ fn an_ack_for_a_chunk_whose_mac_was_not_sent_is_a_protocol_error() {
         s.departed(0, 1, now);
         assert!(s.handle_frame(ack(1, ok), now).is_err(), "not hashed");
         // Both: taken.
-        s.hashed(0, 1, [1; 32], now);
+        s.hashed(0, 1, mac([1; 32]), now);
         assert!(s.handle_frame(ack(1, ok), now).is_ok());
     }
 }
@@ -482,7 +494,7 @@ fn acks_before_any_departure_end_nothing() {
     let (mut s, out) = ready(VerifyMode::Blake3);
     let now = Instant::now();
     for index in 0..out.chunks.len() as u64 {
-        s.hashed(0, index, [index as u8; 32], now);
+        s.hashed(0, index, mac([index as u8; 32]), now);
     }
     assert!(chunk_macs(&s.take_out().frames).is_empty());
     assert!(s.handle_frame(ack(0, true), now).is_err());
@@ -505,7 +517,7 @@ fn file_end_waits_for_every_chunk_to_have_left() {
     let (mut s, out) = ready_sized(VerifyMode::Blake3, RecvEngine::Auto, "rw", 1 << 20);
     assert_eq!(out.chunks.len(), 1);
     // A small chunk: the transport hashes it as it reads it (staged), then sends it.
-    s.hashed(0, 0, [4; 32], now);
+    s.hashed(0, 0, mac([4; 32]), now);
     let o = s.take_out();
     assert!(
         o.checks.is_empty() && chunk_macs(&o.frames).is_empty(),
@@ -545,20 +557,20 @@ fn the_phase_is_sending_until_every_chunk_left() {
 fn a_chunk_sent_again_must_leave_again_before_its_mac() {
     let (mut s, _) = ready(VerifyMode::Blake3);
     let now = Instant::now();
-    s.hashed(0, 2, [1; 32], now);
+    s.hashed(0, 2, mac([1; 32]), now);
     s.departed(0, 2, now);
     let _ = s.take_out();
     s.handle_frame(ack(2, false), now).expect("a refusal");
     let out = s.take_out();
     assert_eq!(out.chunks.len(), 1, "sent again");
-    s.hashed(0, 2, [2; 32], now);
+    s.hashed(0, 2, mac([2; 32]), now);
     assert!(chunk_macs(&s.take_out().frames).is_empty());
     assert!(s.handle_frame(ack(2, true), now).is_err());
     let (mut s, _) = ready(VerifyMode::Blake3);
-    s.hashed(0, 2, [1; 32], now);
+    s.hashed(0, 2, mac([1; 32]), now);
     s.departed(0, 2, now);
     s.handle_frame(ack(2, false), now).expect("a refusal");
-    s.hashed(0, 2, [2; 32], now);
+    s.hashed(0, 2, mac([2; 32]), now);
     s.departed(0, 2, now);
     assert_eq!(chunk_macs(&s.take_out().frames).last(), Some(&(2, [2; 32])));
     assert!(s.handle_frame(ack(2, true), now).is_ok());
@@ -613,7 +625,7 @@ fn run_hashes(s: &mut Sending, sess: ([u8; 32], [u8; 32]), hashes: Vec<HashJob>)
     let now = Instant::now();
     for ev in rx.try_iter() {
         match ev {
-            super::SendEvent::Hashed { file, index, mac } => s.hashed(file, index, mac, now),
+            super::SendEvent::Hashed { file, index, proof } => s.hashed(file, index, proof, now),
             super::SendEvent::ResumeChecked { file, kept } => s.resume_checked(file, kept, now),
             _ => {}
         }

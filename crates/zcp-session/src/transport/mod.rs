@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use zcp_engine::recv::WriteFailure;
 use zcp_engine::sync::{Locked, Wakeup};
 use zcp_engine::{SendEngine, Usage};
-use zcp_wire::{ChunkHeader, SessionKeys};
+use zcp_wire::{ChunkHeader, ChunkProof, SessionKeys};
 
 use crate::error::SessionError;
 use crate::recv::Placement;
@@ -53,11 +53,11 @@ pub(crate) struct OutChunk {
 /// What the sending side of a transport reports to the sending role.
 #[derive(Debug)]
 pub(crate) enum Departure {
-    /// A staged chunk's MAC, computed from the bytes that were sent.
+    /// A staged chunk's proof, computed from the bytes that were sent.
     Hashed {
         file: u32,
         index: u64,
-        mac: [u8; 32],
+        proof: ChunkProof,
     },
     /// Every byte of a chunk left: TCP, its last byte written to the socket; UDP, each of
     /// its datagrams sent at least once. Only then does the sending role send its MAC.
@@ -93,8 +93,8 @@ pub(crate) trait Landing: Send + Sync {
     fn place(&self, header: &ChunkHeader) -> Result<Placement, Refusal>;
     /// A chunk was written, or its write failed.
     fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>);
-    /// The receiver's MAC over what a chunk's bytes were.
-    fn hashed(&self, file: u32, index: u64, mac: [u8; 32]);
+    /// The receiver's proof of what a chunk's bytes were (its MAC and chaining value).
+    fn hashed(&self, file: u32, index: u64, proof: ChunkProof);
     /// The session's keys, for the MACs.
     fn keys(&self) -> SessionKeys;
     /// A stream ended: its CPU time, why it broke (if it did), and a failure of its engine's

@@ -18,7 +18,10 @@ use zcp_engine::recv::{ChunkSink, Completion, Sink};
 use zcp_engine::send::send_all;
 use zcp_engine::sys::thread_usage;
 use zcp_engine::{EngineError, FileSender, IoClass, RecvEngine, StreamReceiver, Usage};
-use zcp_wire::{CHUNK_HEADER_LEN, ChunkHeader, ChunkKind, ErrorCode, Extents, MAX_EXTENTS};
+use zcp_wire::{
+    CHUNK_HEADER_LEN, ChunkHasher, ChunkHeader, ChunkKind, ChunkProof, ErrorCode, Extents,
+    MAX_EXTENTS,
+};
 
 use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
 use crate::error::SessionError;
@@ -163,7 +166,7 @@ fn send_chunk(
         index: job.index,
     };
     if job.staged {
-        let mut mac = [0u8; 32];
+        let mut proof = ChunkProof::default();
         let mut header_sent = false;
         let r = sender.send_staged(
             job.file.as_fd(),
@@ -173,7 +176,7 @@ fn send_chunk(
             |bytes| {
                 let mut h = side.keys.chunk_hasher(job.file_id, job.offset, job.len);
                 h.update(bytes);
-                mac = *h.finalize().as_bytes();
+                proof = h.finalize();
                 header_sent = true;
                 send_all(sock.as_fd(), &header, true, headers)
             },
@@ -184,7 +187,7 @@ fn send_chunk(
                 (side.report)(Departure::Hashed {
                     file: job.file_id,
                     index: job.index,
-                    mac,
+                    proof,
                 });
                 Ok(Some(departed))
             }
@@ -370,7 +373,7 @@ fn receive_chunks(
                 } else {
                     // `--verify none`, or the null engine that never sees the bytes:
                     // nothing to hash; the chunk counts once written.
-                    landing.hashed(file, index, [0; 32]);
+                    landing.hashed(file, index, ChunkProof::default());
                     None
                 };
                 let done = completion(landing, file, index);
@@ -426,9 +429,9 @@ fn completion(landing: &Arc<dyn Landing>, file: u32, index: u64) -> Completion {
     Box::new(move |r| landing.written(file, index, r))
 }
 
-/// Hashes a chunk's bytes, as the engine feeds them, into the chunk's MAC.
+/// Hashes a chunk's bytes, as the engine feeds them, into the chunk's proof.
 struct MacSink {
-    hasher: blake3::Hasher,
+    hasher: ChunkHasher,
     landing: Arc<dyn Landing>,
     file: u32,
     index: u64,
@@ -440,7 +443,7 @@ impl ChunkSink for MacSink {
     }
 
     fn seen_all(self: Box<Self>) {
-        let mac = *self.hasher.finalize().as_bytes();
-        self.landing.hashed(self.file, self.index, mac);
+        self.landing
+            .hashed(self.file, self.index, self.hasher.finalize());
     }
 }

@@ -298,7 +298,7 @@ pub struct SideStats {
     pub files: u64,
 }
 
-/// Every message of protocol version 2.
+/// Every message of protocol version 3.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// Client -> server, first frame of every connection.

@@ -91,7 +91,7 @@ fn forged_journal(psk: &zcp_wire::Psk, honest: &[u8]) -> Vec<u8> {
     .to_vec();
     j.extend(
         JournalRecord::Session {
-            owner: Some(keys.journal_owner()),
+            owner: keys.journal_owner(),
             client_nonce: n1,
             server_nonce: n2,
             file_id: fid,
@@ -101,11 +101,13 @@ fn forged_journal(psk: &zcp_wire::Psk, honest: &[u8]) -> Vec<u8> {
     for (i, c) in honest.chunks(65536).enumerate() {
         let mut h = keys.chunk_hasher(fid, i as u64 * 65536, c.len() as u64);
         h.update(c);
+        let proof = h.finalize();
         j.extend(
             JournalRecord::Chunk {
                 session: 0,
                 index: i as u64,
-                mac: *h.finalize().as_bytes(),
+                mac: proof.mac,
+                cv: proof.cv,
             }
             .encode(),
         );

@@ -16,7 +16,7 @@ use zcp_wire::udp::{
     DATAGRAM_HEADER_LEN, DatagramHeader, FLAG_RETRANSMIT, MAX_DATAGRAM_PAYLOAD, MAX_NAK_RANGES,
     MAX_OPEN_CHUNKS, MIN_DATAGRAM_PAYLOAD, UdpFrame,
 };
-use zcp_wire::{ChunkHeader, ErrorCode, SessionKeys};
+use zcp_wire::{ChunkHeader, ChunkProof, ErrorCode, SessionKeys};
 
 use super::budget::{Share, cost};
 use super::{
@@ -315,7 +315,7 @@ impl<'a> Receiver<'a> {
                 verify,
             } => {
                 if !verify {
-                    self.landing.hashed(file, index, [0; 32]);
+                    self.landing.hashed(file, index, ChunkProof::default());
                 }
                 let grams = h.len.div_ceil(self.payload as u64) as u32;
                 let (buf, charge) = self.buffer(h.len)?;
@@ -480,8 +480,7 @@ impl<'a> Receiver<'a> {
         if a.verify {
             let mut h = self.keys.chunk_hasher(a.file, a.offset, a.len);
             h.update(&a.buf[..len]);
-            self.landing
-                .hashed(a.file, a.index, *h.finalize().as_bytes());
+            self.landing.hashed(a.file, a.index, h.finalize());
         }
         let r = write_chunk(a.engine, a.target.as_ref(), a.offset, &a.buf, len);
         self.landing.written(

@@ -600,7 +600,7 @@ impl Sender<'_> {
             (self.side.report)(Departure::Hashed {
                 file: job.file_id,
                 index: job.index,
-                mac: *h.finalize().as_bytes(),
+                proof: h.finalize(),
             });
         }
         let header = ChunkHeader::data(job.file_id, job.offset, job.len);
