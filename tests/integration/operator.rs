@@ -14,6 +14,20 @@ use crate::util::*;
 /// early-journaled chunks.
 const SLOW: &[&str] = &["-i", "0", "--chunk-size", "1M", "--recv-engine", "rw"];
 
+/// [`SLOW`] held to 1 Gbit/s, for a transfer that must still be running when it is cut: 256
+/// MiB take about 2 s, however fast the machine (uncapped, a quiet one finished it before a
+/// signal sent at its first durable chunk took effect).
+const CUT: &[&str] = &[
+    "-i",
+    "0",
+    "--chunk-size",
+    "1M",
+    "--recv-engine",
+    "rw",
+    "--limit-rate",
+    "1G",
+];
+
 #[test]
 fn progress_line_in_a_pseudo_terminal() {
     let env = Env::new();
@@ -177,7 +191,7 @@ fn sigint_stops_the_sender_cleanly_and_the_same_command_resumes() {
     let target = root.join("s.bin");
     for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
         let _ = std::fs::remove_file(&target);
-        let child = spawn_send(server.port, &env.key, &src, "s.bin", SLOW);
+        let child = spawn_send(server.port, &env.key, &src, "s.bin", CUT);
         assert!(wait_journaled(&target, 30), "no chunk became durable");
         signal(child.id(), sig);
         let o = wait_output(child, 30);
@@ -252,7 +266,7 @@ fn sigint_stops_a_get_and_the_same_command_resumes() {
     let server = ServerProc::start(&root, &env.key, &[]);
     let dest = env.path("g.bin");
     let mut args = vec!["--json-stream"];
-    args.extend_from_slice(SLOW);
+    args.extend_from_slice(CUT);
     let child = get_cmd(server.port, &env.key, &["g.bin"], &dest, &args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -293,7 +307,7 @@ fn sigterm_drains_the_server_and_a_retry_resumes_after_its_restart() {
     let port = server.port;
     let target = root.join("r.bin");
     // Without --retry: the client hears why, and how to resume.
-    let child = spawn_send(port, &env.key, &src, "r.bin", SLOW);
+    let child = spawn_send(port, &env.key, &src, "r.bin", CUT);
     assert!(wait_journaled(&target, 30), "no chunk became durable");
     let t = Instant::now();
     signal(server.pid(), libc::SIGTERM);
@@ -317,7 +331,7 @@ fn sigterm_drains_the_server_and_a_retry_resumes_after_its_restart() {
     let server = ServerProc::start(&root, &env.key, &["-p", &port.to_string()]);
     let target = root.join("r2.bin");
     let mut args = vec!["-J", "--retry", "8", "--retry-wait", "0.2"];
-    args.extend_from_slice(SLOW);
+    args.extend_from_slice(CUT);
     let child = spawn_send(port, &env.key, &src, "r2.bin", &args);
     assert!(wait_journaled(&target, 30), "no chunk became durable");
     let mut server = server;
@@ -350,7 +364,7 @@ fn a_retry_that_cannot_reconnect_after_data_moved_says_to_resume() {
     let mut server = ServerProc::start(&root, &env.key, &[]);
     let target = root.join("k.bin");
     let mut args = vec!["--retry", "1", "--retry-wait", "0.2"];
-    args.extend_from_slice(SLOW);
+    args.extend_from_slice(CUT);
     let child = spawn_send(server.port, &env.key, &src, "k.bin", &args);
     assert!(wait_journaled(&target, 30), "no chunk became durable");
     signal(server.pid(), libc::SIGKILL);
@@ -527,7 +541,7 @@ fn a_signal_stops_a_retry_loop_at_once_and_serve_once_reports_its_cut_session() 
     let big = env.path("big.bin");
     make_dense(&big, 256 << 20, 10);
     let mut server = ServerProc::start(&root, &env.key, &["--once"]);
-    let child = spawn_send(server.port, &env.key, &big, "b.bin", SLOW);
+    let child = spawn_send(server.port, &env.key, &big, "b.bin", CUT);
     assert!(
         wait_journaled(&root.join("b.bin"), 30),
         "no chunk became durable"
