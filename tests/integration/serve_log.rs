@@ -197,6 +197,57 @@ fn wait_lines(path: &Path, n: usize, secs: u64) -> Vec<Value> {
     }
 }
 
+/// A tree of 6 files of 4 MiB, pushed then pulled under a 200 Mbit/s cap: every file is
+/// announced at the start, but each is timed from when its bytes began to move, so each
+/// file's `seconds` in the transfer log is about its own share of the session (1/6), and its
+/// rate about the cap. They were timed from the announcement: in a pull the last file's
+/// seconds were the whole session's, and the rates fell from the cap to a sixth of it.
+#[test]
+fn each_file_is_timed_from_its_first_byte_not_its_announcement() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let tl = env.path("transfers.jsonl");
+    let tl_arg = tl.to_str().unwrap().to_string();
+    let srv = ServerProc::start(&root, &env.key, &["--transfer-log", &tl_arg]);
+    let dir = env.mkdir("t");
+    for i in 0..6 {
+        make_file(&dir.join(format!("f{i}")), 4 << 20, 1 << 20, i);
+    }
+    let cap = ["-q", "-r", "--limit-rate", "200M", "--chunk-size", "1M"];
+    let o = run(send_cmd(srv.port, &env.key, &dir, "up/", &cap), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    let mut get = zcp();
+    get.args(["get", "-p", &srv.port.to_string(), "--key-file"])
+        .arg(&env.key)
+        .args(cap)
+        .arg("127.0.0.1:up/t")
+        .arg(env.path("down"));
+    let o = run(get, 60);
+    assert!(o.status.success(), "{}", both(&o));
+    let lines = wait_lines(&tl, 14, 10);
+    for direction in ["push", "pull"] {
+        let of = |kind: &str| {
+            (lines.iter())
+                .filter(|l| l["type"] == kind && l["direction"] == direction)
+                .collect::<Vec<_>>()
+        };
+        let (files, session) = (of("file"), of("session"));
+        assert_eq!(
+            (files.len(), session.len()),
+            (6, 1),
+            "{direction}: {lines:?}"
+        );
+        let whole = session[0]["seconds"].as_f64().unwrap();
+        let longest = (files.iter())
+            .map(|f| f["seconds"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(
+            longest < whole / 2.0,
+            "{direction}: a file took {longest} s of a {whole} s session: {files:?}"
+        );
+    }
+}
+
 #[test]
 fn the_transfer_log_has_a_line_per_file_and_session_and_is_reopened_on_sighup() {
     let env = Env::new();

@@ -176,7 +176,7 @@ fn step(
                 _ => (index * 65536, u64::from(s.u16()).max(1)),
             };
             let h = ChunkHeader::data(file, offset, len);
-            if let Ok(Placement::Land { file, index, .. }) = rx.place(&h) {
+            if let Ok(Placement::Land { file, index, .. }) = rx.place(&h, now) {
                 told.landed.push((file, index));
             }
             true

@@ -142,7 +142,11 @@ pub(crate) struct RxFile {
     /// The chunks offered are the existing target's: if the sender keeps them all, the
     /// target itself is kept. Cleared when the sender restarts the file.
     pub(crate) in_place: bool,
+    /// When it was opened.
     pub(crate) started: Instant,
+    /// When its first chunk arrived: its time (and rate) counts from here, not from its
+    /// opening, which may come long before its bytes in a tree.
+    pub(crate) began: Option<Instant>,
     pub(crate) journal: JournalState,
     pub(crate) phase: Phase,
     chunks: Vec<Chunk>,
@@ -185,6 +189,7 @@ impl RxFile {
             skipped: 0,
             in_place,
             started: now,
+            began: None,
             journal,
             phase: if offered.is_empty() {
                 Phase::Open
@@ -238,6 +243,13 @@ impl RxFile {
             .filter(|(_, c)| c.flags & DURABLE != 0)
             .map(|(i, _)| self.spec.plan.chunk(i as u64).1)
             .sum()
+    }
+
+    /// Its time so far: from its first chunk's arrival, or (none came: every chunk was held
+    /// already) from its opening.
+    pub(crate) fn seconds(&self, now: Instant) -> f64 {
+        let from = self.began.unwrap_or(self.started);
+        now.saturating_duration_since(from).as_secs_f64()
     }
 
     pub(crate) fn plan(&self) -> &ChunkPlan {

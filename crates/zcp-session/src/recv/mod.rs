@@ -225,7 +225,7 @@ impl Landing for RxCore {
         let until = Instant::now() + self.idle;
         let mut st = self.state.locked();
         loop {
-            match st.place(h)? {
+            match st.place(h, Instant::now())? {
                 Placement::Wait => {}
                 placed => return Ok(placed),
             }

@@ -300,7 +300,7 @@ impl Receiving {
 
     /// A chunk header arrived on a data stream: where its bytes go. Claims the chunk. An error
     /// is a protocol error that closes the stream.
-    pub(crate) fn place(&mut self, h: &ChunkHeader) -> Result<Placement, Refusal> {
+    pub(crate) fn place(&mut self, h: &ChunkHeader, now: Instant) -> Result<Placement, Refusal> {
         let f = match self.lookup(h.file_id) {
             Lookup::Open(f) => f,
             Lookup::Gone => return Ok(Placement::Drop),
@@ -323,6 +323,7 @@ impl Receiving {
             .locate(h.offset, h.len)
             .map_err(|e| Refusal::protocol(e.to_string()))?;
         f.claim(index)?;
+        f.began.get_or_insert(now);
         Ok(Placement::Land {
             file: h.file_id,
             index,
@@ -522,7 +523,7 @@ impl Receiving {
             path: f.spec.target.clone(),
             bytes: f.plan().size(),
             skipped: f.skipped,
-            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            seconds: f.seconds(now),
             engine: f.spec.engine.name().into(),
             verified: f.verify,
             stored,
@@ -712,7 +713,7 @@ fn failed_outcome(f: &RxFile, code: ErrorCode, message: String, now: Instant) ->
         path: f.spec.target.clone(),
         bytes: f.plan().size(),
         skipped: f.skipped,
-        seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+        seconds: f.seconds(now),
         engine: f.spec.engine.name().into(),
         verified: false,
         stored: false,

@@ -382,11 +382,12 @@ impl Sending {
         };
         self.totals.files += 1;
         self.totals.last_commit = Some(now);
+        let seconds = f.seconds(now);
         self.report(Report::FileDone(FileOutcome {
             path: f.display,
             bytes: f.plan.size(),
             skipped: f.skipped,
-            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            seconds,
             engine: f.engine,
             verified: proved.verified,
             stored: proved.stored,

@@ -58,6 +58,8 @@ pub(crate) enum SendEvent {
         index: u64,
         proof: ChunkProof,
     },
+    /// A stream took a file's first chunk.
+    Began { file: u32 },
     /// Every byte of a chunk left on the transport.
     Sent { file: u32, index: u64 },
     /// The source of a file could not be read as announced.
@@ -81,6 +83,7 @@ impl From<Departure> for SendEvent {
     fn from(d: Departure) -> SendEvent {
         match d {
             Departure::Hashed { file, index, proof } => SendEvent::Hashed { file, index, proof },
+            Departure::Began { file } => SendEvent::Began { file },
             Departure::Sent { file, index } => SendEvent::Sent { file, index },
             Departure::SourceFailed { file, why } => SendEvent::SourceFailed { file, why },
             Departure::StreamDone { usage, end } => SendEvent::StreamDone { usage, end },
@@ -383,6 +386,7 @@ fn drive(
             }
             SendEvent::Ctl(Err(e)) => return Err(e.into_session(io.peer)),
             SendEvent::Hashed { file, index, proof } => sm.hashed(file, index, proof, now),
+            SendEvent::Began { file } => sm.began(file, now),
             SendEvent::Sent { file, index } => sm.departed(file, index, now),
             SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),
             SendEvent::ResumeProgress { file, bytes } => sm.resume_progress(file, bytes, now),

@@ -106,7 +106,11 @@ pub(crate) struct OutFile {
     pub(crate) retries: HashMap<u64, u32>,
     pub(crate) skipped: u64,
     pub(crate) cancelled: Arc<AtomicBool>,
+    /// When it was announced.
     pub(crate) started: Instant,
+    /// When a stream took its first chunk: its bytes began to move. Its time (and rate) is
+    /// counted from here, not from its announcement, which may come long before in a tree.
+    pub(crate) began: Option<Instant>,
     pub(crate) engine: String,
     /// Whether the file is proved: the session verifies (`--verify blake3`) and the
     /// receiver's engine reads the bytes (every engine but `null`, which only a session that
@@ -118,6 +122,13 @@ pub(crate) struct OutFile {
 }
 
 impl OutFile {
+    /// Its time so far: from when its bytes began to move, or (none moved: every chunk was
+    /// held already) from its announcement.
+    pub(crate) fn seconds(&self, now: Instant) -> f64 {
+        let from = self.began.unwrap_or(self.started);
+        now.saturating_duration_since(from).as_secs_f64()
+    }
+
     /// Chunk `index`'s proof: its MAC (what `ChunkMac` and the keyed digest carry) and its
     /// share of the file's plain BLAKE3.
     pub(crate) fn prove(&mut self, index: u64, proof: ChunkProof) {
@@ -477,6 +488,7 @@ impl Sending {
             skipped: 0,
             cancelled: Arc::new(AtomicBool::new(false)),
             started: now,
+            began: None,
             engine: String::new(),
             verify: true,
             stores: true,
@@ -513,11 +525,12 @@ impl Sending {
                 message: message.clone(),
             });
         }
+        let seconds = f.seconds(now);
         self.report(Report::FileDone(FileOutcome {
             path: f.display,
             bytes: f.plan.size(),
             skipped: f.skipped,
-            seconds: now.saturating_duration_since(f.started).as_secs_f64(),
+            seconds,
             engine: f.engine,
             verified: false,
             stored: false,
@@ -535,6 +548,8 @@ impl Sending {
         let Some(f) = self.open.get_mut(&id) else {
             return;
         };
+        // The file's clock starts when a stream takes the first of these (if none moved yet).
+        let mut first = f.began.is_none();
         for i in indexes {
             let (offset, len) = f.plan.chunk(i);
             let staged = f.verify && len <= STAGED_MAX;
@@ -547,6 +562,7 @@ impl Sending {
                 staged,
                 sparse: f.meta.sparse(),
                 cancelled: f.cancelled.clone(),
+                first: std::mem::take(&mut first),
             });
             if !f.verify {
                 // `--verify none`, or a null receiver that never reads the bytes: nothing
@@ -666,6 +682,13 @@ impl Sending {
             });
         }
         self.maybe_end(file);
+    }
+
+    /// A stream took file `file`'s first chunk: the file's time counts from now.
+    pub(crate) fn began(&mut self, file: u32, now: Instant) {
+        if let Some(f) = self.open.get_mut(&file) {
+            f.began.get_or_insert(now);
+        }
     }
 
     /// Every byte of a chunk left on the transport (TCP: written to the socket; UDP: each

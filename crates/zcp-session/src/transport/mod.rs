@@ -48,6 +48,16 @@ pub(crate) struct OutChunk {
     pub(crate) sparse: bool,
     /// The file was given up: skip the chunk.
     pub(crate) cancelled: Arc<AtomicBool>,
+    /// The first chunk queued for a file none of whose bytes moved yet: taking it starts the
+    /// file's clock ([`Departure::Began`]).
+    pub(crate) first: bool,
+}
+
+/// A stream took `job` to send: the file's clock starts with its first chunk.
+pub(crate) fn took(side: &SendSide, job: &OutChunk) {
+    if job.first {
+        (side.report)(Departure::Began { file: job.file_id });
+    }
 }
 
 /// What the sending side of a transport reports to the sending role.
@@ -59,6 +69,9 @@ pub(crate) enum Departure {
         index: u64,
         proof: ChunkProof,
     },
+    /// A stream took the file's first chunk: its bytes start moving now (a file announced
+    /// long before, behind others in the queue, is timed from here).
+    Began { file: u32 },
     /// Every byte of a chunk left: TCP, its last byte written to the socket; UDP, each of
     /// its datagrams sent at least once. Only then does the sending role send its MAC.
     Sent { file: u32, index: u64 },

@@ -117,6 +117,7 @@ fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU
                 }
             };
             sending(true);
+            super::took(side, &job);
             if job.cancelled.load(Ordering::Relaxed) {
                 continue;
             }

@@ -295,6 +295,9 @@ impl Sender<'_> {
                 } else {
                     self.side.chunks.try_pop()
                 };
+                if let Some(job) = &self.pending {
+                    crate::transport::took(self.side, job);
+                }
             }
             if let Some(job) = self.pending.take() {
                 self.pending = self.start(job)?;
