@@ -89,7 +89,8 @@ pub(crate) use usage;
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// More log output on standard error: -v info, -vv debug, -vvv trace.
+    /// More output: -v lists every file that arrives and logs info on standard error, -vv
+    /// debug, -vvv trace.
     #[arg(
         short = 'v',
         long = "verbose",
@@ -157,6 +158,7 @@ enum Command {
 /// Runs the command; returns the process exit code.
 pub(crate) fn run(cli: Cli) -> i32 {
     let verbose = cli.verbose_given();
+    output::files(verbose.is_some());
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Keygen(a) => keygen::run(a),

@@ -1,9 +1,19 @@
 //! The output flags (`-i`, `-J`, `--json-stream`, `--progress`, `-q`) and the reporter they
 //! choose: shared by the transfers (through `TransferArgs`) and `zcp recv`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use clap::Args;
 
 use super::{ErrorsOnly, Output, usage};
+
+/// `-v` was given: the text report has a line for every file that arrives.
+static FILES: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether the text report lists every file (`-v`, a flag of every subcommand).
+pub(crate) fn files(on: bool) {
+    FILES.store(on, Ordering::Relaxed);
+}
 
 /// How a transfer reports.
 #[derive(Debug, Clone, Args)]
@@ -64,7 +74,8 @@ impl OutputArgs {
 
     /// The reporter the output flags ask for, writing to stdout.
     pub(crate) fn output(&self) -> Output {
-        let human = || zcp_report::Human::new(std::io::stdout());
+        let human =
+            || zcp_report::Human::new(std::io::stdout()).with_files(FILES.load(Ordering::Relaxed));
         if self.json {
             Output::Json(zcp_report::JsonDoc::new(std::io::stdout()))
         } else if self.json_stream {

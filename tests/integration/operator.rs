@@ -181,6 +181,94 @@ fn quiet_prints_nothing_and_verbose_logs() {
     assert!(text(&o.stderr).contains("missing"), "{}", both(&o));
 }
 
+/// `-v` lists every file that arrives, rsync-style (name, size, time, rate, proof), and the
+/// failures stay theirs; without it only failures are named; `--json-stream` has a `file`
+/// line per file with its plain BLAKE3. A get lists the same way.
+#[test]
+fn verbose_lists_every_file_that_arrives() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let dir = env.mkdir("t");
+    for (name, size) in [("a", 300_000u64), ("b", 5), ("sub/c", 70_000)] {
+        std::fs::create_dir_all(dir.join(name).parent().unwrap()).unwrap();
+        make_file(&dir.join(name), size, 1 << 20, size);
+    }
+    // One destination in the way: that file fails, the others arrive.
+    std::fs::create_dir_all(root.join("up/t/b")).unwrap();
+    let server = ServerProc::start(&root, &env.key, &[]);
+    let files = |out: &str| -> Vec<String> {
+        (out.lines())
+            .filter(|l| l.starts_with("file:"))
+            .map(str::to_string)
+            .collect()
+    };
+    let o = run(
+        send_cmd(server.port, &env.key, &dir, "up/", &["-r", "-v", "-i", "0"]),
+        30,
+    );
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
+    let out = text(&o.stdout);
+    let listed = files(&out);
+    assert_eq!(listed.len(), 2, "{out}");
+    assert!(
+        listed.iter().any(|l| l.starts_with("file:     ")
+            && l.contains("/t/a 293 KiB in ")
+            && l.ends_with(", verified")),
+        "{listed:?}"
+    );
+    assert!(
+        listed.iter().any(|l| l.contains("/t/sub/c 68.4 KiB in ")),
+        "{listed:?}"
+    );
+    assert!(out.contains("/t/b: destination"), "{out}");
+    assert!(out.contains("Files:    2 committed"), "{out}");
+    // Without -v: no file lines.
+    let o = run(
+        send_cmd(server.port, &env.key, &dir, "up2/", &["-r", "-i", "0"]),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(files(&text(&o.stdout)).is_empty(), "{}", text(&o.stdout));
+    // The JSON stream: a line per file, with the digest users compare.
+    let o = run(
+        send_cmd(
+            server.port,
+            &env.key,
+            &dir,
+            "up3/",
+            &["-r", "--json-stream", "-i", "0"],
+        ),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    let lines: Vec<serde_json::Value> = (text(&o.stdout).lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["type"] == "file")
+        .collect();
+    assert_eq!(lines.len(), 3, "{}", text(&o.stdout));
+    let a = (lines.iter())
+        .find(|v| v["data"]["path"].as_str().unwrap().ends_with("/t/a"))
+        .unwrap();
+    let want = blake3::hash(&std::fs::read(dir.join("a")).unwrap())
+        .to_hex()
+        .to_string();
+    assert_eq!(a["data"]["digest"], want.as_str(), "{a}");
+    assert_eq!(a["data"]["bytes"], 300_000, "{a}");
+    // A get lists what it fetched.
+    let o = run(
+        get_cmd(
+            server.port,
+            &env.key,
+            &["up3/t"],
+            &env.path("down"),
+            &["-r", "-v", "-i", "0"],
+        ),
+        30,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(files(&text(&o.stdout)).len(), 3, "{}", text(&o.stdout));
+}
+
 #[test]
 fn sigint_stops_the_sender_cleanly_and_the_same_command_resumes() {
     let env = Env::new();

@@ -5,7 +5,9 @@
 
 use std::io::Write;
 
-use zcp_session::{Event, Failure, Interval, Phase, RateLimit, Reporter, Retry, Start, Summary};
+use zcp_session::{
+    Arrived, Event, Failure, Interval, Phase, RateLimit, Reporter, Retry, Start, Summary,
+};
 
 use crate::units::{bits_per_second, bytes, rate, size};
 
@@ -22,6 +24,8 @@ pub struct Human<W: Write> {
     /// were folded into one line: one wrong destination fails every entry of a tree alike
     /// (only destination classes fold; see `failed`).
     fold: Option<(String, String, u64)>,
+    /// A line for every file that arrives (`-v`), not only for failures.
+    files: bool,
 }
 
 impl<W: Write> Human<W> {
@@ -32,7 +36,39 @@ impl<W: Write> Human<W> {
             header_done: false,
             streams: 1,
             fold: None,
+            files: false,
         }
+    }
+
+    /// Also a line for every file that arrives (`-v`): its size, time, rate and proof.
+    pub fn with_files(mut self, on: bool) -> Human<W> {
+        self.files = on;
+        self
+    }
+
+    fn arrived(&mut self, a: &Arrived) -> std::io::Result<()> {
+        if !self.files {
+            return Ok(());
+        }
+        let moved = a.bytes.saturating_sub(a.skipped);
+        let held = if a.skipped > 0 {
+            format!(", {} already there", size(a.skipped))
+        } else {
+            String::new()
+        };
+        writeln!(
+            self.out,
+            "file:     {} {} in {:.2} s, {}{held}, {}",
+            a.path,
+            size(a.bytes),
+            a.seconds,
+            rate(bits_per_second(moved, a.seconds)),
+            if a.verified {
+                "verified"
+            } else {
+                "not verified"
+            }
+        )
     }
 
     /// The writer back (for tests).
@@ -412,6 +448,11 @@ fn cleaned(event: &Event) -> Event {
             ..r.clone()
         }),
         Event::Failed(f) => Event::Failed(failure(f)),
+        Event::File(a) => Event::File(Arrived {
+            path: t(&a.path),
+            digest: a.digest.as_deref().map(t),
+            ..a.clone()
+        }),
         Event::Summary(s) => Event::Summary(Summary {
             sender_engine: t(&s.sender_engine),
             receiver_engine: t(&s.receiver_engine),
@@ -439,6 +480,7 @@ impl<W: Write> Reporter for Human<W> {
             Event::Interval(i) => self.interval(i),
             Event::Notice(n) => writeln!(self.out, "note:     {n}"),
             Event::Failed(f) => self.failed(f),
+            Event::File(a) => self.arrived(a),
             Event::Summary(s) => self.summary(s),
             Event::Retry(r) => self.retry(r),
             Event::RawStart(s) => crate::raw::human_start(&mut self.out, s),

@@ -5,7 +5,9 @@
 use std::io::Write;
 
 use serde_json::{Value, json};
-use zcp_session::{Event, Failure, Interval, Progress, RateLimit, Reporter, Retry, Start, Summary};
+use zcp_session::{
+    Arrived, Event, Failure, Interval, Progress, RateLimit, Reporter, Retry, Start, Summary,
+};
 
 use crate::units::bits_per_second;
 
@@ -134,6 +136,20 @@ fn per_gib(cpu: f64, bytes: u64) -> f64 {
     }
 }
 
+/// A file that arrived: its rate is of the bytes moved (not those already there).
+fn arrived(a: &Arrived) -> Value {
+    let moved = a.bytes.saturating_sub(a.skipped);
+    json!({
+        "path": a.path,
+        "bytes": a.bytes,
+        "bytes_skipped": a.skipped,
+        "seconds": a.seconds,
+        "bits_per_second": bits_per_second(moved, a.seconds),
+        "verified": a.verified,
+        "digest": a.digest,
+    })
+}
+
 fn failure(f: &Failure) -> Value {
     json!({ "path": f.path, "code": f.code, "message": f.message })
 }
@@ -249,8 +265,9 @@ impl<W: Write> Reporter for JsonDoc<W> {
                     self.notices.push(n.clone());
                 }
             }
-            // Failures are listed in `end.files.failures`; progress is for live displays.
-            Event::Failed(_) | Event::Progress(_) => {}
+            // Failures are listed in `end.files.failures`; progress is for live displays; a
+            // line per file is the stream's (a tree of millions would swell one document).
+            Event::Failed(_) | Event::Progress(_) | Event::File(_) => {}
             Event::Retry(r) => {
                 if self.retries.len() < 1000 {
                     self.retries.push(retry(r));
@@ -320,6 +337,7 @@ impl<W: Write> Reporter for JsonStream<W> {
             Event::Interval(i) => self.line("interval", interval(i)),
             Event::Notice(n) => self.line("notice", json!({ "message": n })),
             Event::Failed(f) => self.line("failed", failure(f)),
+            Event::File(a) => self.line("file", arrived(a)),
             Event::Summary(s) => self.line("end", end(s)),
             Event::Retry(r) => self.line("retry", retry(r)),
             Event::RawStart(s) => self.line("start", crate::raw::json_start(s)),

@@ -589,3 +589,36 @@ fn the_start_up_count_of_partial_files_points_at_zcp_clean() {
         "zcp: 2 partial files of interrupted transfers (3.00 GiB on disk) in the first 100000 entries under /data/in (not all were looked at); `zcp clean /data/in` lists and removes them all"
     );
 }
+
+/// `-v`'s line per file: only when asked for, its rate of the bytes moved (not those already
+/// there), and a name from the network escaped (a hostile server names the files of a get).
+#[test]
+fn a_line_per_file_with_v_escaped() {
+    let arrived = Event::File(zcp_session::Arrived {
+        path: "run/\u{1b}[2Jevil".into(),
+        bytes: 4 << 20,
+        skipped: 2 << 20,
+        seconds: 0.5,
+        verified: true,
+        digest: Some("ab".repeat(32)),
+    });
+    let mut quiet = Human::new(Vec::new());
+    quiet.event(&arrived);
+    assert_eq!(String::from_utf8(quiet.into_inner()).unwrap(), "");
+    let mut h = Human::new(Vec::new()).with_files(true);
+    h.event(&arrived);
+    let out = String::from_utf8(h.into_inner()).unwrap();
+    assert_eq!(
+        out,
+        "file:     run/\\u{1b}[2Jevil 4.00 MiB in 0.50 s, 33.6 Mbits/sec, 2.00 MiB already there, verified\n"
+    );
+    let mut s = JsonStream::new(Vec::new());
+    s.event(&arrived);
+    let line: serde_json::Value = serde_json::from_slice(&s.into_inner()).unwrap();
+    assert_eq!(line["type"], "file");
+    assert_eq!(line["data"]["bytes_skipped"], 2 << 20);
+    assert_eq!(
+        line["data"]["bits_per_second"],
+        (2u64 << 20) as f64 * 8.0 / 0.5
+    );
+}

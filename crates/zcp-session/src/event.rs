@@ -177,6 +177,23 @@ impl Interval {
     }
 }
 
+/// A file that arrived: committed on the receiver, proved as the session asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrived {
+    /// Its path, escaped.
+    pub path: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Bytes the receiver held already (resumed, or a target kept in place): not sent.
+    pub skipped: u64,
+    /// From when its bytes began to move to its commit.
+    pub seconds: f64,
+    /// Whether its every chunk was verified.
+    pub verified: bool,
+    /// Its plain BLAKE3 (as `b3sum` prints it), hex, when verified.
+    pub digest: Option<String>,
+}
+
 /// A file, directory or link that did not arrive.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
@@ -256,6 +273,8 @@ pub enum Event {
     /// Something the person should know that is not a failure (a special file skipped, a
     /// file resumed).
     Notice(String),
+    /// A file arrived (every one: the text report shows them with `-v`).
+    File(Arrived),
     /// An entry did not arrive; the transfer goes on with the rest.
     Failed(Failure),
     /// How far the transfer is; about ten times a second (for progress bars).

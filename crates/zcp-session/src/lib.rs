@@ -36,9 +36,9 @@ pub use client::{
 };
 pub use error::{SessionError, exit};
 pub use event::{
-    CLIENT_GAVE_UP, Collect, Cpu, Event, Failure, Fanout, Interval, Phase, Progress, Quiet,
-    RateLimit, RawEnd, RawStart, Reporter, Retry, STOPPED_BY_CLIENT, ServerEvent, ServerReporter,
-    Start, StreamInterval, Summary, TcpStats,
+    Arrived, CLIENT_GAVE_UP, Collect, Cpu, Event, Failure, Fanout, Interval, Phase, Progress,
+    Quiet, RateLimit, RawEnd, RawStart, Reporter, Retry, STOPPED_BY_CLIENT, ServerEvent,
+    ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{

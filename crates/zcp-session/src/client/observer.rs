@@ -338,6 +338,14 @@ impl Observer for ClientObserver<'_> {
             None => {
                 tracing::debug!(path = %done.path, bytes = done.bytes, skipped = done.skipped,
                     engine = %done.engine, "committed");
+                self.emit(Event::File(crate::event::Arrived {
+                    path: done.path.clone(),
+                    bytes: done.bytes,
+                    skipped: done.skipped,
+                    seconds: done.seconds,
+                    verified: done.verified,
+                    digest: done.verified.then(|| hex::encode(done.digest)),
+                }));
                 self.files += 1;
                 self.bytes += done.bytes;
                 self.skipped += done.skipped;
