@@ -262,6 +262,19 @@ struct TransferArgs {
     /// --limit-rate, which it requires, whatever the path: for dedicated links only).
     #[arg(long, default_value = "fair", value_name = "MODE", value_parser = parse_udp_mode)]
     udp_mode: zcp_session::UdpMode,
+    /// Leave a file already at the destination as it is and send nothing for it, without
+    /// comparing (rsync's --ignore-existing): counted as skipped, and the exit code stays 0.
+    /// The default replaces it (or keeps it, when its bytes are proved the same).
+    #[arg(long, conflicts_with_all = ["no_clobber", "backup"])]
+    ignore_existing: bool,
+    /// Leave a file already at the destination as it is and fail that file (class exists,
+    /// exit code 4 or 23), as cp -n would refuse it.
+    #[arg(long, conflicts_with = "backup")]
+    no_clobber: bool,
+    /// Replace a file already at the destination, keeping the old one beside it as NAME~
+    /// (an older NAME~ is replaced), as rsync --backup does.
+    #[arg(long)]
+    backup: bool,
 }
 
 impl TransferArgs {
@@ -304,7 +317,19 @@ impl TransferArgs {
             verify: self.verify,
             transport: self.transport,
             udp_mode: self.udp_mode,
+            existing: self.existing(),
         })
+    }
+
+    /// What the receiver does with a file already there.
+    fn existing(&self) -> zcp_wire::ExistingMode {
+        use zcp_wire::ExistingMode as E;
+        match (self.ignore_existing, self.no_clobber, self.backup) {
+            (true, _, _) => E::Ignore,
+            (_, true, _) => E::Fail,
+            (_, _, true) => E::Backup,
+            _ => E::Replace,
+        }
     }
 
     fn retry_wait(&self) -> anyhow::Result<std::time::Duration> {

@@ -9,6 +9,7 @@ mod clean;
 mod cli;
 mod doctor;
 mod engines;
+mod existing;
 mod faults;
 mod hostile;
 mod killed;

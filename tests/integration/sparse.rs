@@ -126,35 +126,6 @@ fn same_sparse(a: &Path, b: &Path) -> bool {
         })
 }
 
-/// `zcp get -J` of `path` from the server on `port` into `dest`.
-fn get_json(
-    port: u16,
-    key: &Path,
-    path: &str,
-    dest: &Path,
-    extra: &[&str],
-    secs: u64,
-) -> (Output, serde_json::Value) {
-    let mut c = zcp();
-    c.args([
-        "get",
-        "-J",
-        "-i",
-        "0",
-        "-p",
-        &port.to_string(),
-        "--key-file",
-    ])
-    .arg(key)
-    .args(extra)
-    .arg(format!("127.0.0.1:{path}"))
-    .arg(dest);
-    let o = run(c, secs);
-    let v = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", both(&o)));
-    (o, v)
-}
-
 /// Pushes and pulls `size` bytes with about 16 x `scale` MiB of data, with the default
 /// receiver engine and `direct`; then sends it again (nothing crosses).
 fn push_and_pull(size: u64, scale: u64, secs: u64) {

@@ -265,6 +265,35 @@ pub fn send_cmd(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -
     c
 }
 
+/// `zcp get -J` of `path` from the server on `port` into `dest`.
+pub fn get_json(
+    port: u16,
+    key: &Path,
+    path: &str,
+    dest: &Path,
+    extra: &[&str],
+    secs: u64,
+) -> (Output, serde_json::Value) {
+    let mut c = zcp();
+    c.args([
+        "get",
+        "-J",
+        "-i",
+        "0",
+        "-p",
+        &port.to_string(),
+        "--key-file",
+    ])
+    .arg(key)
+    .args(extra)
+    .arg(format!("127.0.0.1:{path}"))
+    .arg(dest);
+    let o = run(c, secs);
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", both(&o)));
+    (o, v)
+}
+
 /// Runs a send with `-J` and parses the document.
 pub fn send_json(
     port: u16,
@@ -464,6 +493,27 @@ pub fn closes(s: &mut TcpStream, secs: u64) -> bool {
     }
 }
 
+/// The `Open` of a push with this receiver engine and stream count, every other field as
+/// `zcp send` sends it by default.
+pub fn push_open(engine: &str, streams: u16) -> zcp_wire::Open {
+    zcp_wire::Open {
+        pull: false,
+        recursive: false,
+        streams,
+        idle_ms: 0,
+        recv_engine: engine.into(),
+        send_engine: "sendfile".into(),
+        block_size: 0,
+        chunk_size: 0,
+        rate: 0,
+        verify: "blake3".into(),
+        transport: "tcp".into(),
+        udp_mode: "fair".into(),
+        export: String::new(),
+        existing: String::new(),
+    }
+}
+
 impl Raw {
     /// Authenticates and opens a push session (`splice` receiver, up to 2 streams).
     pub fn connect(port: u16, psk: Psk) -> Raw {
@@ -473,21 +523,7 @@ impl Raw {
     /// Authenticates and opens a push session with this receiver engine and stream count.
     pub fn connect_with(port: u16, psk: Psk, engine: &str, streams: u16) -> Raw {
         let mut raw = Self::authenticate(port, psk);
-        raw.send(&Message::Open(zcp_wire::Open {
-            pull: false,
-            recursive: false,
-            streams,
-            idle_ms: 0,
-            recv_engine: engine.into(),
-            send_engine: "sendfile".into(),
-            block_size: 0,
-            chunk_size: 0,
-            rate: 0,
-            verify: "blake3".into(),
-            transport: "tcp".into(),
-            udp_mode: "fair".into(),
-            export: String::new(),
-        }));
+        raw.send(&Message::Open(push_open(engine, streams)));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,
             other => panic!("expected Opened, got {other:?}"),

@@ -306,9 +306,22 @@ impl<W: Write> Human<W> {
         )?;
         writeln!(
             o,
-            "Files:    {} committed, {} directories and links{}{}",
+            "Files:    {} committed, {} directories and links{}{}{}",
             s.files,
             s.entries,
+            if s.left_existing > 0 {
+                format!(
+                    ", {} already there and left as {} (--ignore-existing)",
+                    s.left_existing,
+                    if s.left_existing == 1 {
+                        "it was"
+                    } else {
+                        "they were"
+                    }
+                )
+            } else {
+                String::new()
+            },
             if s.failed > 0 {
                 format!(", {} FAILED", s.failed)
             } else {

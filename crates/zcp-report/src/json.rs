@@ -158,6 +158,7 @@ fn end(s: &Summary) -> Value {
     json!({
         "files": {
             "committed": s.files,
+            "left_existing": s.left_existing,
             "entries": s.entries,
             "failed": s.failed,
             "failures": s.failures.iter().map(failure).collect::<Vec<_>>(),

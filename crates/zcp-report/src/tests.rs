@@ -128,6 +128,7 @@ fn events(verify: bool) -> Vec<Event> {
             bytes_sent: 3 << 30,
             bytes_skipped: 1 << 30,
             files: 1,
+            left_existing: 3,
             entries: 2,
             resent_chunks: 1,
             failed: 1,

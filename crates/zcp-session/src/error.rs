@@ -247,12 +247,13 @@ pub mod exit {
         }
     }
 
-    /// The exit code for a refusal of class `code`: the destination refused (4), integrity
-    /// (5), the key (3), anything else — busy, limits, protocol, internal — 1.
+    /// The exit code for a refusal of class `code`: the destination refused (4: a bad path,
+    /// no space, an I/O error, a file already there under `--no-clobber`), integrity (5), the
+    /// key (3), anything else — busy, limits, protocol, internal — 1.
     pub fn for_code(code: ErrorCode) -> i32 {
         match code {
             ErrorCode::Verify | ErrorCode::SourceChanged => INTEGRITY,
-            ErrorCode::BadPath | ErrorCode::NoSpace | ErrorCode::Io => REFUSED,
+            ErrorCode::BadPath | ErrorCode::NoSpace | ErrorCode::Io | ErrorCode::Exists => REFUSED,
             ErrorCode::Auth => AUTH,
             _ => FAILURE,
         }

@@ -216,6 +216,9 @@ pub struct Summary {
     pub bytes_skipped: u64,
     /// Files committed.
     pub files: u64,
+    /// Files already at their destination and left as they were (`--ignore-existing`):
+    /// neither sent nor compared, on the receiver's word.
+    pub left_existing: u64,
     /// Directories and links created.
     pub entries: u64,
     /// Chunks sent again after failing verification.

@@ -102,6 +102,7 @@ pub(crate) fn in_memory(scope: Scope, now: Instant) -> (Receiving, SessionKeys) 
         idle: Duration::from_secs(5),
         sender_engine: "sendfile".into(),
         verify: zcp_wire::VerifyMode::Blake3,
+        existing: zcp_wire::ExistingMode::Replace,
     };
     let rx = Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), scope, 2, now);
     (rx, keys)

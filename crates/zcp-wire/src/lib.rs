@@ -35,9 +35,9 @@ pub use handshake::{
 };
 pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
-    ErrorCode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES,
-    MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT, MIN_RATE, Message, Open, Pacing, PutFile,
-    Role, SideStats, VerifyMode,
+    ErrorCode, ExistingMode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME,
+    MAX_HAVE_ENTRIES, MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT, MIN_RATE, Message, Open,
+    Pacing, PutFile, Role, SideStats, VerifyMode,
 };
 pub use path::{PathError, RelPath, escape, escape_text};
 pub use proof::{ChunkHasher, ChunkProof, plain_digest};

@@ -142,6 +142,7 @@ pub fn send(spec: &SideSpec) -> Result<SideReport, BenchError> {
                 Transport::UdpFixed => UdpMode::Fixed,
                 Transport::Tcp | Transport::UdpFair => UdpMode::Fair,
             },
+            existing: zcp_wire::ExistingMode::Replace,
         },
         sources: vec![spec.path.clone()],
         dest: DEST.as_bytes().to_vec(),

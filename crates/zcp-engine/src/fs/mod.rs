@@ -342,5 +342,27 @@ pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<bool, 
     .map(|()| true)
 }
 
+/// Keeps the regular file `name` in `dir` as `name~` (replacing an older `name~` that is a
+/// regular file or a symlink; never following either), before a new file takes its name
+/// (`--backup`). `Ok(false)`: there was no regular file there to keep.
+pub fn keep_as_backup(dir: impl AsFd, name: &[u8]) -> Result<bool, EngineError> {
+    let dir = dir.as_fd();
+    if entry_kind(dir, name)? != EntryKind::File {
+        return Ok(false);
+    }
+    let mut backup = name.to_vec();
+    backup.push(b'~');
+    if matches!(entry_kind(dir, &backup)?, EntryKind::Dir | EntryKind::Other) {
+        return Err(EngineError::Path(format!(
+            "its backup name '{}' is taken by a directory or special file",
+            show(&backup)
+        )));
+    }
+    retry("renameat", "backup", None, || {
+        rustix::fs::renameat(dir, name, dir, backup.as_slice())
+    })?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests;

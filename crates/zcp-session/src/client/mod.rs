@@ -19,7 +19,7 @@ use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::udp::{TransportKind, UdpMode};
-use zcp_wire::{Message, Psk, VerifyMode, escape};
+use zcp_wire::{ExistingMode, Message, Psk, VerifyMode, escape};
 
 use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
@@ -84,6 +84,9 @@ pub struct Transfer {
     pub transport: TransportKind,
     /// The UDP transport's rate control (`--udp-mode`).
     pub udp_mode: UdpMode,
+    /// What the receiver does with a file already at a destination (`--ignore-existing`,
+    /// `--no-clobber`, `--backup`): the server in a push, this side in a get.
+    pub existing: ExistingMode,
 }
 
 /// How reports name the pacing of a rate cap over UDP.
@@ -335,6 +338,7 @@ fn send_once(
         counters.clone(),
         t.stop.clone(),
     );
+    obs.ignore_existing = t.existing == ExistingMode::Ignore;
     obs.notice(None, capped);
     obs.notice(None, cap.as_ref().and_then(|c| c.note.clone()));
     let ClientSession {
@@ -578,6 +582,7 @@ fn get_once(
         counters.clone(),
         t.stop.clone(),
     );
+    obs.ignore_existing = t.existing == ExistingMode::Ignore;
     obs.notice(None, capped);
     let ClientSession {
         tx,
@@ -607,6 +612,7 @@ fn get_once(
             idle,
             sender_engine: t.engine.name().into(),
             verify: t.verify,
+            existing: t.existing,
         },
         keys,
         nonces,

@@ -51,6 +51,10 @@ pub(super) struct ClientObserver<'a> {
     failed: u64,
     skipped: u64,
     files: u64,
+    /// `--ignore-existing`: a file refused as already there (class `exists`) is left, not
+    /// failed.
+    pub(super) ignore_existing: bool,
+    left_existing: u64,
     bytes: u64,
     verified: bool,
     stored: bool,
@@ -120,6 +124,8 @@ impl<'a> ClientObserver<'a> {
             failed: 0,
             skipped: 0,
             files: 0,
+            ignore_existing: false,
+            left_existing: 0,
             bytes: 0,
             verified: true,
             stored: true,
@@ -260,6 +266,7 @@ impl<'a> ClientObserver<'a> {
             bytes_sent,
             bytes_skipped: self.skipped,
             files: self.files,
+            left_existing: self.left_existing,
             entries: m.entries,
             resent_chunks: m.resent_chunks,
             seconds: since(m.end),
@@ -293,6 +300,11 @@ impl<'a> ClientObserver<'a> {
     }
 
     fn record_failure(&mut self, f: Failure) {
+        if self.ignore_existing && f.code == zcp_wire::ErrorCode::Exists.name() {
+            // Asked for: a file already there is left as it is.
+            self.left_existing += 1;
+            return;
+        }
         self.failed += 1;
         if self.failures.len() < MAX_FAILURES_KEPT {
             self.failures.push(f.clone());

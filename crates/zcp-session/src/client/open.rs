@@ -290,6 +290,7 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         transport: t.transport.name().into(),
         udp_mode: t.udp_mode.name().into(),
         export: String::new(),
+        existing: t.existing.name().into(),
     }
 }
 

@@ -70,6 +70,8 @@ pub(crate) struct Opts {
     pub(crate) verify: zcp_wire::VerifyMode,
     /// `--transport udp` with this configuration (no disk fault then).
     pub(crate) udp: Option<crate::transport::udp::UdpConfig>,
+    /// What the receiver does with a file already there.
+    pub(crate) existing: zcp_wire::ExistingMode,
 }
 
 impl Default for Opts {
@@ -87,6 +89,7 @@ impl Default for Opts {
             disk: None,
             verify: zcp_wire::VerifyMode::Blake3,
             udp: None,
+            existing: zcp_wire::ExistingMode::Replace,
         }
     }
 }
@@ -329,6 +332,7 @@ impl Pair {
                 idle: o.idle,
                 sender_engine: o.send_engine.name().into(),
                 verify: o.verify,
+                existing: o.existing,
             };
             let (streams, disk, fired) = (o.streams, o.disk, cutter.fired.clone());
             let (udp, r_stats) = (o.udp.clone(), udp_stats.1.clone());

@@ -15,7 +15,7 @@ use zcp_engine::fs::PartFile;
 use zcp_engine::sync::Locked;
 use zcp_engine::sys::thread_usage;
 use zcp_engine::{EngineError, RecvEngine};
-use zcp_wire::ErrorCode;
+use zcp_wire::{ErrorCode, ExistingMode};
 
 use super::RxCore;
 use super::prepare::engine_err;
@@ -149,6 +149,15 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
             continue;
         };
         let dir = part.dir().clone();
+        // `--backup`: the file it replaces is kept beside it as NAME~, first.
+        if core.disk.existing == ExistingMode::Backup
+            && let Err(e) = zcp_engine::fs::keep_as_backup(&*dir, &s.job.spec.name)
+        {
+            let r = engine_err(e);
+            let why = Refusal::new(r.code, format!("backup failed: {}", r.message));
+            failed.push((s.job, Err(why)));
+            continue;
+        }
         match part.rename_to(&s.job.spec.name) {
             Ok(()) => {
                 if !dirs.iter().any(|d| Arc::ptr_eq(d, &dir)) {

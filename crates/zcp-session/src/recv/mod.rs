@@ -117,6 +117,7 @@ impl RxCore {
             s.cfg.requested,
             s.cfg.idle,
             (s.scope.is_pull(), s.cfg.verify.checks(), s.scope.is_blind()),
+            s.cfg.existing,
         );
         let idle = s.cfg.idle;
         let state = Receiving::new(s.cfg, s.keys, s.nonces, s.scope, s.streams, Instant::now());

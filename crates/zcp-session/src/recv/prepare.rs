@@ -15,8 +15,8 @@ use zcp_engine::sync::Locked;
 use zcp_engine::{EngineError, RecvEngine};
 use zcp_wire::journal::{JournalChunk, JournalHeader, MAX_JOURNAL_SESSIONS, decode_journal};
 use zcp_wire::{
-    ChunkPlan, ChunkProof, ErrorCode, JournalOwner, Message, Nonce, PutFile, RelPath, SessionKeys,
-    escape,
+    ChunkPlan, ChunkProof, ErrorCode, ExistingMode, JournalOwner, Message, Nonce, PutFile, RelPath,
+    SessionKeys, escape,
 };
 
 use super::chunks::{Existing, FileSpec, JournalState};
@@ -155,6 +155,9 @@ pub(crate) struct Disk {
     /// part file left there is emptied), and no existing target is hashed (it is replaced
     /// without being read).
     blind: bool,
+    /// What to do with a regular file already at a destination (`--ignore-existing`,
+    /// `--no-clobber`, `--backup`).
+    pub(crate) existing: ExistingMode,
     pub(crate) root: Arc<Root>,
     keys: SessionKeys,
     nonces: (Nonce, Nonce),
@@ -213,11 +216,13 @@ impl Disk {
         requested: RecvEngine,
         idle: Duration,
         (pull, verify, blind): (bool, bool, bool),
+        existing: ExistingMode,
     ) -> Disk {
         Disk {
             pull,
             verify,
             blind,
+            existing,
             root,
             keys,
             nonces,
@@ -511,6 +516,20 @@ impl Disk {
                 );
             }
             EntryKind::Other => return refused("is a device, FIFO or socket"),
+        }
+        if kind == EntryKind::File {
+            let there = |why: String| Err(Refusal::new(ErrorCode::Exists, why));
+            match self.existing {
+                ExistingMode::Ignore => {
+                    return there(format!(
+                        "'{t}' is already there: left as it is (--ignore-existing)"
+                    ));
+                }
+                ExistingMode::Fail => {
+                    return there(format!("'{t}' already exists: not replaced (--no-clobber)"));
+                }
+                ExistingMode::Replace | ExistingMode::Backup => {}
+            }
         }
         let choice = if p.size < SMALL_FILE && self.requested == RecvEngine::Auto {
             // A small file is one short write: O_DIRECT's ring and splice's read-back cost

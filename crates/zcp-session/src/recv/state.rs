@@ -17,7 +17,8 @@ use zcp_engine::recv::Target;
 use zcp_engine::{RecvEngine, Usage};
 use zcp_wire::journal::{JournalHeader, JournalRecord};
 use zcp_wire::{
-    ChunkHeader, ChunkProof, ErrorCode, Message, Nonce, SessionKeys, SideStats, VerifyMode,
+    ChunkHeader, ChunkProof, ErrorCode, ExistingMode, Message, Nonce, SessionKeys, SideStats,
+    VerifyMode,
 };
 
 use super::chunks::{FileSpec, Outcome, Phase, RxFile, Settle};
@@ -39,6 +40,8 @@ pub(crate) struct RxConfig {
     /// How the session proves its data: with [`VerifyMode::None`] nothing is hashed, and
     /// nothing this session writes is journaled for a resume.
     pub(crate) verify: VerifyMode,
+    /// What to do with a regular file already at a destination.
+    pub(crate) existing: ExistingMode,
 }
 
 /// Targets (and files hashed) the keep-alive credit remembers before it starts over.

@@ -49,6 +49,10 @@ pub(super) struct ServerObserver<'a> {
     pub(super) notices: u64,
     /// Entries that failed, logged or not.
     pub(super) failed_files: u64,
+    /// `--ignore-existing`: a file refused as already there (class `exists`) was left as
+    /// the client asked, not failed: counted here, not logged one by one.
+    pub(super) ignore_existing: bool,
+    pub(super) left_existing: u64,
     /// Whether the session was granted and started (its `SessionStart` went out).
     pub(super) started: bool,
     /// Who asked, and for what once its `Open` said: what a refusal is logged with.
@@ -81,6 +85,14 @@ impl ServerObserver<'_> {
         }
     }
 
+    /// Whether `failure` is a file left as it was at the client's asking (and counts it).
+    fn left(&mut self, failure: Option<&Failure>) -> bool {
+        let left = self.ignore_existing
+            && failure.is_some_and(|f| f.code == zcp_wire::ErrorCode::Exists.name());
+        self.left_existing += u64::from(left);
+        left
+    }
+
     fn failed(&mut self, code: &'static str) {
         self.failed_files += 1;
         let integrity = |c: &str| matches!(c, "verify" | "source-changed");
@@ -102,6 +114,9 @@ impl Observer for ServerObserver<'_> {
     }
 
     fn file_done(&mut self, d: FileOutcome) {
+        if self.left(d.failure.as_ref()) {
+            return;
+        }
         match d.failure {
             None => {
                 self.files += 1;
@@ -140,6 +155,10 @@ impl Observer for ServerObserver<'_> {
     }
 
     fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
+        let failure = failure.filter(|f| !self.left(Some(f)));
+        if failure.is_none() && note.is_none() {
+            return;
+        }
         if let Some(f) = &failure {
             self.failed(f.code);
         }

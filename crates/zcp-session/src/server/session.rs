@@ -14,8 +14,8 @@ use zcp_engine::sync::Locked;
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::udp::{TransportKind, UdpMode};
 use zcp_wire::{
-    ErrorCode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, Psk, RelPath, Sealer,
-    VerifyMode, escape_text,
+    ErrorCode, ExistingMode, MAX_RATE, MIN_RATE, Message, Nonce, Open, Opener, Pacing, Psk,
+    RelPath, Sealer, VerifyMode, escape_text,
 };
 
 use super::access::{Granted, Live};
@@ -131,6 +131,8 @@ struct Grant {
     /// How the data moves (`--transport`), and the UDP rate control (`--udp-mode`).
     transport: TransportKind,
     udp_mode: UdpMode,
+    /// What the receiver does with a file already there (`--ignore-existing`, ...).
+    existing: ExistingMode,
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -168,6 +170,17 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         )
     })?;
     let (transport, udp_mode) = transport_of(c, &open)?;
+    let existing = ExistingMode::parse(&open.existing).ok_or_else(|| {
+        let names: Vec<&str> = ExistingMode::ALL.iter().map(|m| m.name()).collect();
+        c.refuse(
+            ErrorCode::Protocol,
+            format!(
+                "unknown existing-file mode '{}' (known: {})",
+                escape_text(&open.existing),
+                names.join(", ")
+            ),
+        )
+    })?;
     if u64::from(open.block_size) > MAX_RECV_BLOCK {
         return Err(c.refuse(
             ErrorCode::Limit,
@@ -216,6 +229,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         verify,
         transport,
         udp_mode,
+        existing,
     })
 }
 
@@ -285,6 +299,8 @@ pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
         failures: Vec::new(),
         notices: 0,
         failed_files: 0,
+        ignore_existing: false,
+        left_existing: 0,
         started: false,
         asked: Asked {
             peer: j.peer,
@@ -403,6 +419,7 @@ fn serve(
         export: export.name.clone(),
     });
     observer.started = true;
+    observer.ignore_existing = g.existing == ExistingMode::Ignore;
     if g.pull {
         let (peer, psk) = (j.peer, identity.psk.clone());
         serve_pull(
@@ -427,6 +444,18 @@ fn serve_push(
     (nonces, export): ((Nonce, Nonce), &Granted),
     observer: &mut ServerObserver<'_>,
 ) -> Result<Served, SessionError> {
+    // Skipping or refusing a file because one is there would tell an identity that may not
+    // read what exists.
+    if !export.permission.reads() && g.existing.reveals() {
+        return Err(c.refuse(
+            ErrorCode::Auth,
+            format!(
+                "this identity may not read {}, so it cannot ask to leave files already there \
+                 (--ignore-existing and --no-clobber would tell it which exist; --backup may)",
+                escape_text(&export.name)
+            ),
+        ));
+    }
     let (wake, events) = mpsc::channel::<RxEvent>();
     let core = RxCore::new(RxSetup {
         cfg: RxConfig {
@@ -435,6 +464,7 @@ fn serve_push(
             idle: g.idle,
             sender_engine: g.send.name().into(),
             verify: g.verify,
+            existing: g.existing,
         },
         keys: session.keys.clone(),
         nonces,

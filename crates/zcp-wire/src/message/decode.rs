@@ -98,6 +98,7 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 transport: r.text(MAX_ENGINE_NAME, "transport")?,
                 udp_mode: r.text(MAX_ENGINE_NAME, "UDP mode")?,
                 export: r.text(MAX_NAME, "export name")?,
+                existing: r.text(MAX_ENGINE_NAME, "existing-file mode")?,
             })
         }
         code::OPENED => Message::Opened {

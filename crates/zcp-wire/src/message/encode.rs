@@ -81,6 +81,7 @@ impl Message {
                 text(w, &o.transport, MAX_ENGINE_NAME);
                 text(w, &o.udp_mode, MAX_ENGINE_NAME);
                 text(w, &o.export, MAX_NAME);
+                text(w, &o.existing, MAX_ENGINE_NAME);
             }
             Message::Opened {
                 streams,

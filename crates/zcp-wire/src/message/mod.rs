@@ -67,6 +67,9 @@ pub enum ErrorCode {
     SourceChanged,
     /// Any other failure.
     Internal,
+    /// A file is already at the destination and the session asked not to replace it
+    /// (`--no-clobber`, or `--ignore-existing`, which counts it as skipped).
+    Exists,
 }
 
 impl ErrorCode {
@@ -83,6 +86,7 @@ impl ErrorCode {
             ErrorCode::Limit => 9,
             ErrorCode::SourceChanged => 10,
             ErrorCode::Internal => 11,
+            ErrorCode::Exists => 12,
         }
     }
 
@@ -98,6 +102,7 @@ impl ErrorCode {
             8 => ErrorCode::Busy,
             9 => ErrorCode::Limit,
             10 => ErrorCode::SourceChanged,
+            12 => ErrorCode::Exists,
             // Codes added by later versions read as Internal rather than failing the decode.
             _ => ErrorCode::Internal,
         }
@@ -105,7 +110,7 @@ impl ErrorCode {
 
     /// The code whose [`ErrorCode::name`] is `name`, if any.
     pub fn from_name(name: &str) -> Option<ErrorCode> {
-        (1..=11).map(ErrorCode::from_u16).find(|c| c.name() == name)
+        (1..=12).map(ErrorCode::from_u16).find(|c| c.name() == name)
     }
 
     /// A short lowercase name for logs and JSON.
@@ -122,6 +127,7 @@ impl ErrorCode {
             ErrorCode::Limit => "limit",
             ErrorCode::SourceChanged => "source-changed",
             ErrorCode::Internal => "internal",
+            ErrorCode::Exists => "exists",
         }
     }
 }
@@ -162,6 +168,58 @@ pub struct Open {
     /// ([`Message::Welcome`]'s `exports`); empty for a server with one root. At most
     /// [`MAX_NAME`] bytes.
     pub export: String,
+    /// What the receiver does with a file already at a destination: an
+    /// [`ExistingMode::name`]. Text, so a refusal can name it.
+    pub existing: String,
+}
+
+/// What a receiver does with a regular file already at a file's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExistingMode {
+    /// Replace it (once the new one is verified and durable); if it is already the same
+    /// bytes, keep it. The default.
+    #[default]
+    Replace,
+    /// Leave it and send nothing (`--ignore-existing`): counted as skipped, not compared.
+    Ignore,
+    /// Leave it and fail the file (`--no-clobber`), class `exists`.
+    Fail,
+    /// Replace it, keeping the old one as `NAME~` (`--backup`).
+    Backup,
+}
+
+impl ExistingMode {
+    /// Every mode.
+    pub const ALL: [ExistingMode; 4] = [
+        ExistingMode::Replace,
+        ExistingMode::Ignore,
+        ExistingMode::Fail,
+        ExistingMode::Backup,
+    ];
+
+    /// How the wire and reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExistingMode::Replace => "replace",
+            ExistingMode::Ignore => "ignore",
+            ExistingMode::Fail => "fail",
+            ExistingMode::Backup => "backup",
+        }
+    }
+
+    /// The mode named `name`; an empty name is the default.
+    pub fn parse(name: &str) -> Option<ExistingMode> {
+        if name.is_empty() {
+            return Some(ExistingMode::Replace);
+        }
+        ExistingMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the mode tells the sender that something is there (a file of the name):
+    /// what an identity that may not read must not learn.
+    pub fn reveals(self) -> bool {
+        matches!(self, ExistingMode::Ignore | ExistingMode::Fail)
+    }
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]

@@ -53,6 +53,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
             transport: "udp".into(),
             udp_mode: "fixed".into(),
             export: "incoming".into(),
+            existing: "backup".into(),
         }),
         Message::Opened {
             streams: 2,
@@ -296,6 +297,7 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
         transport: "tcp".into(),
         udp_mode: "fair".into(),
         export: String::new(),
+        existing: String::new(),
     });
     let body = open.encode_body();
     assert_eq!(Message::decode(code::OPEN, &body).unwrap(), open);

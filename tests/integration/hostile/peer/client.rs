@@ -29,6 +29,7 @@ pub fn base_open(pull: bool) -> Open {
         transport: "tcp".into(),
         udp_mode: "fair".into(),
         export: String::new(),
+        existing: String::new(),
     }
 }
 

@@ -53,6 +53,7 @@ fn udp_open(pull: bool, chunk: u64, verify: &str) -> Message {
         transport: "udp".into(),
         udp_mode: "fair".into(),
         export: String::new(),
+        existing: String::new(),
     })
 }
 
@@ -493,6 +494,7 @@ fn a_pull_asking_for_huge_blocks_on_every_stream_holds_the_server_to_its_budget(
         transport: "tcp".into(),
         udp_mode: "fair".into(),
         export: String::new(),
+        existing: String::new(),
     }));
     let Message::Opened { streams, .. } = raw.recv().unwrap() else {
         panic!("expected Opened")
