@@ -265,16 +265,29 @@ struct TransferArgs {
     /// Leave a file already at the destination as it is and send nothing for it, without
     /// comparing (rsync's --ignore-existing): counted as skipped, and the exit code stays 0.
     /// The default replaces it (or keeps it, when its bytes are proved the same).
-    #[arg(long, conflicts_with_all = ["no_clobber", "backup"])]
+    #[arg(long, conflicts_with_all = ["no_clobber", "backup", "size_only", "quick_check"])]
     ignore_existing: bool,
     /// Leave a file already at the destination as it is and fail that file (class exists,
     /// exit code 4 or 23), as cp -n would refuse it.
-    #[arg(long, conflicts_with = "backup")]
+    #[arg(long, conflicts_with_all = ["backup", "size_only", "quick_check"])]
     no_clobber: bool,
     /// Replace a file already at the destination, keeping the old one beside it as NAME~
     /// (an older NAME~ is replaced), as rsync --backup does.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["size_only", "quick_check"])]
     backup: bool,
+    /// Leave a file already at the destination when its size is the one being sent, reading
+    /// neither copy (rsync's --size-only): for huge trees where a re-run must not re-prove
+    /// every byte. Counted as skipped; a file of another size is sent and replaces it.
+    #[arg(long, conflicts_with = "quick_check")]
+    size_only: bool,
+    /// Leave a file already at the destination when its size and modification time are the
+    /// ones being sent (rsync's quick check), reading neither copy. Counted as skipped.
+    #[arg(long)]
+    quick_check: bool,
+    /// Prove every file already at the destination against the source, chunk by chunk, and
+    /// send only what differs (the default; named for those used to rsync's -c).
+    #[arg(long, conflicts_with_all = ["ignore_existing", "no_clobber", "size_only", "quick_check"])]
+    checksum: bool,
 }
 
 impl TransferArgs {
@@ -324,11 +337,18 @@ impl TransferArgs {
     /// What the receiver does with a file already there.
     fn existing(&self) -> zcp_wire::ExistingMode {
         use zcp_wire::ExistingMode as E;
-        match (self.ignore_existing, self.no_clobber, self.backup) {
-            (true, _, _) => E::Ignore,
-            (_, true, _) => E::Fail,
-            (_, _, true) => E::Backup,
-            _ => E::Replace,
+        if self.ignore_existing {
+            E::Ignore
+        } else if self.no_clobber {
+            E::Fail
+        } else if self.backup {
+            E::Backup
+        } else if self.size_only {
+            E::SizeOnly
+        } else if self.quick_check {
+            E::Quick
+        } else {
+            E::Replace
         }
     }
 

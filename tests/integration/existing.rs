@@ -53,7 +53,7 @@ fn a_file_already_there_is_left_refused_or_kept_as_asked() {
     let o = text_push(&["-r", "-i", "0", "--ignore-existing"]);
     assert!(o.status.success(), "{}", both(&o));
     assert!(
-        text(&o.stdout).contains("2 already there and left as they were (--ignore-existing)"),
+        text(&o.stdout).contains("2 already there and left as they were"),
         "{}",
         text(&o.stdout)
     );
@@ -194,4 +194,82 @@ fn an_unknown_existing_mode_is_refused_by_name() {
     }
     assert!(tree(&root).is_empty(), "{:?}", tree(&root));
     assert!(srv.alive());
+}
+
+/// `--quick-check` leaves a file whose size and mtime are the source's, `--size-only` one
+/// whose size is, reading neither copy (the destination here was altered behind zcp's back,
+/// size and mtime kept: a full re-proof would find it, a quick check by design does not); a
+/// file that differs in what they look at is sent and replaces it. A write-only identity may
+/// not ask for either.
+#[test]
+fn the_quick_checks_leave_what_looks_the_same_and_send_what_differs() {
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let dir = env.mkdir("t");
+    make_file(&dir.join("a"), 50_000, 1 << 20, 1);
+    make_file(&dir.join("b"), 3_000, 1 << 20, 2);
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let (o, _) = push(&srv, &env, &dir, &[]);
+    assert!(o.status.success(), "{}", both(&o));
+    let (a, b) = (root.join("up/t/a"), root.join("up/t/b"));
+    // `a` altered on the receiver, its size and mtime kept; `b` changed at the source.
+    let mtime = std::fs::metadata(&a).unwrap().modified().unwrap();
+    std::fs::write(&a, vec![7u8; 50_000]).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    make_file(&dir.join("b"), 4_000, 1 << 20, 3);
+    let (o, v) = push(&srv, &env, &dir, &["--quick-check"]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["files"]["left_existing"], 1, "{v}");
+    assert_eq!(std::fs::read(&a).unwrap(), vec![7u8; 50_000]);
+    assert!(same_file(&dir.join("b"), &b));
+    // Another mtime, same size: --size-only still leaves it, --quick-check sends it.
+    let old = mtime - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let (o, v) = push(&srv, &env, &dir, &["--size-only"]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["files"]["left_existing"], 2, "{v}");
+    assert_eq!(std::fs::read(&a).unwrap(), vec![7u8; 50_000]);
+    let (o, v) = push(&srv, &env, &dir, &["--quick-check"]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(v["end"]["files"]["left_existing"], 1, "{v}");
+    assert!(same_file(&dir.join("a"), &a));
+    // The default proves every byte: after the same alteration, it finds and mends it.
+    std::fs::write(&a, vec![7u8; 50_000]).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&a)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let (o, _) = push(&srv, &env, &dir, &["--checksum"]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&dir.join("a"), &a));
+
+    let site = crate::serve_config::Site::new();
+    let srv = site.serve();
+    let src = site.file("f.bin", 10_000);
+    for flag in ["--size-only", "--quick-check"] {
+        let o = run(
+            send_cmd(
+                srv.port,
+                &site.observatory,
+                &src,
+                "incoming/",
+                &["-q", flag],
+            ),
+            30,
+        );
+        assert_eq!(o.status.code(), Some(3), "{flag}: {}", both(&o));
+        assert!(!site.incoming.join("f.bin").exists());
+    }
 }

@@ -311,7 +311,7 @@ impl<W: Write> Human<W> {
             s.entries,
             if s.left_existing > 0 {
                 format!(
-                    ", {} already there and left as {} (--ignore-existing)",
+                    ", {} already there and left as {}",
                     s.left_existing,
                     if s.left_existing == 1 {
                         "it was"

@@ -338,7 +338,7 @@ fn send_once(
         counters.clone(),
         t.stop.clone(),
     );
-    obs.ignore_existing = t.existing == ExistingMode::Ignore;
+    obs.ignore_existing = t.existing.leaves();
     obs.notice(None, capped);
     obs.notice(None, cap.as_ref().and_then(|c| c.note.clone()));
     let ClientSession {
@@ -582,7 +582,7 @@ fn get_once(
         counters.clone(),
         t.stop.clone(),
     );
-    obs.ignore_existing = t.existing == ExistingMode::Ignore;
+    obs.ignore_existing = t.existing.leaves();
     obs.notice(None, capped);
     let ClientSession {
         tx,

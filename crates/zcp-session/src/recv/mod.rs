@@ -18,6 +18,7 @@
 
 pub(crate) mod chunks;
 mod durable;
+mod existing;
 pub(crate) mod frames;
 mod prepare;
 pub(crate) mod state;

@@ -518,18 +518,12 @@ impl Disk {
             EntryKind::Other => return refused("is a device, FIFO or socket"),
         }
         if kind == EntryKind::File {
-            let there = |why: String| Err(Refusal::new(ErrorCode::Exists, why));
-            match self.existing {
-                ExistingMode::Ignore => {
-                    return there(format!(
-                        "'{t}' is already there: left as it is (--ignore-existing)"
-                    ));
-                }
-                ExistingMode::Fail => {
-                    return there(format!("'{t}' already exists: not replaced (--no-clobber)"));
-                }
-                ExistingMode::Replace | ExistingMode::Backup => {}
-            }
+            let announced = super::existing::Announced {
+                size: p.size,
+                mtime: spec.mtime,
+                target: t,
+            };
+            super::existing::answer(self.existing, &*dir.fd, &spec.name, &announced)?;
         }
         let choice = if p.size < SMALL_FILE && self.requested == RecvEngine::Auto {
             // A small file is one short write: O_DIRECT's ring and splice's read-back cost

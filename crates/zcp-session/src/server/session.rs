@@ -419,7 +419,7 @@ fn serve(
         export: export.name.clone(),
     });
     observer.started = true;
-    observer.ignore_existing = g.existing == ExistingMode::Ignore;
+    observer.ignore_existing = g.existing.leaves();
     if g.pull {
         let (peer, psk) = (j.peer, identity.psk.clone());
         serve_pull(
@@ -451,7 +451,8 @@ fn serve_push(
             ErrorCode::Auth,
             format!(
                 "this identity may not read {}, so it cannot ask to leave files already there \
-                 (--ignore-existing and --no-clobber would tell it which exist; --backup may)",
+                 (--ignore-existing, --no-clobber, --size-only and --quick-check would tell it \
+                 which exist; --backup may)",
                 escape_text(&export.name)
             ),
         ));

@@ -186,15 +186,23 @@ pub enum ExistingMode {
     Fail,
     /// Replace it, keeping the old one as `NAME~` (`--backup`).
     Backup,
+    /// Leave it, as `Ignore`, when its size is the announced one (`--size-only`); else
+    /// replace it.
+    SizeOnly,
+    /// Leave it, as `Ignore`, when its size and mtime are the announced ones (rsync's quick
+    /// check, `--quick-check`): no byte of either copy is read; else replace it.
+    Quick,
 }
 
 impl ExistingMode {
     /// Every mode.
-    pub const ALL: [ExistingMode; 4] = [
+    pub const ALL: [ExistingMode; 6] = [
         ExistingMode::Replace,
         ExistingMode::Ignore,
         ExistingMode::Fail,
         ExistingMode::Backup,
+        ExistingMode::SizeOnly,
+        ExistingMode::Quick,
     ];
 
     /// How the wire and reports name it.
@@ -204,6 +212,8 @@ impl ExistingMode {
             ExistingMode::Ignore => "ignore",
             ExistingMode::Fail => "fail",
             ExistingMode::Backup => "backup",
+            ExistingMode::SizeOnly => "size-only",
+            ExistingMode::Quick => "quick",
         }
     }
 
@@ -218,7 +228,16 @@ impl ExistingMode {
     /// Whether the mode tells the sender that something is there (a file of the name):
     /// what an identity that may not read must not learn.
     pub fn reveals(self) -> bool {
-        matches!(self, ExistingMode::Ignore | ExistingMode::Fail)
+        !matches!(self, ExistingMode::Replace | ExistingMode::Backup)
+    }
+
+    /// Whether a file answered `exists` under this mode was left at the client's asking
+    /// (counted apart), not failed.
+    pub fn leaves(self) -> bool {
+        matches!(
+            self,
+            ExistingMode::Ignore | ExistingMode::SizeOnly | ExistingMode::Quick
+        )
     }
 }
 
