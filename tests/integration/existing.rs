@@ -47,9 +47,12 @@ fn a_file_already_there_is_left_refused_or_kept_as_asked() {
     assert_eq!(v["end"]["files"]["left_existing"], 1, "{v}");
     assert_eq!(v["end"]["files"]["committed"], 1, "{v}");
     assert_eq!(v["end"]["files"]["failed"], 0, "{v}");
-    // Nor does the server log it as a failure: the client asked for it.
+    // The server logs it (the transfer log accounts for every file), as left.
     let log = srv.log();
-    assert!(!log.contains("up/t/a not committed"), "{log}");
+    assert!(
+        log.contains("up/t/a not committed") && log.contains("--ignore-existing"),
+        "{log}"
+    );
     let o = text_push(&["-r", "-i", "0", "--ignore-existing"]);
     assert!(o.status.success(), "{}", both(&o));
     assert!(
@@ -167,6 +170,29 @@ fn a_write_only_identity_may_not_ask_what_is_there() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&src, &site.incoming.join("f.bin")));
     assert_eq!(std::fs::read(site.incoming.join("f.bin~")).unwrap(), b"old");
+    // A NAME~ that cannot take a backup is refused before a byte moves, in the same words
+    // whether NAME is there or not: --backup names nothing either.
+    let g = site.file("g.bin", 10_000);
+    std::fs::create_dir(site.incoming.join("g.bin~")).unwrap();
+    let mut why = Vec::new();
+    for there in [false, true] {
+        if there {
+            std::fs::write(site.incoming.join("g.bin"), b"old").unwrap();
+        }
+        let (o, v) = send_json(
+            srv.port,
+            &site.observatory,
+            &g,
+            "incoming/",
+            &["--backup"],
+            30,
+        );
+        assert_eq!(o.status.code(), Some(4), "{}", both(&o));
+        why.push(v["end"]["files"]["failures"][0]["message"].clone());
+    }
+    assert_eq!(why[0], why[1]);
+    assert!(why[0].as_str().unwrap().contains("NAME~"), "{why:?}");
+    assert_eq!(std::fs::read(site.incoming.join("g.bin")).unwrap(), b"old");
 }
 
 /// A hostile client naming a mode the server does not know: refused by name before

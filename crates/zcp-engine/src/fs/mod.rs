@@ -343,8 +343,8 @@ pub fn make_symlink(dir: impl AsFd, name: &[u8], target: &[u8]) -> Result<bool, 
 }
 
 /// Keeps the regular file `name` in `dir` as `name~` (replacing an older `name~` that is a
-/// regular file or a symlink; never following either), before a new file takes its name
-/// (`--backup`). `Ok(false)`: there was no regular file there to keep.
+/// regular file; never following a link), before a new file takes its name (`--backup`).
+/// `Ok(false)`: there was no regular file there to keep.
 pub fn keep_as_backup(dir: impl AsFd, name: &[u8]) -> Result<bool, EngineError> {
     let dir = dir.as_fd();
     if entry_kind(dir, name)? != EntryKind::File {
@@ -352,9 +352,12 @@ pub fn keep_as_backup(dir: impl AsFd, name: &[u8]) -> Result<bool, EngineError> 
     }
     let mut backup = name.to_vec();
     backup.push(b'~');
-    if matches!(entry_kind(dir, &backup)?, EntryKind::Dir | EntryKind::Other) {
+    if !matches!(
+        entry_kind(dir, &backup)?,
+        EntryKind::Missing | EntryKind::File
+    ) {
         return Err(EngineError::Path(format!(
-            "its backup name '{}' is taken by a directory or special file",
+            "its backup name '{}' is not a regular file",
             show(&backup)
         )));
     }

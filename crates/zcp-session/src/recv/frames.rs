@@ -247,6 +247,17 @@ impl Receiving {
         if self.open_file(id, "FileAbort")?.is_none() {
             return Ok(Step::Next);
         }
+        // Only a receiver says a file is already there: from a sender it is no reason to
+        // count the file as left (`--ignore-existing`), but a failure like any other.
+        let (code, message) = match code {
+            ErrorCode::Exists => (
+                ErrorCode::Protocol,
+                &*format!(
+                    "the sender gave it up as 'exists', which only a receiver says: {message}"
+                ),
+            ),
+            _ => (code, message),
+        };
         let resumable = code != ErrorCode::SourceChanged;
         let target = self.give_up(id, resumable).map(|f| f.spec.target);
         self.report(Report::Notice(

@@ -517,14 +517,13 @@ impl Disk {
             }
             EntryKind::Other => return refused("is a device, FIFO or socket"),
         }
-        if kind == EntryKind::File {
-            let announced = super::existing::Announced {
-                size: p.size,
-                mtime: spec.mtime,
-                target: t,
-            };
-            super::existing::answer(self.existing, &*dir.fd, &spec.name, &announced)?;
-        }
+        let announced = super::existing::Announced {
+            size: p.size,
+            mtime: spec.mtime,
+            target: t,
+        };
+        let at = (dir.fd.as_fd(), spec.name.as_slice(), kind);
+        super::existing::answer(self.existing, at, &announced)?;
         let choice = if p.size < SMALL_FILE && self.requested == RecvEngine::Auto {
             // A small file is one short write: O_DIRECT's ring and splice's read-back cost
             // more in thread handoffs than they save, and the batched commit syncs it with its

@@ -10,7 +10,10 @@
 //! the digest this side sent in `FileEnd`. Anything else fails the file (class `verify`), so
 //! neither the summary nor the exit code can call it done.
 
+use std::time::Instant;
+
 use zcp_engine::RecvEngine;
+use zcp_wire::ChunkProof;
 
 use super::state::OutFile;
 
@@ -103,6 +106,35 @@ pub(crate) fn judge(f: &OutFile, claim: Claim) -> Result<Proved, String> {
         stored: f.stores,
         digest: f.plain_digest(),
     })
+}
+
+impl OutFile {
+    /// Its time so far: from when its bytes began to move, or (none moved: every chunk was
+    /// held already) from its announcement.
+    pub(crate) fn seconds(&self, now: Instant) -> f64 {
+        let from = self.began.unwrap_or(self.started);
+        now.saturating_duration_since(from).as_secs_f64()
+    }
+
+    /// Chunk `index`'s proof: its MAC (what `ChunkMac` and the keyed digest carry) and its
+    /// share of the file's plain BLAKE3.
+    pub(crate) fn prove(&mut self, index: u64, proof: ChunkProof) {
+        let i = index as usize;
+        self.macs[i] = Some(proof.mac);
+        self.cvs[i] = proof.cv;
+        if i == 0 {
+            self.root = proof.root;
+        }
+    }
+
+    /// The file's plain BLAKE3 (what `b3sum` prints), from its chunks' chaining values: what
+    /// reports show. Zeros for a file not verified (nothing was hashed).
+    pub(crate) fn plain_digest(&self) -> [u8; 32] {
+        if !self.verify {
+            return [0; 32];
+        }
+        zcp_wire::plain_digest(&self.cvs, self.root)
+    }
 }
 
 #[cfg(test)]

@@ -93,9 +93,9 @@ pub(crate) struct OutFile {
     pub(crate) held_target: bool,
     pub(crate) macs: Vec<Option<[u8; 32]>>,
     /// Each chunk's plain BLAKE3 chaining value, once hashed ([`OutFile::prove`]).
-    cvs: Vec<[u8; 32]>,
+    pub(crate) cvs: Vec<[u8; 32]>,
     /// Chunk 0's bytes hashed as a whole input: the digest of a one-chunk file.
-    root: Option<[u8; 32]>,
+    pub(crate) root: Option<[u8; 32]>,
     /// Chunks whose bytes all left on the transport (or that a resume kept). A chunk's
     /// `ChunkMac` goes out only once it is both hashed and departed, so every MAC this side
     /// ever gives out stands for bytes that crossed the wire: none can be acknowledged,
@@ -119,35 +119,6 @@ pub(crate) struct OutFile {
     /// Whether the receiver's engine stores the file (every engine but `null` and `mem`):
     /// what its `FileCommitted` must then say.
     pub(crate) stores: bool,
-}
-
-impl OutFile {
-    /// Its time so far: from when its bytes began to move, or (none moved: every chunk was
-    /// held already) from its announcement.
-    pub(crate) fn seconds(&self, now: Instant) -> f64 {
-        let from = self.began.unwrap_or(self.started);
-        now.saturating_duration_since(from).as_secs_f64()
-    }
-
-    /// Chunk `index`'s proof: its MAC (what `ChunkMac` and the keyed digest carry) and its
-    /// share of the file's plain BLAKE3.
-    pub(crate) fn prove(&mut self, index: u64, proof: ChunkProof) {
-        let i = index as usize;
-        self.macs[i] = Some(proof.mac);
-        self.cvs[i] = proof.cv;
-        if i == 0 {
-            self.root = proof.root;
-        }
-    }
-
-    /// The file's plain BLAKE3 (what `b3sum` prints), from its chunks' chaining values: what
-    /// reports show. Zeros for a file not verified (nothing was hashed).
-    pub(crate) fn plain_digest(&self) -> [u8; 32] {
-        if !self.verify {
-            return [0; 32];
-        }
-        zcp_wire::plain_digest(&self.cvs, self.root)
-    }
 }
 
 /// What a finished sending role reports.

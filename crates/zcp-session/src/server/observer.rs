@@ -49,8 +49,8 @@ pub(super) struct ServerObserver<'a> {
     pub(super) notices: u64,
     /// Entries that failed, logged or not.
     pub(super) failed_files: u64,
-    /// `--ignore-existing`: a file refused as already there (class `exists`) was left as
-    /// the client asked, not failed: counted here, not logged one by one.
+    /// `--ignore-existing` (or a quick check): a file refused as already there (class
+    /// `exists`) was left as the client asked: logged, counted here, not as a failure.
     pub(super) ignore_existing: bool,
     pub(super) left_existing: u64,
     /// Whether the session was granted and started (its `SessionStart` went out).
@@ -114,9 +114,9 @@ impl Observer for ServerObserver<'_> {
     }
 
     fn file_done(&mut self, d: FileOutcome) {
-        if self.left(d.failure.as_ref()) {
-            return;
-        }
+        // A file left at the client's asking is logged (the transfer log accounts for every
+        // file a session named) but is no failure of the session.
+        let left = self.left(d.failure.as_ref());
         match d.failure {
             None => {
                 self.files += 1;
@@ -139,7 +139,9 @@ impl Observer for ServerObserver<'_> {
             Some(f) => {
                 // One event per announced file, as for a file committed: never capped (the
                 // transfer log accounts for each); the peer's words in it are clipped.
-                self.failed(f.code);
+                if !left {
+                    self.failed(f.code);
+                }
                 self.reporter.event(&ServerEvent::FileFailed {
                     session: self.session.clone(),
                     target: if f.path.is_empty() {
@@ -155,11 +157,9 @@ impl Observer for ServerObserver<'_> {
     }
 
     fn notice(&mut self, failure: Option<Failure>, note: Option<String>) {
-        let failure = failure.filter(|f| !self.left(Some(f)));
-        if failure.is_none() && note.is_none() {
-            return;
-        }
-        if let Some(f) = &failure {
+        if let Some(f) = &failure
+            && !self.left(Some(f))
+        {
             self.failed(f.code);
         }
         self.notices += 1;

@@ -83,3 +83,31 @@ fn pull_one_of_two_requested_then_finish_is_not_success() {
         both(&o)
     );
 }
+
+/// A server that, asked with `--ignore-existing`, announces the requested file and then gives
+/// it up as `exists` (which only a receiver may say), to have it counted as left there.
+/// SAFE: non-zero exit, nothing stored, and the file is not counted as left.
+#[test]
+fn pull_a_sender_saying_exists_is_no_file_left_there() {
+    let env = Env::new();
+    let dest = env.mkdir("dest");
+    let (child, mut evil) = evil_get(&env, &["want.txt"], &dest, &["-J", "--ignore-existing"]);
+    evil.put(0, b"want.txt", b"", 200_000);
+    assert!(matches!(evil.next(), Message::FileReady { .. }));
+    evil.send(&Message::FileAbort {
+        file_id: 0,
+        code: zcp_wire::ErrorCode::Exists,
+        message: "already there, trust me".into(),
+    });
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_eq!(tree(&dest), Vec::<String>::new());
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "GOT THROUGH: get exited 0 though nothing arrived: {}",
+        both(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(v["end"]["files"]["left_existing"], 0, "{v}");
+}
