@@ -720,6 +720,25 @@ fn report(sm: &Sending, told: &mut Told, r: Report, commit: ThisCommit) {
     told.committed += 1;
 }
 
+/// Chunk `index`'s proof with MAC `mac`: its chaining value (and for chunk 0 its root) the
+/// same bytes, which the role only keeps for the plain digest it reports.
+fn proof_of(index: u64, mac: [u8; 32]) -> zcp_wire::ChunkProof {
+    zcp_wire::ChunkProof {
+        mac,
+        cv: mac,
+        root: (index == 0).then_some(mac),
+    }
+}
+
+/// The plain digest the role reports for a file whose chunks' proofs were `macs` (as
+/// [`proof_of`] makes them).
+fn plain_of(macs: Option<&HashMap<u64, [u8; 32]>>, count: u64) -> [u8; 32] {
+    let cvs: Vec<[u8; 32]> = (0..count)
+        .map(|i| macs.and_then(|m| m.get(&i)).copied().unwrap_or([0; 32]))
+        .collect();
+    zcp_wire::plain_digest(&cvs, cvs.first().copied())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,23 +805,4 @@ mod tests {
         assert!(done > 0, "no script got a file done");
         assert!(failed > 0, "no script had a commit refused");
     }
-}
-
-/// Chunk `index`'s proof with MAC `mac`: its chaining value (and for chunk 0 its root) the
-/// same bytes, which the role only keeps for the plain digest it reports.
-fn proof_of(index: u64, mac: [u8; 32]) -> zcp_wire::ChunkProof {
-    zcp_wire::ChunkProof {
-        mac,
-        cv: mac,
-        root: (index == 0).then_some(mac),
-    }
-}
-
-/// The plain digest the role reports for a file whose chunks' proofs were `macs` (as
-/// [`proof_of`] makes them).
-fn plain_of(macs: Option<&HashMap<u64, [u8; 32]>>, count: u64) -> [u8; 32] {
-    let cvs: Vec<[u8; 32]> = (0..count)
-        .map(|i| macs.and_then(|m| m.get(&i)).copied().unwrap_or([0; 32]))
-        .collect();
-    zcp_wire::plain_digest(&cvs, cvs.first().copied())
 }
