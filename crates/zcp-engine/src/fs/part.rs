@@ -355,9 +355,28 @@ impl PartFile {
     /// Renames the file over `target` in its directory and removes its journal. The rename
     /// is durable once the directory is synced ([`fsync_dir`] or [`syncfs`]). Call only after
     /// the contents are verified and synced.
-    pub fn rename_to(mut self, target: &[u8]) -> Result<(), EngineError> {
+    pub fn rename_to(self, target: &[u8]) -> Result<(), EngineError> {
+        self.rename(target, rustix::fs::RenameFlags::empty())
+    }
+
+    /// [`PartFile::rename_to`], but only where nothing has the name (`renameat2` with
+    /// `RENAME_NOREPLACE`): `Ok(false)` when something took it meanwhile, the part file
+    /// then let go of (removed unless kept).
+    pub fn rename_to_new(self, target: &[u8]) -> Result<bool, EngineError> {
+        match self.rename(target, rustix::fs::RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(true),
+            Err(EngineError::Sys { source, .. })
+                if source.raw_os_error() == Some(Errno::EXIST.raw_os_error()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn rename(mut self, target: &[u8], flags: rustix::fs::RenameFlags) -> Result<(), EngineError> {
         retry("renameat", "destination", None, || {
-            rustix::fs::renameat(&self.dir, self.part.as_c_str(), &self.dir, target)
+            rustix::fs::renameat_with(&self.dir, self.part.as_c_str(), &self.dir, target, flags)
         })?;
         self.live = false;
         self.journal_fd = None;

@@ -274,3 +274,26 @@ fn preallocation_reserves_disk_but_only_checks_space_in_memory() {
         let _ = std::fs::metadata(d.path()).unwrap().dev();
     }
 }
+
+/// `rename_to_new` takes a free name only: a file that appeared there is left as it is (and
+/// the part file let go of); `keep_as_backup` moves a regular file to NAME~ and refuses a
+/// NAME~ that is a directory.
+#[test]
+fn a_new_name_is_never_taken_from_a_file_that_appeared() {
+    let (d, r) = root();
+    let dir = || Arc::new(r.open_dir(&[], false).unwrap());
+    let (p, _) = PartFile::open(dir(), "n").unwrap();
+    std::fs::write(d.path().join("n"), b"theirs").unwrap();
+    assert!(!p.rename_to_new(b"n").unwrap());
+    assert_eq!(std::fs::read(d.path().join("n")).unwrap(), b"theirs");
+    assert!(!d.path().join(".zcp-n.part").exists());
+    let (p, _) = PartFile::open(dir(), "m").unwrap();
+    assert!(p.rename_to_new(b"m").unwrap());
+    assert!(d.path().join("m").is_file());
+    assert!(keep_as_backup(&*dir(), b"n").unwrap());
+    assert_eq!(std::fs::read(d.path().join("n~")).unwrap(), b"theirs");
+    assert!(!keep_as_backup(&*dir(), b"n").unwrap(), "nothing left at n");
+    std::fs::create_dir(d.path().join("m~")).unwrap();
+    assert!(keep_as_backup(&*dir(), b"m").is_err());
+    assert!(d.path().join("m").is_file());
+}

@@ -158,8 +158,18 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
             failed.push((s.job, Err(why)));
             continue;
         }
-        match part.rename_to(&s.job.spec.name) {
-            Ok(()) => {
+        // Asked never to replace a file (`--ignore-existing`, `--no-clobber`): one that
+        // appeared since the file was prepared is not replaced either.
+        let renamed_new = match core.disk.existing {
+            ExistingMode::Ignore | ExistingMode::Fail => part.rename_to_new(&s.job.spec.name),
+            _ => part.rename_to(&s.job.spec.name).map(|()| true),
+        };
+        match renamed_new {
+            Ok(false) => {
+                let why = super::existing::appeared(core.disk.existing, &s.job.spec.target);
+                failed.push((s.job, Err(why)));
+            }
+            Ok(true) => {
                 if !dirs.iter().any(|d| Arc::ptr_eq(d, &dir)) {
                     dirs.push(dir);
                 }

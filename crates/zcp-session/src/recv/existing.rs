@@ -41,10 +41,7 @@ pub(crate) fn answer(
             .is_ok_and(|m| m.size == a.size && (!mtime || m.mtime == a.mtime))
     };
     match mode {
-        ExistingMode::Ignore => left(format!(
-            "'{t}' is already there: left as it is (--ignore-existing)"
-        )),
-        ExistingMode::Fail => left(format!("'{t}' already exists: not replaced (--no-clobber)")),
+        ExistingMode::Ignore | ExistingMode::Fail => Err(appeared(mode, t)),
         ExistingMode::SizeOnly if same(false) => left(format!(
             "'{t}' is already there with the same size: left as it is (--size-only)"
         )),
@@ -53,6 +50,18 @@ pub(crate) fn answer(
         )),
         _ => Ok(()),
     }
+}
+
+/// The refusal of a file whose destination was free when it was prepared but taken at its
+/// commit, under a mode that never replaces (`ignore`, `fail`): the same words as at prepare.
+pub(crate) fn appeared(mode: ExistingMode, t: &str) -> Refusal {
+    let why = match mode {
+        ExistingMode::Ignore => {
+            format!("'{t}' is already there: left as it is (--ignore-existing)")
+        }
+        _ => format!("'{t}' already exists: not replaced (--no-clobber)"),
+    };
+    Refusal::new(ErrorCode::Exists, why)
 }
 
 /// Longest name a directory entry may have (Linux's `NAME_MAX`).
