@@ -21,6 +21,7 @@ mod durable;
 mod existing;
 pub(crate) mod frames;
 mod prepare;
+mod resume;
 pub(crate) mod state;
 
 use crate::error::Refusal;
