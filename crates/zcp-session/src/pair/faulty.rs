@@ -97,18 +97,13 @@ impl Transport for Faulty {
         landing: Arc<dyn Landing>,
     ) -> Result<Vec<JoinHandle<()>>, SessionError> {
         let landing: Arc<dyn Landing> = match self.fault {
-            Some((at, f @ (DiskFault::WriteNoSpace | DiskFault::WriteEio))) => {
-                Arc::new(FailWrite {
-                    inner: landing,
-                    at,
-                    no_space: f == DiskFault::WriteNoSpace,
-                    seen: AtomicUsize::new(0),
-                    fired: self.fired.clone(),
-                })
-            }
-            Some((at, DiskFault::StreamEmfile)) => Arc::new(FailPlace {
+            Some((
+                at,
+                fault @ (DiskFault::WriteNoSpace | DiskFault::WriteEio | DiskFault::StreamEmfile),
+            )) => Arc::new(FailAt {
                 inner: landing,
                 at,
+                fault,
                 seen: AtomicUsize::new(0),
                 fired: self.fired.clone(),
             }),
@@ -118,87 +113,36 @@ impl Transport for Faulty {
     }
 }
 
-/// A landing whose `at`-th write fails.
-struct FailWrite {
+/// A landing whose `at`-th write fails ([`DiskFault::WriteNoSpace`], [`DiskFault::WriteEio`])
+/// or whose `at`-th placement finds the process out of file descriptors
+/// ([`DiskFault::StreamEmfile`]: its stream ends with the refusal the real engine's `EMFILE`
+/// makes).
+struct FailAt {
     inner: Arc<dyn Landing>,
     at: usize,
-    no_space: bool,
+    fault: DiskFault,
     seen: AtomicUsize,
     fired: Arc<AtomicBool>,
 }
 
-impl Landing for FailWrite {
+impl FailAt {
+    /// Whether this call, of the kind `fault` counts, is the one that fails.
+    fn fires(&self, fault: DiskFault) -> bool {
+        let now = fault == self.fault && self.seen.fetch_add(1, Ordering::Relaxed) == self.at;
+        if now {
+            self.fired.store(true, Ordering::Relaxed);
+        }
+        now
+    }
+}
+
+impl Landing for FailAt {
     fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>) {
         self.inner.join(counter, closer);
     }
 
     fn place(&self, header: &ChunkHeader) -> Result<Placement, Refusal> {
-        self.inner.place(header)
-    }
-
-    fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>) {
-        let r = if self.seen.fetch_add(1, Ordering::Relaxed) == self.at {
-            self.fired.store(true, Ordering::Relaxed);
-            Err(WriteFailure {
-                no_space: self.no_space,
-                message: if self.no_space {
-                    "No space left on device (os error 28)".into()
-                } else {
-                    "Input/output error (os error 5)".into()
-                },
-            })
-        } else {
-            r
-        };
-        self.inner.written(file, index, r);
-    }
-
-    fn hashed(&self, file: u32, index: u64, proof: ChunkProof) {
-        self.inner.hashed(file, index, proof);
-    }
-
-    fn keys(&self) -> SessionKeys {
-        self.inner.keys()
-    }
-
-    fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>) {
-        self.inner.stream_ended(usage, failed, late);
-    }
-
-    fn block(&self) -> u64 {
-        self.inner.block()
-    }
-
-    fn alive(&self) -> bool {
-        self.inner.alive()
-    }
-
-    fn memory_limit(&self) -> u64 {
-        self.inner.memory_limit()
-    }
-
-    fn idle(&self) -> Duration {
-        self.inner.idle()
-    }
-}
-
-/// A landing whose `at`-th placement finds the process out of file descriptors: its stream
-/// ends with the refusal the real engine's `EMFILE` makes.
-struct FailPlace {
-    inner: Arc<dyn Landing>,
-    at: usize,
-    seen: AtomicUsize,
-    fired: Arc<AtomicBool>,
-}
-
-impl Landing for FailPlace {
-    fn join(&self, counter: Arc<AtomicU64>, closer: Box<dyn Fn() + Send>) {
-        self.inner.join(counter, closer);
-    }
-
-    fn place(&self, header: &ChunkHeader) -> Result<Placement, Refusal> {
-        if self.seen.fetch_add(1, Ordering::Relaxed) == self.at {
-            self.fired.store(true, Ordering::Relaxed);
+        if self.fires(DiskFault::StreamEmfile) {
             let e = zcp_engine::EngineError::Sys {
                 call: "pipe2",
                 what: "splice pipe",
@@ -210,6 +154,19 @@ impl Landing for FailPlace {
     }
 
     fn written(&self, file: u32, index: u64, r: Result<(), WriteFailure>) {
+        let no_space = self.fault == DiskFault::WriteNoSpace;
+        let r = if self.fault != DiskFault::StreamEmfile && self.fires(self.fault) {
+            Err(WriteFailure {
+                no_space,
+                message: if no_space {
+                    "No space left on device (os error 28)".into()
+                } else {
+                    "Input/output error (os error 5)".into()
+                },
+            })
+        } else {
+            r
+        };
         self.inner.written(file, index, r);
     }
 
