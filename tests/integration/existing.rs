@@ -203,7 +203,7 @@ fn an_unknown_existing_mode_is_refused_by_name() {
     let root = env.mkdir("root");
     let mut srv = ServerProc::start(&root, &env.key, &[]);
     let mut raw = Raw::authenticate(srv.port, env.psk());
-    let mut open = push_open("splice", 1);
+    let mut open = base_open(false);
     open.existing = "clobber\u{1b}[2J".into();
     raw.send(&zcp_wire::Message::Open(open));
     match raw.recv() {

@@ -493,15 +493,16 @@ pub fn closes(s: &mut TcpStream, secs: u64) -> bool {
     }
 }
 
-/// The `Open` of a push with this receiver engine and stream count, every other field as
-/// `zcp send` sends it by default.
-pub fn push_open(engine: &str, streams: u16) -> zcp_wire::Open {
+/// The `Open` an honest client sends for one stream of the given direction (engines `auto`
+/// and `sendfile`, the server's chunk size, no rate cap, BLAKE3, TCP, no export); a test
+/// changes what its attack needs with struct update: `Open { rate, ..base_open(true) }`.
+pub fn base_open(pull: bool) -> zcp_wire::Open {
     zcp_wire::Open {
-        pull: false,
+        pull,
         recursive: false,
-        streams,
+        streams: 1,
         idle_ms: 0,
-        recv_engine: engine.into(),
+        recv_engine: "auto".into(),
         send_engine: "sendfile".into(),
         block_size: 0,
         chunk_size: 0,
@@ -523,7 +524,11 @@ impl Raw {
     /// Authenticates and opens a push session with this receiver engine and stream count.
     pub fn connect_with(port: u16, psk: Psk, engine: &str, streams: u16) -> Raw {
         let mut raw = Self::authenticate(port, psk);
-        raw.send(&Message::Open(push_open(engine, streams)));
+        raw.send(&Message::Open(zcp_wire::Open {
+            recv_engine: engine.into(),
+            streams,
+            ..base_open(false)
+        }));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,
             other => panic!("expected Opened, got {other:?}"),

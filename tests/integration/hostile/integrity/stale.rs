@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use zcp_wire::{ChunkHeader, ErrorCode, Message, Open};
 
-use crate::hostile::peer::*;
 use crate::util::*;
 
 /// Opens a push session of `streams` streams on the `direct` engine with `block`-byte blocks.

@@ -11,27 +11,7 @@ use zcp_wire::{ChunkHeader, ErrorCode, Message, Open, PutFile};
 
 use crate::util::*;
 
-/// The `Open` an honest client sends for one stream of the given direction (engines `auto`
-/// and `sendfile`, the server's chunk size, no rate cap, BLAKE3, TCP, no export); a test
-/// changes what its attack needs with struct update: `Open { rate, ..base_open(true) }`.
-pub fn base_open(pull: bool) -> Open {
-    Open {
-        pull,
-        recursive: false,
-        streams: 1,
-        idle_ms: 0,
-        recv_engine: "auto".into(),
-        send_engine: "sendfile".into(),
-        block_size: 0,
-        chunk_size: 0,
-        rate: 0,
-        verify: "blake3".into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
-        export: String::new(),
-        existing: String::new(),
-    }
-}
+pub use crate::util::base_open;
 
 /// `Open` for one stream of the given direction and chunk size.
 pub fn open_message(pull: bool, chunk_size: u64) -> Message {

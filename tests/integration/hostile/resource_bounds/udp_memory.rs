@@ -40,20 +40,11 @@ const MARGIN: u64 = 32 * MIB;
 /// `Open` of a UDP session of one stream with chunks of `chunk` bytes.
 fn udp_open(pull: bool, chunk: u64, verify: &str) -> Message {
     Message::Open(Open {
-        pull,
-        recursive: false,
-        streams: 1,
-        idle_ms: 0,
         recv_engine: "mem".into(),
-        send_engine: "sendfile".into(),
-        block_size: 0,
         chunk_size: chunk,
-        rate: 0,
         verify: verify.into(),
         transport: "udp".into(),
-        udp_mode: "fair".into(),
-        export: String::new(),
-        existing: String::new(),
+        ..base_open(pull)
     })
 }
 
@@ -481,20 +472,12 @@ fn a_pull_asking_for_huge_blocks_on_every_stream_holds_the_server_to_its_budget(
     let mut srv = ServerProc::start(&root, &env.key, &[]);
     let mut raw = Raw::authenticate(srv.port, env.psk());
     raw.send(&Message::Open(Open {
-        pull: true,
-        recursive: false,
         streams: 16,
-        idle_ms: 0,
         recv_engine: "mem".into(),
         send_engine: "rw".into(),
         block_size: (64 * MIB) as u32,
         chunk_size: 64 * MIB,
-        rate: 0,
-        verify: "blake3".into(),
-        transport: "tcp".into(),
-        udp_mode: "fair".into(),
-        export: String::new(),
-        existing: String::new(),
+        ..base_open(true)
     }));
     let Message::Opened { streams, .. } = raw.recv().unwrap() else {
         panic!("expected Opened")
