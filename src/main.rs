@@ -8,11 +8,10 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 fn main() -> ExitCode {
-    let args = match cli::Cli::try_parse() {
+    let args = match cli::Cli::parse_args(std::env::args_os()) {
         Ok(args) => args,
         // `-V`/`--version`: more than clap's one line, probed only when asked for.
         Err(e) if e.kind() == ErrorKind::DisplayVersion => {

@@ -37,7 +37,7 @@ pub(crate) struct DemoArgs {
     #[arg(long)]
     keep: bool,
     #[command(flatten)]
-    transfer: TransferArgs,
+    pub(super) transfer: TransferArgs,
 }
 
 /// Fills `path` with `size` pseudo-random (incompressible) bytes; the data stays in the page

@@ -24,7 +24,7 @@ pub(crate) struct GetArgs {
     #[command(flatten)]
     conn: ConnArgs,
     #[command(flatten)]
-    transfer: TransferArgs,
+    pub(super) transfer: TransferArgs,
     /// What to fetch: `HOST:PATH`, `[IPV6]:PATH` or `zcp://HOST[:PORT]/PATH`, relative to the
     /// server root; several must name the same server.
     #[arg(value_name = "HOST:PATH", required = true)]
@@ -97,8 +97,6 @@ mod tests {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
 
-    use clap::Parser;
-
     use super::super::{Cli, Command};
     use super::*;
 
@@ -107,7 +105,7 @@ mod tests {
             .into_iter()
             .chain(args.iter().copied())
             .map(|a| OsStr::from_bytes(a).to_os_string());
-        match Cli::try_parse_from(argv)?.command {
+        match Cli::parse_args(argv)?.command {
             Command::Get(a) => Ok(a),
             other => panic!("parsed as {other:?}"),
         }

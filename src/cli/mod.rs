@@ -6,6 +6,7 @@ mod bench;
 mod clean;
 mod demo;
 mod doctor;
+mod filter;
 mod generate;
 mod get;
 mod keygen;
@@ -102,6 +103,30 @@ pub(crate) struct Cli {
 }
 
 impl Cli {
+    /// Parses a command line (the program's name first), keeping the order of the filter
+    /// flags, which clap's derive alone does not.
+    pub(crate) fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let m = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&m)?;
+        if let Some((_, sub)) = m.subcommand() {
+            let transfer = match &mut cli.command {
+                Command::Send(a) => Some(&mut a.transfer),
+                Command::Get(a) => Some(&mut a.transfer),
+                Command::Demo(a) => Some(&mut a.transfer),
+                _ => None,
+            };
+            if let Some(t) = transfer {
+                t.filter.order(sub);
+            }
+        }
+        Ok(cli)
+    }
+
     /// The log level -v asks for (warnings and errors by default).
     pub(crate) fn log_level(&self) -> tracing::Level {
         match self.verbose {
@@ -288,6 +313,8 @@ struct TransferArgs {
     /// send only what differs (the default; named for those used to rsync's -c).
     #[arg(long, conflicts_with_all = ["ignore_existing", "no_clobber", "size_only", "quick_check"])]
     checksum: bool,
+    #[command(flatten)]
+    filter: filter::FilterArgs,
 }
 
 impl TransferArgs {
@@ -331,6 +358,7 @@ impl TransferArgs {
             transport: self.transport,
             udp_mode: self.udp_mode,
             existing: self.existing(),
+            filter: self.filter.rules()?,
         })
     }
 
@@ -753,7 +781,6 @@ mod tests {
 
     #[test]
     fn every_example_is_a_command_line_zcp_accepts() {
-        use clap::Parser;
         let mut seen = 0;
         for (command, examples) in ALL_EXAMPLES {
             let mut own = 0;
@@ -766,7 +793,7 @@ mod tests {
                     command.is_empty() || args[1] == command,
                     "{command}: {line:?} belongs to another command"
                 );
-                let cli = Cli::try_parse_from(&args)
+                let cli = Cli::parse_args(&args)
                     .unwrap_or_else(|e| panic!("{line:?} does not parse:\n{e}"));
                 // The targets, too: an example never shows a spelling zcp refuses.
                 match &cli.command {

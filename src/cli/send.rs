@@ -37,7 +37,7 @@ pub(crate) struct SendArgs {
     #[command(flatten)]
     conn: ConnArgs,
     #[command(flatten)]
-    transfer: TransferArgs,
+    pub(super) transfer: TransferArgs,
     /// Send one regular file's bytes, nothing else, to any TCP listener at HOST:PORT
     /// (nc -l, a Java server): no key, no protocol, so nothing is authenticated, verified or
     /// resumed, and the listener decides where the bytes go. --engine and --limit-rate
@@ -83,8 +83,6 @@ mod tests {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
 
-    use clap::Parser;
-
     use super::super::{Cli, Command};
     use super::*;
 
@@ -93,7 +91,7 @@ mod tests {
             .into_iter()
             .chain(args.iter().copied())
             .map(|a| OsStr::from_bytes(a).to_os_string());
-        match Cli::try_parse_from(argv)?.command {
+        match Cli::parse_args(argv)?.command {
             Command::Send(a) => Ok(a),
             other => panic!("parsed as {other:?}"),
         }

@@ -205,7 +205,7 @@ fn an_unknown_existing_mode_is_refused_by_name() {
     let mut raw = Raw::authenticate(srv.port, env.psk());
     let mut open = base_open(false);
     open.existing = "clobber\u{1b}[2J".into();
-    raw.send(&zcp_wire::Message::Open(open));
+    raw.send(&zcp_wire::Message::Open(Box::new(open)));
     match raw.recv() {
         Ok(zcp_wire::Message::Error { code, message }) => {
             assert_eq!(code, zcp_wire::ErrorCode::Protocol);

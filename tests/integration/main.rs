@@ -11,6 +11,7 @@ mod doctor;
 mod engines;
 mod existing;
 mod faults;
+mod filter;
 mod hostile;
 mod killed;
 mod monitor;

@@ -512,6 +512,8 @@ pub fn base_open(pull: bool) -> zcp_wire::Open {
         udp_mode: "fair".into(),
         export: String::new(),
         existing: String::new(),
+        list: false,
+        filters: Vec::new(),
     }
 }
 
@@ -524,11 +526,11 @@ impl Raw {
     /// Authenticates and opens a push session with this receiver engine and stream count.
     pub fn connect_with(port: u16, psk: Psk, engine: &str, streams: u16) -> Raw {
         let mut raw = Self::authenticate(port, psk);
-        raw.send(&Message::Open(zcp_wire::Open {
+        raw.send(&Message::Open(Box::new(zcp_wire::Open {
             recv_engine: engine.into(),
             streams,
             ..base_open(false)
-        }));
+        })));
         match raw.recv().unwrap() {
             Message::Opened { .. } => raw,
             other => panic!("expected Opened, got {other:?}"),

@@ -101,6 +101,9 @@ pub(crate) struct Requested {
     pub(crate) names: Vec<Vec<u8>>,
     /// `-r`: paths beneath a requested name are accepted too.
     pub(crate) recursive: bool,
+    /// The `--exclude` / `--include` rules the server's walk was asked to apply: what they
+    /// exclude beneath a requested name is refused, whatever the server sends.
+    pub(crate) filter: std::sync::Arc<zcp_wire::Filter>,
 }
 
 /// The limits of one receiving session (see the module documentation).
@@ -123,6 +126,30 @@ fn key(path: &RelPath) -> [u8; 16] {
 fn key_of(bytes: &[u8]) -> [u8; 16] {
     let h = blake3::hash(bytes);
     h.as_bytes()[..16].try_into().expect("16 of 32 bytes")
+}
+
+/// Why `beneath` (a path's components below the requested name) is left out by `filter`:
+/// the entry itself, or a directory it is in.
+fn excluded(filter: &zcp_wire::Filter, beneath: &[Vec<u8>], act: Act) -> Option<&'static str> {
+    if filter.is_empty() || beneath.is_empty() {
+        return None;
+    }
+    let mut rel = Vec::new();
+    for (i, c) in beneath.iter().enumerate() {
+        if i > 0 {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(c);
+        let last = i + 1 == beneath.len();
+        let is_dir = !last || matches!(act, Act::Dir | Act::Times);
+        if filter.excludes(&rel, is_dir) {
+            return Some(match last {
+                true => "the filter excludes",
+                false => "is in a directory the filter excludes",
+            });
+        }
+    }
+    None
 }
 
 impl Scope {
@@ -201,6 +228,15 @@ impl Scope {
                     ErrorCode::BadPath,
                     format!(
                         "the server sent a {} '{path}' that was not asked for; refused, nothing written",
+                        act.noun()
+                    ),
+                ));
+            }
+            if let Some(why) = excluded(&req.filter, &comps[1..], act) {
+                return Err(Refusal::new(
+                    ErrorCode::BadPath,
+                    format!(
+                        "the server sent a {} '{path}' that {why}; refused, nothing written",
                         act.noun()
                     ),
                 ));
@@ -363,6 +399,7 @@ mod tests {
         let one = Scope::pull(Requested {
             names: vec![b"want.txt".to_vec()],
             recursive: false,
+            filter: Default::default(),
         });
         assert!(one.is_pull());
         assert!(one.check(&p(b"want.txt"), Act::File).is_ok());
@@ -386,6 +423,7 @@ mod tests {
         let tree = Scope::pull(Requested {
             names: vec![b"run42".to_vec(), b"b".to_vec()],
             recursive: true,
+            filter: Default::default(),
         });
         assert!(tree.check(&p(b"run42"), Act::Dir).is_ok());
         assert!(tree.check(&p(b"run42"), Act::File).is_ok());

@@ -116,6 +116,7 @@ pub fn receiver_script(data: &[u8]) {
         Scope::pull(Requested {
             names: (0..4).map(|i| format!("f{i}").into_bytes()).collect(),
             recursive: s.u8().is_multiple_of(2),
+            filter: Default::default(),
         })
     } else {
         Scope::push()

@@ -179,6 +179,11 @@ pub fn manifest_entries(data: &[u8]) -> usize {
         Scope::pull(Requested {
             names: REQUESTED.iter().map(|n| n.to_vec()).collect(),
             recursive,
+            // What a `get --exclude` asks for: entries it excludes are refused too.
+            filter: std::sync::Arc::new(
+                zcp_wire::Filter::from_wire(&["- *.x".into(), "- d/".into()])
+                    .expect("fixed rules parse"),
+            ),
         })
     } else {
         Scope::push()
@@ -267,6 +272,7 @@ mod tests {
         let scope = Scope::pull(Requested {
             names: REQUESTED.iter().map(|n| n.to_vec()).collect(),
             recursive: true,
+            filter: Default::default(),
         });
         let kinds = kinds();
         let mut s = Script {

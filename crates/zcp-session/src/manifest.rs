@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use zcp_engine::fs::{DirEntries, EntryKind, Meta};
 use zcp_engine::{EngineError, fs};
-use zcp_wire::escape;
+use zcp_wire::{Filter, escape};
 
 /// One thing to send.
 #[derive(Debug)]
@@ -75,6 +75,8 @@ struct Level {
     dest: Vec<u8>,
     /// The directory's path as shown, raw (escaped once, whole, when shown).
     display: Vec<u8>,
+    /// Its path beneath the copied directory (empty for that directory), as filters see it.
+    rel: Vec<u8>,
 }
 
 /// The walk over every source.
@@ -85,6 +87,8 @@ pub(crate) struct Walker {
     dirs: Vec<(Vec<u8>, Meta)>,
     /// Entries already walked and given back ([`Walker::put_back`]): they come first.
     back: std::collections::VecDeque<Entry>,
+    /// `--exclude` / `--include`: what inside a tree is left out.
+    filter: Arc<Filter>,
 }
 
 impl std::fmt::Debug for Walker {
@@ -143,7 +147,14 @@ impl Walker {
             recursive,
             dirs: Vec::new(),
             back: std::collections::VecDeque::new(),
+            filter: Arc::default(),
         }
+    }
+
+    /// The same walk, leaving out what `filter` excludes inside trees.
+    pub(crate) fn filtered(mut self, filter: Arc<Filter>) -> Walker {
+        self.filter = filter;
+        self
     }
 
     /// Gives back `entries` taken from the walk (to look ahead at them): the walk yields them
@@ -154,9 +165,13 @@ impl Walker {
         self.back = entries;
     }
 
-    /// The sources still to walk, and whether directories are entered (for [`tally`]).
-    pub(crate) fn tops(&self) -> (Vec<Top>, bool) {
-        (self.tops.iter().cloned().collect(), self.recursive)
+    /// What [`tally`] needs to count the sources still to walk as the walk would send them.
+    pub(crate) fn tops(&self) -> Tally {
+        Tally {
+            tops: self.tops.iter().cloned().collect(),
+            recursive: self.recursive,
+            filter: self.filter.clone(),
+        }
     }
 
     /// Directories seen so far, with the mode and mtime to give them once every file is in.
@@ -184,36 +199,44 @@ impl Walker {
     /// the directory listing says it is a regular file, so it is opened first and its facts
     /// are read from the descriptor (one path lookup instead of two); anything else, or a
     /// name that turns out not to be a regular file when opened, is looked at by name.
+    /// `rel`: its path beneath the copied directory, for the filter (`None` for a source
+    /// named on the command line, never filtered); `None` back when the filter leaves it out,
+    /// decided before it is opened.
     fn visit(
         &mut self,
         parent: &OwnedFd,
         (name, file): (&[u8], bool),
-        dest: Vec<u8>,
+        (dest, rel): (Vec<u8>, Option<Vec<u8>>),
         raw: Vec<u8>,
-    ) -> Entry {
+    ) -> Option<Entry> {
         let display = escape(&raw);
         if fs::is_reserved_name(name) {
             // What an interrupted transfer into this tree left behind: no receiver takes it.
-            return Self::skip(
+            return Some(Self::skip(
                 display,
                 "is a part file or journal of an interrupted zcp transfer; not sent",
-            );
+            ));
         }
+        let filter = self.filter.clone();
+        let excluded = |is_dir| rel.as_deref().is_some_and(|r| filter.excludes(r, is_dir));
         if file {
+            if excluded(false) {
+                return None;
+            }
             match fs::open_at(parent, name).and_then(|fd| fs::stat_fd(&fd).map(|m| (fd, m))) {
                 Ok((fd, meta)) if meta.kind == EntryKind::File => {
-                    return Entry::File {
+                    return Some(Entry::File {
                         dest,
                         name: Vec::new(),
                         file: Arc::new(File::from(fd)),
                         meta,
                         display,
-                    };
+                    });
                 }
                 Err(EngineError::Sys { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {
-                    return Self::skip(display, format!("vanished ({source})"));
+                    return Some(Self::skip(display, format!("vanished ({source})")));
                 }
                 // Replaced by something else meanwhile, or refused: looked at by name below.
                 _ => {}
@@ -224,11 +247,14 @@ impl Walker {
             Err(EngineError::Sys { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
-                return Self::skip(display, format!("vanished ({source})"));
+                return Some(Self::skip(display, format!("vanished ({source})")));
             }
-            Err(e) => return Self::fail(display, format!("cannot be read ({e})")),
+            Err(e) => return Some(Self::fail(display, format!("cannot be read ({e})"))),
         };
-        match meta.kind {
+        if excluded(meta.kind == EntryKind::Dir) {
+            return None;
+        }
+        Some(match meta.kind {
             EntryKind::File => match fs::open_at(parent, name) {
                 Ok(fd) => Entry::File {
                     dest,
@@ -239,7 +265,10 @@ impl Walker {
                 },
                 Err(e) => Self::fail(display, format!("cannot be opened ({e})")),
             },
-            EntryKind::Dir => self.enter(fs::open_at(parent, name), dest, raw, meta),
+            EntryKind::Dir => {
+                let rel = rel.unwrap_or_default();
+                self.enter(fs::open_at(parent, name), (dest, rel), raw, meta)
+            }
             EntryKind::Symlink => match fs::read_link_at(parent, name) {
                 Ok(target) => Entry::Link { dest, target },
                 Err(e) => Self::fail(display, format!("link cannot be read ({e})")),
@@ -252,13 +281,15 @@ impl Walker {
                 ),
             ),
             EntryKind::Missing => Self::skip(display, "vanished"),
-        }
+        })
     }
 
+    /// Enters a directory; `rel` is its path beneath the copied directory (empty for that
+    /// directory itself).
     fn enter(
         &mut self,
         fd: Result<OwnedFd, EngineError>,
-        dest: Vec<u8>,
+        (dest, rel): (Vec<u8>, Vec<u8>),
         raw: Vec<u8>,
         meta: Meta,
     ) -> Entry {
@@ -282,6 +313,7 @@ impl Walker {
             entries,
             dest: dest.clone(),
             display: raw,
+            rel,
         });
         Entry::Dir { dest }
     }
@@ -308,7 +340,7 @@ impl Walker {
                         meta,
                         display,
                     },
-                    EntryKind::Dir => self.enter(Ok(fd), dest, raw, meta),
+                    EntryKind::Dir => self.enter(Ok(fd), (dest, Vec::new()), raw, meta),
                     _ => Self::fail(
                         display,
                         format!(
@@ -329,14 +361,17 @@ impl Walker {
                     Ok(fd) => fd,
                     Err(e) => return Self::fail(escape(&display), format!("{e} on the server")),
                 };
-                match self.visit(&parent, (&name, false), dest, display) {
+                let shown = escape(&display);
+                // A named source is never filtered (`rel` is `None`), so there is an entry.
+                match self.visit(&parent, (&name, false), (dest, None), display) {
                     // A path the client asked for that is not there is a failure, not a note;
                     // and it did not vanish mid-walk: it was never there to be found.
-                    Entry::Skip { display, why, .. } if why.starts_with("vanished") => {
+                    Some(Entry::Skip { display, why, .. }) if why.starts_with("vanished") => {
                         Self::fail(display, "no such file or directory on the server")
                     }
-                    Entry::Skip { display, why, .. } => Self::fail(display, why),
-                    other => other,
+                    Some(Entry::Skip { display, why, .. }) => Self::fail(display, why),
+                    Some(other) => other,
+                    None => Self::fail(shown, "left out by a filter"),
                 }
             }
         }
@@ -348,32 +383,38 @@ const TALLY_MAX_ENTRIES: u64 = 2_000_000;
 /// Time [`tally`] may take, at most.
 const TALLY_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Counts the regular files beneath `tops` and their bytes, as the walk would send them
-/// (nothing followed, zcp's own part files left out), with `stat` alone: what a progress
-/// display shows as the total. `None` when the count would take too long (more than
-/// [`TALLY_MAX_ENTRIES`] entries or [`TALLY_MAX_TIME`]): the display then shows no total.
-/// Gives up (`None`) as soon as `going` is cleared.
-pub(crate) fn tally(
-    tops: Vec<Top>,
-    recursive: bool,
-    going: &std::sync::atomic::AtomicBool,
-) -> Option<(u64, u64)> {
+/// What [`tally`] counts: the sources still to walk, as the walk would.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    pub(crate) tops: Vec<Top>,
+    pub(crate) recursive: bool,
+    pub(crate) filter: Arc<Filter>,
+}
+
+/// Counts the regular files beneath the sources and their bytes, as the walk would send them
+/// (nothing followed, zcp's own part files and what the filter excludes left out), with `stat`
+/// alone: what a progress display shows as the total. `None` when the count would take too
+/// long (more than [`TALLY_MAX_ENTRIES`] entries or [`TALLY_MAX_TIME`]): the display then
+/// shows no total. Gives up (`None`) as soon as `going` is cleared.
+pub(crate) fn tally(t: Tally, going: &std::sync::atomic::AtomicBool) -> Option<(u64, u64)> {
     let until = std::time::Instant::now() + TALLY_MAX_TIME;
     let (mut files, mut bytes, mut seen) = (0u64, 0u64, 0u64);
     // One directory being listed per level of depth, as in the walk: never more descriptors
-    // than the deepest path needs.
-    let mut levels: Vec<(OwnedFd, DirEntries)> = Vec::new();
-    let mut count = |m: &Meta, dir: Option<OwnedFd>, levels: &mut Vec<_>| match m.kind {
+    // than the deepest path needs; with each, its path beneath the copied directory.
+    let mut levels: Vec<(OwnedFd, DirEntries, Vec<u8>)> = Vec::new();
+    let recursive = t.recursive;
+    let mut count = |m: &Meta, dir: Option<OwnedFd>, rel: Vec<u8>, levels: &mut Vec<_>| match m.kind
+    {
         EntryKind::File => {
             files += 1;
             bytes = bytes.saturating_add(m.size);
         }
         EntryKind::Dir if recursive => {
-            levels.extend(dir.and_then(|d| fs::read_dir(&d).ok().map(|e| (d, e))));
+            levels.extend(dir.and_then(|d| fs::read_dir(&d).ok().map(|e| (d, e, rel))));
         }
         _ => {}
     };
-    for top in tops {
+    for top in t.tops {
         match top {
             Top::Dir { .. } => {}
             Top::Local { path, .. } => {
@@ -381,7 +422,7 @@ pub(crate) fn tally(
                     continue;
                 };
                 let Ok(m) = fs::stat_fd(&fd) else { continue };
-                count(&m, Some(fd), &mut levels);
+                count(&m, Some(fd), Vec::new(), &mut levels);
             }
             Top::Beneath {
                 root, parent, name, ..
@@ -395,10 +436,10 @@ pub(crate) fn tally(
                 let fd = (m.kind == EntryKind::Dir)
                     .then(|| fs::open_at(&dir, &name).ok())
                     .flatten();
-                count(&m, fd, &mut levels);
+                count(&m, fd, Vec::new(), &mut levels);
             }
         }
-        while let Some((dir, entries)) = levels.last_mut() {
+        while let Some((dir, entries, rel)) = levels.last_mut() {
             let Some(Ok(name)) = entries.next() else {
                 levels.pop();
                 continue;
@@ -417,10 +458,14 @@ pub(crate) fn tally(
             let Ok(m) = fs::stat_at(&*dir, &name) else {
                 continue;
             };
+            let rel = join(rel, &name);
+            if t.filter.excludes(&rel, m.kind == EntryKind::Dir) {
+                continue;
+            }
             let fd = (m.kind == EntryKind::Dir)
                 .then(|| fs::open_at(&*dir, &name).ok())
                 .flatten();
-            count(&m, fd, &mut levels);
+            count(&m, fd, rel, &mut levels);
         }
     }
     Some((files, bytes))
@@ -446,6 +491,7 @@ impl Iterator for Walker {
                     }
                     Some(Ok((name, file))) => {
                         let dest = join(&level.dest, &name);
+                        let rel = join(&level.rel, &name);
                         let display = shown(&level.display, &name);
                         if let Some(why) = over_limits(&dest, &name) {
                             // Only this entry (and, for a directory, what is in it) fails:
@@ -456,9 +502,13 @@ impl Iterator for Walker {
                         // for a subdirectory), then put it back *below* that child.
                         let level = self.stack.pop().expect("checked above");
                         let depth = self.stack.len();
-                        let entry = self.visit(&level.fd, (&name, file), dest, display);
+                        let entry =
+                            self.visit(&level.fd, (&name, file), (dest, Some(rel)), display);
                         self.stack.insert(depth, level);
-                        return Some(entry);
+                        match entry {
+                            Some(entry) => return Some(entry),
+                            None => continue,
+                        }
                     }
                 }
                 continue;
@@ -511,9 +561,20 @@ mod tests {
         }];
         // The count agrees with the walk: two files of 3 and 0 bytes, nothing followed.
         let on = std::sync::atomic::AtomicBool::new(true);
-        assert_eq!(tally(tops.clone(), true, &on), Some((2, 3)));
-        assert_eq!(tally(tops.clone(), false, &on), Some((0, 0)));
-        let got = names(Walker::new(tops, true));
+        let count = |recursive| {
+            let filter = Arc::default();
+            tally(
+                Tally {
+                    tops: tops.clone(),
+                    recursive,
+                    filter,
+                },
+                &on,
+            )
+        };
+        assert_eq!(count(true), Some((2, 3)));
+        assert_eq!(count(false), Some((0, 0)));
+        let got = names(Walker::new(tops.clone(), true));
         let skip = |what: &str| {
             got.iter()
                 .find(|s| s.starts_with("S ") && s.contains(what))
@@ -533,6 +594,27 @@ mod tests {
             "L dst/tree/a/outside -> /etc",
         ];
         want.push(&fifo_skip);
+        want.push(&part_skip);
+        want.sort();
+        assert_eq!(got, want);
+
+        // Filtered: the walk and the count leave out the same things; an excluded directory
+        // is not entered, and the FIFO excluded by name is not reported as skipped.
+        let rules = ["- /a/b/", "- fifo", "- outside"].map(|r| r.to_string());
+        let filter = Arc::new(Filter::from_wire(&rules).unwrap());
+        let t2 = Tally {
+            tops: tops.clone(),
+            recursive: true,
+            filter: filter.clone(),
+        };
+        assert_eq!(tally(t2, &on), Some((1, 0)));
+        let got = names(Walker::new(tops.clone(), true).filtered(filter));
+        let mut want = vec![
+            "D dst/tree",
+            "D dst/tree/a",
+            "D dst/tree/empty",
+            "F dst/tree/zero 0",
+        ];
         want.push(&part_skip);
         want.sort();
         assert_eq!(got, want);

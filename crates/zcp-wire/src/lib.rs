@@ -1,4 +1,4 @@
-//! The zcp wire protocol, version 1, without I/O.
+//! The zcp wire protocol, without I/O.
 //!
 //! This crate owns the byte formats (control frames, messages, data-stream chunk headers), the
 //! handshake and its key derivations, sealing of control frames, destination-path validation
@@ -14,6 +14,7 @@
 mod chunk;
 mod codec;
 mod extents;
+mod filter;
 mod handshake;
 pub mod journal;
 pub mod keys;
@@ -29,15 +30,18 @@ pub use chunk::{
     MIN_CHUNK, PlanError,
 };
 pub use extents::{EXTENT_ALIGN, EXTENT_ENTRY_LEN, Extents, MAX_EXTENTS};
+pub use filter::{
+    Filter, FilterError, FilterRule, MAX_FILTER_BYTES, MAX_FILTER_RULE, MAX_FILTER_RULES,
+};
 pub use handshake::{
     Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Established,
     HandshakeError, JoinRequest, ServerAwaitProof, accept, accept_any,
 };
 pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
-    ErrorCode, ExistingMode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, MAX_ENGINE_NAME,
-    MAX_HAVE_ENTRIES, MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT, MIN_RATE, Message, Open,
-    Pacing, PutFile, Role, SideStats, VerifyMode,
+    ErrorCode, ExistingMode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, ListEntry, ListKind,
+    MAX_ENGINE_NAME, MAX_HAVE_ENTRIES, MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT,
+    MIN_RATE, Message, Open, Pacing, PutFile, Role, SideStats, VerifyMode,
 };
 pub use path::{PathError, RelPath, escape, escape_text};
 pub use proof::{ChunkHasher, ChunkProof, plain_digest};
@@ -45,7 +49,7 @@ pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
 pub use units::{scaled_text, size_text, three_digits};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Length of a nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of a session id.

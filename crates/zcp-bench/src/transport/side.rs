@@ -143,6 +143,7 @@ pub fn send(spec: &SideSpec) -> Result<SideReport, BenchError> {
                 Transport::Tcp | Transport::UdpFair => UdpMode::Fair,
             },
             existing: zcp_wire::ExistingMode::Replace,
+            filter: Vec::new(),
         },
         sources: vec![spec.path.clone()],
         dest: DEST.as_bytes().to_vec(),

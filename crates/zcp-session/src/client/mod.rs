@@ -87,6 +87,9 @@ pub struct Transfer {
     /// What the receiver does with a file already at a destination (`--ignore-existing`,
     /// `--no-clobber`, `--backup`): the server in a push, this side in a get.
     pub existing: ExistingMode,
+    /// `--exclude` / `--include` rules, in order: the walk of a push here, the server's walk
+    /// in a get (they travel in `Open`).
+    pub filter: Vec<zcp_wire::FilterRule>,
 }
 
 /// How reports name the pacing of a rate cap over UDP.
@@ -237,6 +240,13 @@ fn basename(p: &Path) -> Vec<u8> {
         .unwrap_or_else(|| b".".to_vec())
 }
 
+/// The transfer's `--exclude` / `--include` rules, compiled: a rule that does not parse is a
+/// usage error, said before connecting.
+pub(crate) fn compile_filter(t: &Transfer) -> Result<zcp_wire::Filter, SessionError> {
+    zcp_wire::Filter::new(&t.filter)
+        .map_err(|e| SessionError::Usage(escape(e.to_string().as_bytes())))
+}
+
 /// Sends files and trees; returns once every entry is committed or failed and the session
 /// has ended (tried again as `--retry` allows). The summary is also pushed to `reporter`.
 pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
@@ -260,6 +270,7 @@ fn send_once(
             reason: "nothing to send".into(),
         });
     }
+    let filter = compile_filter(t)?;
     // What cannot be sent at all is said before connecting.
     for s in &opts.sources {
         let shown = escape(s.as_os_str().as_bytes());
@@ -368,7 +379,7 @@ fn send_once(
         peer,
         cap,
     };
-    let walker = Walker::new(tops, t.recursive);
+    let walker = Walker::new(tops, t.recursive).filtered(Arc::new(filter));
     let (totals, reader_usage) =
         crate::send::run(setup, walker, &mut obs).map_err(|e| with_committed(e, &obs))?;
     obs.flush_start();
@@ -523,6 +534,7 @@ fn get_once(
     let scope = Scope::pull(Requested {
         names: names.clone(),
         recursive: t.recursive,
+        filter: Arc::new(compile_filter(t)?),
     });
     // A destination directory that is not there yet is made only once the server answered:
     // a refused or failed connection leaves nothing behind.

@@ -116,7 +116,7 @@ pub(super) fn open_session(
     });
     let asked_for = open.clone();
     cs.tx
-        .send(&Message::Open(open))
+        .send(&Message::Open(Box::new(open)))
         .map_err(|e| FrameIoError::from(e).into_session(&peer))?;
     cs.rx
         .stream
@@ -291,6 +291,12 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         udp_mode: t.udp_mode.name().into(),
         export: String::new(),
         existing: t.existing.name().into(),
+        list: false,
+        // Only the sender walks: the server needs the rules in a pull alone.
+        filters: match pull {
+            true => t.filter.iter().map(zcp_wire::FilterRule::to_wire).collect(),
+            false => Vec::new(),
+        },
     }
 }
 

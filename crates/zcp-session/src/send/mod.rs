@@ -167,7 +167,7 @@ pub(crate) fn run(
     observer: &mut dyn Observer,
 ) -> Result<(SenderTotals, Usage), SessionError> {
     let start = thread_usage();
-    let (tops, recursive) = walker.tops();
+    let sources = walker.tops();
     let (engine, pending) = probe(&s.cfg, &mut walker);
     // Walked to find the first file; taken by the drive loop as the window of answers allows.
     walker.put_back(pending);
@@ -198,7 +198,7 @@ pub(crate) fn run(
     let _tally = {
         let (tx, on) = (tx.clone(), tallying.clone());
         spawn("zcp-tally".into(), move || {
-            if let Some((files, bytes)) = crate::manifest::tally(tops, recursive, &on) {
+            if let Some((files, bytes)) = crate::manifest::tally(sources, &on) {
                 let _ = tx.send(SendEvent::Tally { files, bytes });
             }
         })?

@@ -133,6 +133,8 @@ struct Grant {
     udp_mode: UdpMode,
     /// What the receiver does with a file already there (`--ignore-existing`, ...).
     existing: ExistingMode,
+    /// A pull's `--exclude` / `--include` rules, for the walk.
+    filter: Arc<zcp_wire::Filter>,
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -180,6 +182,19 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
                 names.join(", ")
             ),
         )
+    })?;
+    if !open.pull && !open.filters.is_empty() {
+        return Err(c.refuse(
+            ErrorCode::Protocol,
+            "filter rules in a push: the client's own walk applies them".into(),
+        ));
+    }
+    let filter = zcp_wire::Filter::from_wire(&open.filters).map_err(|e| {
+        let code = match e {
+            zcp_wire::FilterError::Limit(_) => ErrorCode::Limit,
+            _ => ErrorCode::Protocol,
+        };
+        c.refuse(code, escape_text(&e.to_string()))
     })?;
     if u64::from(open.block_size) > MAX_RECV_BLOCK {
         return Err(c.refuse(
@@ -230,6 +245,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         transport,
         udp_mode,
         existing,
+        filter: Arc::new(filter),
     })
 }
 
@@ -383,7 +399,7 @@ fn serve(
 ) -> Result<Served, SessionError> {
     let mut c = Control::new(j.stream, j.sealer, j.opener, ctx.cfg.idle_timeout)?;
     let open = match c.next(Instant::now() + ctx.cfg.handshake_timeout)? {
-        Message::Open(o) => o,
+        Message::Open(o) => *o,
         // The client gave up before it asked for anything (a usage mistake it found after
         // authenticating, a signal): its word, not a refusal of ours.
         Message::Error { code, message } => return Err(SessionError::Refused { code, message }),
@@ -592,7 +608,7 @@ fn serve_pull(
         peer: peer.to_string(),
         cap,
     };
-    let walker = Walker::new(tops, g.recursive);
+    let walker = Walker::new(tops, g.recursive).filtered(g.filter.clone());
     let ran = crate::send::run(setup, walker, observer);
     if let Some(stats) = udp {
         udp_note(ctx, session, &stats, g.udp_mode);

@@ -83,8 +83,8 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             }
         }
         code::OPEN => {
-            let [pull, recursive] = read_flags::<2>(r, "open")?;
-            Message::Open(Open {
+            let [pull, recursive, list] = read_flags::<3>(r, "open")?;
+            Message::Open(Box::new(Open {
                 pull,
                 recursive,
                 streams: r.u16()?,
@@ -99,7 +99,9 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 udp_mode: r.text(MAX_ENGINE_NAME, "UDP mode")?,
                 export: r.text(MAX_NAME, "export name")?,
                 existing: r.text(MAX_ENGINE_NAME, "existing-file mode")?,
-            })
+                list,
+                filters: filters(r)?,
+            }))
         }
         code::OPENED => Message::Opened {
             streams: r.u16()?,
@@ -115,6 +117,20 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
         },
         other => return Err(unknown(other)),
     })
+}
+
+/// An `Open`'s filter rules: a count, bounded before anything is allocated, then each text.
+fn filters(r: &mut Reader<'_>) -> Result<Vec<String>, DecodeError> {
+    let n = usize::from(r.u16()?);
+    if n > crate::MAX_FILTER_RULES {
+        return Err(DecodeError::TooLarge {
+            len: n as u64,
+            max: crate::MAX_FILTER_RULES as u64,
+        });
+    }
+    (0..n)
+        .map(|_| r.text(crate::MAX_FILTER_RULE, "filter rule"))
+        .collect()
 }
 
 /// Entry announcements and their answers.
@@ -245,6 +261,19 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             dest: r.bytes(MAX_PATH, "requested destination")?,
         },
         code::GET_END => Message::GetEnd,
+        code::LIST_ENTRY => Message::ListEntry(ListEntry {
+            path: r.bytes(MAX_PATH, "listed path")?,
+            kind: {
+                let v = r.u8()?;
+                ListKind::from_u8(v)
+                    .ok_or_else(|| DecodeError::Malformed(format!("unknown entry kind {v}")))?
+            },
+            size: r.u64()?,
+            mode: r.u32()?,
+            mtime_sec: r.i64()?,
+            mtime_nsec: r.u32()?,
+            target: r.bytes(MAX_PATH, "link target")?,
+        }),
         code::PLAN => Message::Plan {
             files: r.u64()?,
             bytes: r.u64()?,

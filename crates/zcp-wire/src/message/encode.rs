@@ -71,7 +71,7 @@ impl Message {
                 w.raw(session_id).u16(*max_streams).u8(flags(&[*exports]));
             }
             Message::Open(o) => {
-                w.u8(flags(&[o.pull, o.recursive]))
+                w.u8(flags(&[o.pull, o.recursive, o.list]))
                     .u16(o.streams)
                     .u32(o.idle_ms);
                 text(w, &o.recv_engine, MAX_ENGINE_NAME);
@@ -82,6 +82,11 @@ impl Message {
                 text(w, &o.udp_mode, MAX_ENGINE_NAME);
                 text(w, &o.export, MAX_NAME);
                 text(w, &o.existing, MAX_ENGINE_NAME);
+                let n = o.filters.len().min(crate::MAX_FILTER_RULES);
+                w.u16(n as u16);
+                for rule in &o.filters[..n] {
+                    text(w, rule, crate::MAX_FILTER_RULE);
+                }
             }
             Message::Opened {
                 streams,
@@ -227,6 +232,10 @@ impl Message {
                     .u64(s.max_rss_bytes)
                     .u64(s.bytes)
                     .u64(s.files);
+            }
+            Message::ListEntry(e) => {
+                w.bytes(&e.path).u8(e.kind.to_u8()).u64(e.size).u32(e.mode);
+                w.i64(e.mtime_sec).u32(e.mtime_nsec).bytes(&e.target);
             }
             Message::GetEnd | Message::Finish => {}
             _ => return false,

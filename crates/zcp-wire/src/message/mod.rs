@@ -174,6 +174,81 @@ pub struct Open {
     /// What the receiver does with a file already at a destination: an
     /// [`ExistingMode::name`]. Text, so a refusal can name it.
     pub existing: String,
+    /// A listing (`zcp ls`), not a transfer: the client names paths with `Get` and the
+    /// server answers with [`Message::ListEntry`]s, no data streams. Flags bit 2.
+    pub list: bool,
+    /// Tree filters, `- PATTERN` or `+ PATTERN` (see [`crate::Filter`]), applied by the
+    /// sender's walk: the client's in a push, the server's in a pull. At most
+    /// [`crate::MAX_FILTER_RULES`], each at most [`crate::MAX_FILTER_RULE`] bytes.
+    pub filters: Vec<String>,
+}
+
+/// What a [`Message::ListEntry`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (its target in `target`).
+    Link,
+    /// Anything else (FIFO, socket, device): never sent by a transfer.
+    Other,
+    /// An export the identity may use (a listing of a server's exports).
+    Export,
+}
+
+impl ListKind {
+    fn to_u8(self) -> u8 {
+        match self {
+            ListKind::File => 0,
+            ListKind::Dir => 1,
+            ListKind::Link => 2,
+            ListKind::Other => 3,
+            ListKind::Export => 4,
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<ListKind> {
+        Some(match v {
+            0 => ListKind::File,
+            1 => ListKind::Dir,
+            2 => ListKind::Link,
+            3 => ListKind::Other,
+            4 => ListKind::Export,
+            _ => return None,
+        })
+    }
+
+    /// How reports and JSON name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ListKind::File => "file",
+            ListKind::Dir => "dir",
+            ListKind::Link => "link",
+            ListKind::Other => "other",
+            ListKind::Export => "export",
+        }
+    }
+}
+
+/// One entry of a listing (`zcp ls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The path as the client asked for it, joined with the entry's place beneath it.
+    pub path: Vec<u8>,
+    /// What it is.
+    pub kind: ListKind,
+    /// Bytes (files); 0 for anything else.
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Nanoseconds part.
+    pub mtime_nsec: u32,
+    /// A link's target, raw; empty otherwise.
+    pub target: Vec<u8>,
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]
@@ -310,7 +385,7 @@ pub struct SideStats {
     pub files: u64,
 }
 
-/// Every message of protocol version 3.
+/// Every message of protocol version 4.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// Client -> server, first frame of every connection.
@@ -373,8 +448,9 @@ pub enum Message {
         /// ([`Open::export`]).
         exports: bool,
     },
-    /// Client -> server: how the session runs.
-    Open(Open),
+    /// Client -> server: how the session runs (boxed: sent once a session, and the largest
+    /// message by far).
+    Open(Box<Open>),
     /// Server -> client: what the server granted.
     Opened {
         /// Data streams the client opens now.
@@ -539,6 +615,9 @@ pub enum Message {
     Finish,
     /// Each side's resource use at the end: the receiver's after `Finish`, then the sender's.
     Stats(SideStats),
+    /// Server -> client in a listing session (`Open::list`): one entry. Paths that cannot be
+    /// listed are answered with `EntryFailed`; `Finish` ends the listing.
+    ListEntry(ListEntry),
     /// Sender -> receiver, at most once, when the sender has counted its sources: how many
     /// files and bytes the session will announce. For progress displays only; a receiver
     /// never trusts it for anything else.
@@ -584,10 +663,11 @@ pub(crate) mod code {
     pub(crate) const STATS: u8 = 0x26;
     pub(crate) const PLAN: u8 = 0x27;
     pub(crate) const ENTRY_DONE: u8 = 0x28;
+    pub(crate) const LIST_ENTRY: u8 = 0x29;
     /// First sealed type code.
     pub(crate) const FIRST_SEALED: u8 = 0x10;
     /// Last known type code.
-    pub(crate) const LAST: u8 = 0x28;
+    pub(crate) const LAST: u8 = 0x29;
 }
 
 /// A decoded frame header.
@@ -685,6 +765,7 @@ impl Message {
             Message::Stats(_) => STATS,
             Message::Plan { .. } => PLAN,
             Message::EntryDone { .. } => ENTRY_DONE,
+            Message::ListEntry(_) => LIST_ENTRY,
         }
     }
 
@@ -728,6 +809,7 @@ impl Message {
             Message::Finish => "Finish",
             Message::Plan { .. } => "Plan",
             Message::Stats(_) => "Stats",
+            Message::ListEntry(_) => "ListEntry",
         }
     }
 }

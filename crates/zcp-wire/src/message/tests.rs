@@ -39,7 +39,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
             max_streams: 8,
             exports: true,
         },
-        Message::Open(Open {
+        Message::Open(Box::new(Open {
             pull: true,
             recursive: true,
             streams: 4,
@@ -54,7 +54,9 @@ fn setup_and_entry_samples() -> Vec<Message> {
             udp_mode: "fixed".into(),
             export: "incoming".into(),
             existing: "backup".into(),
-        }),
+            list: true,
+            filters: vec!["- *.tmp".into(), "+ */".into()],
+        })),
         Message::Opened {
             streams: 2,
             idle_ms: 60_000,
@@ -166,6 +168,15 @@ fn file_samples() -> Vec<Message> {
             message: "skipped fifo".into(),
         },
         Message::Finish,
+        Message::ListEntry(ListEntry {
+            path: b"run/\xffa".to_vec(),
+            kind: ListKind::Link,
+            size: 0,
+            mode: 0o777,
+            mtime_sec: -1,
+            mtime_nsec: 999_999_999,
+            target: b"../x".to_vec(),
+        }),
         Message::Stats(SideStats {
             cpu_user_us: 1,
             cpu_sys_us: 2,
@@ -283,7 +294,7 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
     assert_eq!(VerifyMode::parse(""), None);
     // The wire carries the name: a mode this build does not know decodes, so the server can
     // refuse it by name.
-    let open = Message::Open(Open {
+    let open = Message::Open(Box::new(Open {
         pull: false,
         recursive: false,
         streams: 1,
@@ -298,12 +309,15 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
         udp_mode: "fair".into(),
         export: String::new(),
         existing: String::new(),
-    });
+        list: false,
+        filters: Vec::new(),
+    }));
     let body = open.encode_body();
     assert_eq!(Message::decode(code::OPEN, &body).unwrap(), open);
-    // A version-1 Open (no export name) is malformed.
+    // A version-3 Open (no filter rules) is malformed, as is one without the existing mode.
     assert!(Message::decode(code::OPEN, &body[..body.len() - 2]).is_err());
-    let body = &body[..body.len() - 2];
+    assert!(Message::decode(code::OPEN, &body[..body.len() - 4]).is_err());
+    let body = &body[..body.len() - 4];
     // An Open that stops before the mode (as a build without it would send) is malformed.
     let tail = (2 + 3) + (2 + 4);
     assert!(Message::decode(code::OPEN, &body[..body.len() - tail - 2 - 5]).is_err());
@@ -324,6 +338,37 @@ fn an_opened_with_an_unknown_pacing_is_malformed() {
         }
     }
     assert_eq!(Pacing::User.name(), "user space");
+}
+
+#[test]
+fn an_open_with_too_many_filter_rules_is_refused_before_allocation() {
+    let mut w = Writer::default();
+    w.u16(crate::MAX_FILTER_RULES as u16 + 1);
+    let r = filters_only(&w.buf);
+    assert!(matches!(r, Err(DecodeError::TooLarge { .. })), "{r:?}");
+    let mut w = Writer::default();
+    w.u16(1).bytes(&vec![b'a'; crate::MAX_FILTER_RULE + 1]);
+    assert!(filters_only(&w.buf).is_err());
+}
+
+/// Decodes an `Open` whose every field before the filter rules is empty, then `rest`.
+fn filters_only(rest: &[u8]) -> Result<Message, DecodeError> {
+    let mut w = Writer::default();
+    w.u8(0).u16(1).u32(0);
+    w.bytes(b"auto").bytes(b"sendfile").u32(0).u64(0).u64(0);
+    for t in ["blake3", "tcp", "fair", "", ""] {
+        w.bytes(t.as_bytes());
+    }
+    w.buf.extend_from_slice(rest);
+    Message::decode(code::OPEN, &w.buf)
+}
+
+#[test]
+fn a_listing_of_an_unknown_kind_is_malformed() {
+    let mut w = Writer::default();
+    w.bytes(b"a").u8(5).u64(0).u32(0).i64(0).u32(0).bytes(b"");
+    let r = Message::decode(code::LIST_ENTRY, &w.buf);
+    assert!(r.unwrap_err().to_string().contains("unknown entry kind 5"));
 }
 
 #[test]

@@ -16,13 +16,13 @@ fn open(port: u16, key: &std::path::Path, export: &str, pull: bool) -> Result<Ra
     let psk = zcp_wire::Psk::parse(&std::fs::read_to_string(key).unwrap()).unwrap();
     let mut raw = Raw::authenticate(port, psk);
     assert!(raw.est.exports, "the server says it has exports");
-    raw.send(&Message::Open(Open {
+    raw.send(&Message::Open(Box::new(Open {
         recursive: true,
         recv_engine: "rw".into(),
         send_engine: "rw".into(),
         export: export.into(),
         ..base_open(pull)
-    }));
+    })));
     match raw.recv_any() {
         Ok(Message::Opened { .. }) => Ok(raw),
         Ok(Message::Error { message, .. }) => Err(message),

@@ -492,3 +492,55 @@ fn pull_in_place_keep_chmods_the_users_hard_linked_file() {
         after.mtime()
     );
 }
+
+#[test]
+fn a_server_that_ignores_the_filter_is_refused_what_it_excludes() {
+    let env = Env::new();
+    let dest = victim_dest(&env);
+    let flags = ["-r", "--exclude", "*.secret", "--exclude", "cache/"];
+    let (child, mut evil) = evil_get(&env, &["data/run42"], &dest, &flags);
+    assert_eq!(evil.filters, ["- *.secret", "- cache/"]);
+    for path in [&b"run42"[..], b"run42/sub"] {
+        evil.send(&Message::MakeDir {
+            path: path.to_vec(),
+        });
+        evil.made(path);
+    }
+    assert!(matches!(
+        evil.send_file(1, b"run42/sub/a.bin", &[7u8; 1000]),
+        Message::FileCommitted { .. }
+    ));
+    // What the rules leave out, sent anyway: a file, a directory, a file in an excluded
+    // directory the server never announced, and a link.
+    evil.put(2, b"run42/sub/x.secret", b"", 3);
+    assert!(matches!(evil.next(), Message::FileFailed { .. }));
+    evil.send(&Message::MakeDir {
+        path: b"run42/cache".to_vec(),
+    });
+    assert!(matches!(evil.next(), Message::EntryFailed { .. }));
+    evil.put(3, b"run42/cache/y.bin", b"", 3);
+    assert!(matches!(evil.next(), Message::FileFailed { .. }));
+    evil.send(&Message::MakeLink {
+        path: b"run42/k.secret".to_vec(),
+        target: b"/etc/passwd".to_vec(),
+    });
+    assert!(matches!(evil.next(), Message::EntryFailed { .. }));
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
+    assert!(
+        text(&o.stderr).contains("the filter excludes"),
+        "{}",
+        both(&o)
+    );
+    assert_eq!(
+        tree(&dest),
+        vec![
+            "keep.txt",
+            "private",
+            "run42",
+            "run42/sub",
+            "run42/sub/a.bin"
+        ]
+    );
+}

@@ -13,11 +13,11 @@ use crate::hostile::peer::*;
 use crate::util::*;
 
 fn open(pull: bool, rate: u64) -> Message {
-    Message::Open(Open {
+    Message::Open(Box::new(Open {
         recv_engine: "mem".into(),
         rate,
         ..base_open(pull)
-    })
+    }))
 }
 
 #[test]

@@ -24,12 +24,12 @@ fn unknown_transports_and_modes_are_refused_by_name() {
     ];
     for (t, m, want) in cases {
         let mut raw = Raw::authenticate(srv.port, env.psk());
-        raw.send(&Message::Open(Open {
+        raw.send(&Message::Open(Box::new(Open {
             recv_engine: "rw".into(),
             transport: t.into(),
             udp_mode: m.into(),
             ..base_open(false)
-        }));
+        })));
         let (code, why) = error_from(&mut raw).expect("an Error");
         assert!(
             matches!(code, ErrorCode::Protocol | ErrorCode::Limit),

@@ -47,7 +47,7 @@ fn an_unknown_verify_mode_is_refused_by_name_and_the_server_goes_on() {
     let srv = ServerProc::start(&root, &env.key, &[]);
     for mode in ["crc32", "", "NONE", "\x1b]0;owned\x07none"] {
         let mut raw = Raw::authenticate(srv.port, env.psk());
-        raw.send(&Message::Open(open(mode)));
+        raw.send(&Message::Open(Box::new(open(mode))));
         let (code, why) = error_from(&mut raw).expect("an Error");
         assert_eq!(code, ErrorCode::Protocol, "{mode:?}: {why}");
         assert!(

@@ -32,10 +32,10 @@ fn log_injection_into_the_server_log() {
     let nasty = nasty.replace("\\r", "\r").replace("\\n", "\n");
     // Unknown engine (in Open).
     let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&Message::Open(Open {
+    raw.send(&Message::Open(Box::new(Open {
         recv_engine: nasty.clone(),
         ..base_open(false)
-    }));
+    })));
     let _ = error_from(&mut raw);
     // Get paths.
     let mut raw = Raw::authenticate(srv.port, env.psk());

@@ -12,12 +12,12 @@ use crate::util::*;
 
 /// Opens a push session of `streams` streams on the `direct` engine with `block`-byte blocks.
 fn open_direct(raw: &mut Raw, streams: u16, block: u64) {
-    raw.send(&Message::Open(Open {
+    raw.send(&Message::Open(Box::new(Open {
         streams,
         recv_engine: "direct".into(),
         block_size: block as u32,
         ..base_open(false)
-    }));
+    })));
     let opened = raw.recv().unwrap();
     assert!(
         matches!(opened, Message::Opened { streams: s, .. } if s == streams),

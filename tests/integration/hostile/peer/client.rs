@@ -15,17 +15,17 @@ pub use crate::util::base_open;
 
 /// `Open` for one stream of the given direction and chunk size.
 pub fn open_message(pull: bool, chunk_size: u64) -> Message {
-    Message::Open(Open {
+    Message::Open(Box::new(Open {
         chunk_size,
         ..base_open(pull)
-    })
+    }))
 }
 
 impl Raw {
     /// The handshake, then `open`; the session and the server's answer, whatever it is.
     pub fn open_with(port: u16, psk: zcp_wire::Psk, open: Open) -> (Raw, Message) {
         let mut raw = Raw::authenticate(port, psk);
-        raw.send(&Message::Open(open));
+        raw.send(&Message::Open(Box::new(open)));
         let answer = raw.recv().unwrap();
         (raw, answer)
     }

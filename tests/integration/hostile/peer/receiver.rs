@@ -108,7 +108,7 @@ impl EvilRx {
         let mut evil = EvilRx {
             s,
             est,
-            open,
+            open: *open,
             joined: 0,
             datagrams: Arc::new(AtomicU64::new(0)),
             data: Vec::new(),

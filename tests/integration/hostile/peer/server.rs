@@ -26,6 +26,8 @@ pub struct Evil {
     pub gets: Vec<(Vec<u8>, Vec<u8>)>,
     /// Data connections that reached us.
     pub joined: usize,
+    /// The filter rules the client's `Open` carried.
+    pub filters: Vec<String>,
 }
 
 pub fn read_timeout(s: &TcpStream) {
@@ -131,10 +133,12 @@ impl Evil {
             data: Vec::new(),
             gets: Vec::new(),
             joined: 0,
+            filters: Vec::new(),
         };
         let Message::Open(open) = evil.recv().unwrap() else {
             panic!("expected Open")
         };
+        evil.filters = open.filters.clone();
         let streams = grant.unwrap_or(open.streams);
         // The pacing an honest server would answer: it holds a pull's cap.
         let pacing = if open.rate != 0 {
@@ -390,5 +394,5 @@ pub fn answer_open(l: &TcpListener, env: &Env, reply: impl FnOnce(&Open) -> Mess
     s.write_all(&est.sealer.seal(&reply(&open))).unwrap();
     let mut rest = Vec::new();
     let _ = s.read_to_end(&mut rest);
-    open
+    *open
 }

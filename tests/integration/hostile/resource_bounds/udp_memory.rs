@@ -39,13 +39,13 @@ const MARGIN: u64 = 32 * MIB;
 
 /// `Open` of a UDP session of one stream with chunks of `chunk` bytes.
 fn udp_open(pull: bool, chunk: u64, verify: &str) -> Message {
-    Message::Open(Open {
+    Message::Open(Box::new(Open {
         recv_engine: "mem".into(),
         chunk_size: chunk,
         verify: verify.into(),
         transport: "udp".into(),
         ..base_open(pull)
-    })
+    }))
 }
 
 /// A sparse file of `size` bytes: no data, so reading it costs no disk.
@@ -471,14 +471,14 @@ fn a_pull_asking_for_huge_blocks_on_every_stream_holds_the_server_to_its_budget(
     make_file(&root.join("big.bin"), 2 << 30, 1 << 30, 3);
     let mut srv = ServerProc::start(&root, &env.key, &[]);
     let mut raw = Raw::authenticate(srv.port, env.psk());
-    raw.send(&Message::Open(Open {
+    raw.send(&Message::Open(Box::new(Open {
         streams: 16,
         recv_engine: "mem".into(),
         send_engine: "rw".into(),
         block_size: (64 * MIB) as u32,
         chunk_size: 64 * MIB,
         ..base_open(true)
-    }));
+    })));
     let Message::Opened { streams, .. } = raw.recv().unwrap() else {
         panic!("expected Opened")
     };
