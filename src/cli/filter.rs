@@ -13,8 +13,9 @@ use super::usage;
 pub(crate) struct FilterArgs {
     /// Leave out what PATTERN matches inside the trees sent (repeatable). rsync's patterns:
     /// `*.tmp` or `.git` match a name at any depth, `/build` only at the top of the copied
-    /// directory, `logs/*.gz` the end of a path, `cache/` directories only, `**` across
-    /// directories; an excluded directory is not entered. With --include, the first rule
+    /// directory, `logs/*.gz` the end of a path, `cache/` directories only, `**` as a whole
+    /// component (`a/**/b`) across directories, `{a,b}` either (`[{]` for a brace); an
+    /// excluded directory is not entered. With --include, the first rule
     /// that matches decides, in the order given. Sources named on the command line are always
     /// sent. In a get, the server's walk applies them (and this side refuses what they leave
     /// out).

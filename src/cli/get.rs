@@ -56,15 +56,15 @@ pub(crate) fn run(a: GetArgs) -> anyhow::Result<i32> {
 
 /// What one get fetches, from where.
 #[derive(Debug)]
-struct Remote {
-    host: String,
+pub(super) struct Remote {
+    pub(super) host: String,
     /// The port a zcp:// URL among the targets gave (they must agree).
-    port: Option<u16>,
-    paths: Vec<Vec<u8>>,
+    pub(super) port: Option<u16>,
+    pub(super) paths: Vec<Vec<u8>>,
 }
 
 /// The one server every remote target names, and their paths.
-fn one_server(remote: &[OsString]) -> Result<Remote, String> {
+pub(super) fn one_server(remote: &[OsString]) -> Result<Remote, String> {
     let mut server: Option<(String, Option<u16>)> = None;
     let mut paths = Vec::new();
     for r in remote {

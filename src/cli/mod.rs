@@ -10,6 +10,7 @@ mod filter;
 mod generate;
 mod get;
 mod keygen;
+mod ls;
 mod monitor;
 mod output;
 mod rate;
@@ -123,6 +124,9 @@ impl Cli {
             if let Some(t) = transfer {
                 t.filter.order(sub);
             }
+            if let Command::Ls(a) = &mut cli.command {
+                a.filter.order(sub);
+            }
         }
         Ok(cli)
     }
@@ -160,6 +164,8 @@ enum Command {
     Send(send::SendArgs),
     /// Fetch files and directory trees from a server.
     Get(get::GetArgs),
+    /// List what a server holds beneath paths this key may read, or the exports it may use.
+    Ls(ls::LsArgs),
     /// Take one bare TCP stream (nc, a Java client, zcp send --raw) into a file, durably.
     /// No authentication.
     Recv(recv::RecvArgs),
@@ -190,6 +196,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Serve(a) => serve::run(a, verbose),
         Command::Send(a) => send::run(a),
         Command::Get(a) => get::run(a),
+        Command::Ls(a) => ls::run(a),
         Command::Recv(a) => recv::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
@@ -737,13 +744,14 @@ mod tests {
     }
 
     /// `(command, examples)` for every help text that has examples.
-    const ALL_EXAMPLES: [(&str, &str); 11] = [
+    const ALL_EXAMPLES: [(&str, &str); 12] = [
         ("", EXAMPLES),
         ("demo", demo::EXAMPLES),
         ("keygen", keygen::EXAMPLES),
         ("serve", serve::EXAMPLES),
         ("send", send::EXAMPLES),
         ("get", get::EXAMPLES),
+        ("ls", ls::EXAMPLES),
         ("bench", bench::EXAMPLES),
         ("doctor", doctor::EXAMPLES),
         ("clean", clean::EXAMPLES),

@@ -459,7 +459,7 @@ fn plain(args: &[&str]) -> std::process::Output {
 #[test]
 fn every_help_has_examples_and_the_right_usage_line() {
     for command in [
-        "", "send", "get", "recv", "serve", "demo", "keygen", "bench", "doctor", "clean",
+        "", "send", "get", "ls", "recv", "serve", "demo", "keygen", "bench", "doctor", "clean",
         "generate",
     ] {
         let args: Vec<&str> = [command, "--help"]

@@ -14,6 +14,7 @@ mod faults;
 mod filter;
 mod hostile;
 mod killed;
+mod ls;
 mod monitor;
 mod netns;
 mod operator;

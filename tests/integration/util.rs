@@ -265,6 +265,16 @@ pub fn send_cmd(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -
     c
 }
 
+/// `zcp ls` with `extra` flags of `paths` (each `127.0.0.1:PATH`) on the server at `port`.
+pub fn ls_cmd(port: u16, key: &Path, extra: &[&str], paths: &[&str]) -> Command {
+    let mut c = zcp();
+    c.args(["ls", "-p", &port.to_string(), "--key-file"])
+        .arg(key)
+        .args(extra)
+        .args(paths.iter().map(|p| format!("127.0.0.1:{p}")));
+    c
+}
+
 /// `zcp get -J` of `path` from the server on `port` into `dest`.
 pub fn get_json(
     port: u16,

@@ -130,7 +130,11 @@ fn key_of(bytes: &[u8]) -> [u8; 16] {
 
 /// Why `beneath` (a path's components below the requested name) is left out by `filter`:
 /// the entry itself, or a directory it is in.
-fn excluded(filter: &zcp_wire::Filter, beneath: &[Vec<u8>], act: Act) -> Option<&'static str> {
+pub(crate) fn excluded(
+    filter: &zcp_wire::Filter,
+    beneath: &[Vec<u8>],
+    act: Act,
+) -> Option<&'static str> {
     if filter.is_empty() || beneath.is_empty() {
         return None;
     }

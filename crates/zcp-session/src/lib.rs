@@ -32,7 +32,8 @@ mod server;
 mod transport;
 
 pub use client::{
-    Connection, GetOptions, MAX_RETRY_WAIT, SendOptions, StopFlag, Transfer, get, send,
+    Connection, GetOptions, ListOptions, ListOutcome, Listed, MAX_RETRY_WAIT, SendOptions,
+    StopFlag, Transfer, get, list, send,
 };
 pub use error::{SessionError, exit};
 pub use event::{

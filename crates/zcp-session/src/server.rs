@@ -14,6 +14,7 @@
 mod access;
 pub(crate) mod gate;
 mod handshake;
+mod list;
 mod observer;
 mod pending;
 mod session;

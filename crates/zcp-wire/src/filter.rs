@@ -4,8 +4,10 @@
 //! that matches an entry decides, and an entry no rule matches is sent. An excluded directory
 //! is not entered, so nothing beneath it is sent either. Patterns follow rsync:
 //!
-//! - `*` matches anything but `/`, `?` one character but `/`, `[...]` a class, `{a,b}` either;
-//!   `**` as a whole component matches across directories.
+//! - `*` matches anything but `/`, `?` one character but `/`, `[...]` a class; `**` as a
+//!   whole component (`**/x`, `a/**/b`, `x/**`) matches across directories (elsewhere, as in
+//!   `**.gz`, it is `*`: unlike rsync, it does not cross `/` there).
+//! - Unlike rsync, `{a,b}` matches either (globset's syntax); `[{]` is a literal brace.
 //! - A pattern with no `/` (trailing `/` aside) and no `**` matches the entry's name at any
 //!   depth: `*.tmp`, `.git`.
 //! - One that starts with `/` is anchored at the top of the tree being copied (the directory

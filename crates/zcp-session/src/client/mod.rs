@@ -6,8 +6,11 @@
 //! [`ClientObserver`] turns what the role reports into [`Event`]s, adds the interval reports
 //! from the streams' counters and `TCP_INFO`, and builds the [`Summary`].
 
+mod list;
 mod observer;
 mod open;
+
+pub use list::{ListOptions, ListOutcome, Listed, list};
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -78,6 +78,7 @@ pub(super) fn open_session(
     mut open: Open,
     remote: &[Vec<u8>],
 ) -> Result<Opened, SessionError> {
+    let listing = open.list;
     let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
     control.set_read_timeout(Some(conn.connect_timeout)).ok();
     control.set_write_timeout(Some(conn.connect_timeout)).ok();
@@ -88,7 +89,7 @@ pub(super) fn open_session(
     let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
     let peer = cs.peer.to_string();
     tracing::info!(%peer, session = %hex::encode(cs.session_id), "authenticated");
-    let paths = if cs.exports {
+    let paths = if cs.exports && !(listing && remote.is_empty()) {
         match split_export(remote) {
             Ok((export, paths)) => {
                 open.export = export;
@@ -211,7 +212,10 @@ fn granted_wrong(
 ) -> Option<String> {
     let server_paces = asked.pull && asked.rate != 0;
     match (streams, idle_ms) {
-        (0, _) => Some("the server granted no data streams".to_string()),
+        (n, _) if asked.list && n != 0 => Some(format!(
+            "the server granted {n} data streams to a listing, which moves no data"
+        )),
+        (0, _) if !asked.list => Some("the server granted no data streams".to_string()),
         (n, _) if n > asked.streams => Some(format!(
             "the server granted {n} data streams, more than the {} asked for",
             asked.streams

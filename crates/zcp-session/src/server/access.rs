@@ -232,6 +232,15 @@ impl Live {
         self.identities.iter().map(|i| &i.psk).collect()
     }
 
+    /// The exports identity `who` may use, by name, with what it may do in each.
+    pub(crate) fn usable(&self, who: usize) -> Vec<(String, Permission)> {
+        let id = &self.identities[who];
+        (id.access.iter())
+            .filter(|(name, _)| self.exports.contains_key(*name))
+            .map(|(name, p)| (name.clone(), *p))
+            .collect()
+    }
+
     /// The exports, by name.
     pub(crate) fn exports(&self) -> impl Iterator<Item = (&String, &Arc<Root>)> {
         self.exports.iter()
@@ -269,15 +278,22 @@ impl Live {
     /// exists.
     pub(crate) fn export(&self, who: usize, name: &str, pull: bool) -> Result<Granted, Refusal> {
         let id = &self.identities[who];
+        let yours = || {
+            let mut yours: Vec<String> = self
+                .usable(who)
+                .iter()
+                .map(|(e, _)| escape_text(e))
+                .collect();
+            yours.truncate(20);
+            yours.join(", ")
+        };
         let wanted = if self.named {
             if name.is_empty() {
-                let mut yours: Vec<String> = id.access.keys().map(|e| escape_text(e)).collect();
-                yours.truncate(20);
                 return Err(Refusal::new(
                     ErrorCode::BadPath,
                     format!(
                         "this server has exports: name one as the first component of the remote path (HOST:EXPORT/PATH; yours: {})",
-                        yours.join(", ")
+                        yours()
                     ),
                 ));
             }
@@ -292,7 +308,11 @@ impl Live {
         let missing = || {
             Refusal::new(
                 ErrorCode::BadPath,
-                format!("no export '{}' on this server", escape_text(wanted)),
+                format!(
+                    "no export '{}' on this server (yours: {}; `zcp ls HOST:` lists them)",
+                    escape_text(wanted),
+                    yours()
+                ),
             )
         };
         let (Some(permission), Some(root)) = (id.access.get(wanted), self.exports.get(wanted))

@@ -93,7 +93,7 @@ impl ServerObserver<'_> {
         left
     }
 
-    fn failed(&mut self, code: &'static str) {
+    pub(super) fn failed(&mut self, code: &'static str) {
         self.failed_files += 1;
         let integrity = |c: &str| matches!(c, "verify" | "source-changed");
         if self.failures.len() < 64

@@ -36,8 +36,8 @@ use crate::transport::pace::{RateCap, planned};
 const MAX_GETS: usize = 4096;
 
 /// A session's control connection, before its role takes it over.
-struct Control {
-    ctl: Arc<ControlWriter>,
+pub(super) struct Control {
+    pub(super) ctl: Arc<ControlWriter>,
     rx: ControlRx,
 }
 
@@ -74,7 +74,7 @@ impl Control {
 
     /// The next message, before `until` (what a client must send before its role starts —
     /// `Open`, the `Get`s — comes within one handshake timeout, however it is spread).
-    fn next(&mut self, until: Instant) -> Result<Message, SessionError> {
+    pub(super) fn next(&mut self, until: Instant) -> Result<Message, SessionError> {
         loop {
             match self.rx.poll() {
                 Ok(Some(m)) => return Ok(m),
@@ -93,12 +93,12 @@ impl Control {
     }
 
     /// Tells the client why, and ends the session.
-    fn refuse(&self, code: ErrorCode, message: String) -> SessionError {
+    pub(super) fn refuse(&self, code: ErrorCode, message: String) -> SessionError {
         self.ctl.send_error(code, &message);
         SessionError::Refusing { code, message }
     }
 
-    fn opened(&self, g: &Grant) -> Result<(), SessionError> {
+    pub(super) fn opened(&self, g: &Grant) -> Result<(), SessionError> {
         self.ctl
             .send(&Message::Opened {
                 streams: g.streams,
@@ -113,9 +113,11 @@ impl Control {
 }
 
 /// What the server granted a session, from its `Open`.
-struct Grant {
+pub(super) struct Grant {
     pull: bool,
-    recursive: bool,
+    /// A listing (`zcp ls`): no data streams, no role.
+    list: bool,
+    pub(super) recursive: bool,
     recv: RecvEngine,
     send: SendEngine,
     block: u64,
@@ -134,7 +136,7 @@ struct Grant {
     /// What the receiver does with a file already there (`--ignore-existing`, ...).
     existing: ExistingMode,
     /// A pull's `--exclude` / `--include` rules, for the walk.
-    filter: Arc<zcp_wire::Filter>,
+    pub(super) filter: Arc<zcp_wire::Filter>,
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -183,6 +185,12 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             ),
         )
     })?;
+    if open.list && !open.pull {
+        return Err(c.refuse(
+            ErrorCode::Protocol,
+            "a listing reads: its Open must say pull".into(),
+        ));
+    }
     if !open.pull && !open.filters.is_empty() {
         return Err(c.refuse(
             ErrorCode::Protocol,
@@ -218,10 +226,14 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             ),
         ));
     }
-    // A client may only tighten the server's limits.
-    let streams = open.streams.clamp(1, ctx.cfg.max_streams);
+    // A client may only tighten the server's limits; a listing moves no data.
+    let streams = match open.list {
+        true => 0,
+        false => open.streams.clamp(1, ctx.cfg.max_streams),
+    };
     Ok(Grant {
         pull: open.pull,
+        list: open.list,
         recursive: open.recursive,
         recv,
         send,
@@ -235,7 +247,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         rate: open.rate,
         // In a push the client sends, and holds its own cap. The data streams take the
         // control connection's path: its segment size is theirs.
-        pacing: if open.pull {
+        pacing: if open.pull && !open.list {
             let mss = tcp_max_segment(std::os::fd::AsFd::as_fd(&c.rx.stream));
             planned(open.rate, usize::from(streams), mss)
         } else {
@@ -409,7 +421,29 @@ fn serve(
         }
     };
     observer.asked.export = Some(clip(escape_text(&open.export)));
-    observer.asked.direction = Some(if open.pull { "pull" } else { "push" });
+    observer.asked.direction = Some(match (open.list, open.pull) {
+        (true, _) => "list",
+        (false, true) => "pull",
+        (false, false) => "push",
+    });
+    if open.list && j.live.named() && open.export.is_empty() {
+        // `zcp ls HOST:` on a server with exports: the ones this identity may use.
+        let g = grant(ctx, &c, open)?;
+        ctx.reporter.event(&ServerEvent::SessionStart {
+            peer: j.peer,
+            session: session.hex.clone(),
+            direction: "list",
+            streams: 0,
+            identity: j.live.identities[j.who].name.clone(),
+            export: "(its exports)".into(),
+        });
+        observer.started = true;
+        let entries = super::list::serve_exports(ctx, c, &g, &j.live, j.who)?;
+        return Ok(Served {
+            entries,
+            ..Served::default()
+        });
+    }
     // The export, and whether this identity may read or write it, before anything else.
     let export = j.live.export(j.who, &open.export, open.pull).map_err(|r| {
         // The client is told no more than for a name that is no export (no oracle); the
@@ -429,13 +463,20 @@ fn serve(
     ctx.reporter.event(&ServerEvent::SessionStart {
         peer: j.peer,
         session: session.hex.clone(),
-        direction: if g.pull { "pull" } else { "push" },
+        direction: observer.asked.direction.unwrap_or("push"),
         streams: g.streams,
         identity: identity.name.clone(),
         export: export.name.clone(),
     });
     observer.started = true;
     observer.ignore_existing = g.existing.leaves();
+    if g.list {
+        let entries = super::list::serve_list(ctx, c, &g, &export, observer)?;
+        return Ok(Served {
+            entries,
+            ..Served::default()
+        });
+    }
     if g.pull {
         let (peer, psk) = (j.peer, identity.psk.clone());
         serve_pull(

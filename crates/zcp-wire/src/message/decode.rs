@@ -273,6 +273,7 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             mtime_sec: r.i64()?,
             mtime_nsec: r.u32()?,
             target: r.bytes(MAX_PATH, "link target")?,
+            head: read_flags::<1>(r, "list entry")?[0],
         }),
         code::PLAN => Message::Plan {
             files: r.u64()?,

@@ -236,6 +236,7 @@ impl Message {
             Message::ListEntry(e) => {
                 w.bytes(&e.path).u8(e.kind.to_u8()).u64(e.size).u32(e.mode);
                 w.i64(e.mtime_sec).u32(e.mtime_nsec).bytes(&e.target);
+                w.u8(flags(&[e.head]));
             }
             Message::GetEnd | Message::Finish => {}
             _ => return false,

@@ -249,6 +249,9 @@ pub struct ListEntry {
     pub mtime_nsec: u32,
     /// A link's target, raw; empty otherwise.
     pub target: Vec<u8>,
+    /// The path asked for itself: the first entry of the answer to the next `Get` (flags
+    /// bit 0). Every other entry lies beneath the last such one.
+    pub head: bool,
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]

@@ -176,6 +176,7 @@ fn file_samples() -> Vec<Message> {
             mtime_sec: -1,
             mtime_nsec: 999_999_999,
             target: b"../x".to_vec(),
+            head: true,
         }),
         Message::Stats(SideStats {
             cpu_user_us: 1,
@@ -366,7 +367,14 @@ fn filters_only(rest: &[u8]) -> Result<Message, DecodeError> {
 #[test]
 fn a_listing_of_an_unknown_kind_is_malformed() {
     let mut w = Writer::default();
-    w.bytes(b"a").u8(5).u64(0).u32(0).i64(0).u32(0).bytes(b"");
+    w.bytes(b"a")
+        .u8(5)
+        .u64(0)
+        .u32(0)
+        .i64(0)
+        .u32(0)
+        .bytes(b"")
+        .u8(0);
     let r = Message::decode(code::LIST_ENTRY, &w.buf);
     assert!(r.unwrap_err().to_string().contains("unknown entry kind 5"));
 }

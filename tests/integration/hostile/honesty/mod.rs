@@ -4,9 +4,11 @@
 //! `zcp get`'s exit code; `once`: `zcp serve --once`'s exit code; `claims`: `Progress` from
 //! either side; `send`: `zcp send`'s exit code against a malicious receiver (an engine not
 //! asked for, a commit unverified, with another digest or before the data), in trees, with
-//! `--retry` and over UDP, and `zcp serve`'s own verdict in a pull.
+//! `--retry` and over UDP, and `zcp serve`'s own verdict in a pull; `listing`: `zcp ls`
+//! against a server that lists what was not asked for, or names that would drive a terminal.
 
 mod claims;
 mod get;
+mod listing;
 mod once;
 mod send;

@@ -350,6 +350,25 @@ pub fn get(port: u16, key: &Path, paths: &[&str], dest: &Path, extra: &[&str]) -
         .unwrap()
 }
 
+/// `zcp ls` of `paths` on the evil server, started, not waited for.
+pub fn ls(port: u16, key: &Path, paths: &[&str], extra: &[&str]) -> Child {
+    ls_cmd(port, key, extra, paths)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A `zcp ls` of `paths` and the malicious server that accepted it (granting no streams,
+/// as a listing asks), its `Get`s read.
+pub fn evil_ls(env: &Env, paths: &[&str], extra: &[&str]) -> (Child, Evil) {
+    let (l, port) = listener();
+    let child = ls(port, &env.key, paths, extra);
+    let evil = Evil::accept(&l, &env.psk(), Some(0));
+    (child, evil)
+}
+
 /// `zcp send -i 0` of `src` to the evil server's `dest`, started, not waited for.
 pub fn send(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -> Child {
     let mut args = vec!["-i", "0"];
