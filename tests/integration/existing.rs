@@ -53,6 +53,10 @@ fn a_file_already_there_is_left_refused_or_kept_as_asked() {
         log.contains("up/t/a not committed") && log.contains("--ignore-existing"),
         "{log}"
     );
+    assert!(
+        log.contains("finished: 1 file, ") && log.contains(", 1 left as already there"),
+        "{log}"
+    );
     let o = text_push(&["-r", "-i", "0", "--ignore-existing"]);
     assert!(o.status.success(), "{}", both(&o));
     assert!(

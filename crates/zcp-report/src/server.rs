@@ -254,13 +254,18 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             reason,
             files,
             bytes,
+            left,
             ..
         } => match (ok, reason) {
             (true, _) => format!(
-                "zcp: session {} finished: {files} file{}, {}",
+                "zcp: session {} finished: {files} file{}, {}{}",
                 short(session),
                 if *files == 1 { "" } else { "s" },
-                size(*bytes)
+                size(*bytes),
+                match left {
+                    0 => String::new(),
+                    n => format!(", {n} left as already there"),
+                }
             ),
             (false, r) => format!(
                 "zcp: session {} failed: {}",

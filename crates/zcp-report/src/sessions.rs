@@ -122,6 +122,7 @@ mod tests {
             seconds: 0.0,
             resent_chunks: 0,
             failed: 0,
+            left: 0,
         }
     }
 

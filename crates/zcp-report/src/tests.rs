@@ -529,6 +529,7 @@ fn server_lines() {
             seconds: 1.0,
             resent_chunks: 0,
             failed: 0,
+            left: 0,
         },
     ];
     let log = ServerLog::new(Vec::new(), Vec::new());

@@ -135,6 +135,7 @@ impl TransferLog {
                 seconds,
                 resent_chunks,
                 failed,
+                left,
             } => {
                 let mut v = common(&time, "session", session, ctx.as_ref());
                 v["files"] = json!(files);
@@ -143,6 +144,7 @@ impl TransferLog {
                 v["rate_bps"] = json!(rate(*bytes, *seconds));
                 v["resent_chunks"] = json!(resent_chunks);
                 v["failed_files"] = json!(failed);
+                v["left_existing"] = json!(left);
                 v["outcome"] = json!(if *ok { "ok" } else { "failed" });
                 v["reason"] = json!(reason.as_deref().map(escape_text));
                 v

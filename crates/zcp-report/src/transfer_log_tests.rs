@@ -62,6 +62,7 @@ fn events() -> Vec<ServerEvent> {
             seconds: 2.0,
             resent_chunks: 3,
             failed: 0,
+            left: 0,
         },
         // Refused after authenticating: a line of its own, with who asked for what (the
         // client's text escaped).

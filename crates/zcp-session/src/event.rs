@@ -553,6 +553,9 @@ pub enum ServerEvent {
         /// Entries that failed (each also a [`ServerEvent::FileFailed`], but for those a
         /// peer reported past the log's cap on its notices).
         failed: u64,
+        /// Files already there and left as the client asked (`--ignore-existing`, a quick
+        /// check): neither committed nor failed.
+        left: u64,
     },
     /// A session was refused after its client authenticated, before it started (an export
     /// the identity may not use, a bad `Open`, the server shutting down): no

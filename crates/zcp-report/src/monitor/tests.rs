@@ -50,6 +50,7 @@ fn end(m: &Monitor, session: &str, ok: bool, bytes: u64, now: f64) {
             seconds: 3.0,
             resent_chunks: 3,
             failed: 0,
+            left: 0,
         },
         now,
     );

@@ -398,6 +398,7 @@ fn end(
         seconds: began.elapsed().as_secs_f64(),
         resent_chunks: served.map_or(0, |s| s.resent_chunks),
         failed: o.failed_files,
+        left: o.left_existing,
     });
     code
 }
