@@ -86,7 +86,7 @@ pub(crate) fn run(a: LsArgs) -> anyhow::Result<i32> {
 }
 
 /// Entries one JSON document holds, at most (it is written at the end, so held until then).
-const JSON_MAX: usize = 1_000_000;
+const JSON_MAX: usize = 500_000;
 /// Notices from the server written, at most (the rest are counted).
 const NOTICES_MAX: u64 = 100;
 
@@ -105,7 +105,8 @@ struct Printer {
     /// The current path's lines, by their path beneath it, to be sorted.
     pending: Vec<(Vec<u8>, String)>,
     /// The JSON entries: (path asked for, path beneath it, entry).
-    doc: Vec<(usize, Vec<u8>, serde_json::Value)>,
+    /// Each serialised at once: a few hundred bytes an entry, not a `Value`'s kilobytes.
+    doc: Vec<(usize, Vec<u8>, String)>,
     failures: Vec<serde_json::Value>,
     out: std::io::BufWriter<std::io::Stdout>,
     broken: Option<std::io::Error>,
@@ -218,7 +219,7 @@ impl Printer {
     /// Keeps an entry of the JSON document, up to [`JSON_MAX`].
     fn keep(&mut self, request: usize, rel: Vec<u8>, v: serde_json::Value) {
         match self.doc.len() < JSON_MAX {
-            true => self.doc.push((request, sort_key(rel), v)),
+            true => self.doc.push((request, sort_key(rel), v.to_string())),
             false => self.too_many = true,
         }
     }
@@ -276,9 +277,13 @@ impl Printer {
         if self.json && !self.too_many {
             let mut doc = std::mem::take(&mut self.doc);
             doc.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-            let entries: Vec<serde_json::Value> = doc.into_iter().map(|(_, _, v)| v).collect();
-            let doc = serde_json::json!({"entries": entries, "failures": self.failures});
-            let text = serde_json::to_string_pretty(&doc)?;
+            // One entry a line, in one document.
+            let entries: Vec<String> = doc.into_iter().map(|(_, _, v)| v).collect();
+            let failures = serde_json::to_string(&self.failures)?;
+            let text = format!(
+                "{{\"entries\": [\n{}\n],\n\"failures\": {failures}}}",
+                entries.join(",\n")
+            );
             self.line(text);
         }
         if self.notices > NOTICES_MAX {
