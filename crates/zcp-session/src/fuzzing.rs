@@ -192,10 +192,12 @@ fn step(
             rx.written(file, index, r, now);
             if ok {
                 let mac = s.mac();
+                // A chunk at offset 0 is hashed from the file's start: its proof has the
+                // root, as `ChunkHasher` always gives it there.
                 let proof = zcp_wire::ChunkProof {
                     mac,
                     cv: mac,
-                    root: None,
+                    root: (index == 0).then_some(mac),
                 };
                 rx.hashed(file, index, proof, now);
             }
@@ -414,6 +416,10 @@ fn answer(s: &mut Script<'_>, told: &mut Told, job: FsJob) -> FsDone {
                                 i,
                                 zcp_wire::ChunkProof {
                                     mac: [1; 32],
+                                    // A file of one chunk keeps no journal: its only offer
+                                    // is an existing target's, hashed from its start, which
+                                    // has the root (a journal's records have none).
+                                    root: (plan.count() == 1).then_some([2; 32]),
                                     ..Default::default()
                                 },
                             )
