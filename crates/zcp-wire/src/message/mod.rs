@@ -11,9 +11,13 @@ use crate::{DecodeError, Nonce, SessionId};
 
 mod decode;
 mod encode;
+mod error_code;
 mod existing;
+mod list;
 
+pub use error_code::ErrorCode;
 pub use existing::ExistingMode;
+pub use list::{ListEntry, ListKind};
 
 /// Size of a frame header: payload length (4) and message type (1).
 pub const HEADER_LEN: usize = 5;
@@ -43,96 +47,6 @@ pub enum Role {
     Control,
     /// A data stream joining an existing session.
     Data,
-}
-
-/// Why a connection or a file failed; carried in [`Message::Error`] and [`Message::FileFailed`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    /// The peer broke the protocol (bad frame, unexpected message).
-    Protocol,
-    /// The peers speak different protocol versions.
-    Version,
-    /// Authentication failed: the peers do not share a key.
-    Auth,
-    /// The destination path was refused (absolute, `..`, NUL, outside the root, ...).
-    BadPath,
-    /// The destination filesystem has no room for the file.
-    NoSpace,
-    /// An I/O error on the receiver.
-    Io,
-    /// What the receiver wrote does not match what the sender hashed.
-    Verify,
-    /// The server is at a limit (sessions, streams, connections).
-    Busy,
-    /// A size or count over a protocol limit.
-    Limit,
-    /// The source changed or ended early while it was being sent.
-    SourceChanged,
-    /// Any other failure.
-    Internal,
-    /// A file is already at the destination and the session asked not to replace it
-    /// (`--no-clobber`, or `--ignore-existing`, which counts it as skipped).
-    Exists,
-}
-
-impl ErrorCode {
-    fn to_u16(self) -> u16 {
-        match self {
-            ErrorCode::Protocol => 1,
-            ErrorCode::Version => 2,
-            ErrorCode::Auth => 3,
-            ErrorCode::BadPath => 4,
-            ErrorCode::NoSpace => 5,
-            ErrorCode::Io => 6,
-            ErrorCode::Verify => 7,
-            ErrorCode::Busy => 8,
-            ErrorCode::Limit => 9,
-            ErrorCode::SourceChanged => 10,
-            ErrorCode::Internal => 11,
-            ErrorCode::Exists => 12,
-        }
-    }
-
-    fn from_u16(v: u16) -> ErrorCode {
-        match v {
-            1 => ErrorCode::Protocol,
-            2 => ErrorCode::Version,
-            3 => ErrorCode::Auth,
-            4 => ErrorCode::BadPath,
-            5 => ErrorCode::NoSpace,
-            6 => ErrorCode::Io,
-            7 => ErrorCode::Verify,
-            8 => ErrorCode::Busy,
-            9 => ErrorCode::Limit,
-            10 => ErrorCode::SourceChanged,
-            12 => ErrorCode::Exists,
-            // Codes added by later versions read as Internal rather than failing the decode.
-            _ => ErrorCode::Internal,
-        }
-    }
-
-    /// The code whose [`ErrorCode::name`] is `name`, if any.
-    pub fn from_name(name: &str) -> Option<ErrorCode> {
-        (1..=12).map(ErrorCode::from_u16).find(|c| c.name() == name)
-    }
-
-    /// A short lowercase name for logs and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorCode::Protocol => "protocol",
-            ErrorCode::Version => "version",
-            ErrorCode::Auth => "auth",
-            ErrorCode::BadPath => "bad-path",
-            ErrorCode::NoSpace => "no-space",
-            ErrorCode::Io => "io",
-            ErrorCode::Verify => "verify",
-            ErrorCode::Busy => "busy",
-            ErrorCode::Limit => "limit",
-            ErrorCode::SourceChanged => "source-changed",
-            ErrorCode::Internal => "internal",
-            ErrorCode::Exists => "exists",
-        }
-    }
 }
 
 /// How a session runs, asked for by the client right after `Welcome`.
@@ -181,77 +95,6 @@ pub struct Open {
     /// sender's walk: the client's in a push, the server's in a pull. At most
     /// [`crate::MAX_FILTER_RULES`], each at most [`crate::MAX_FILTER_RULE`] bytes.
     pub filters: Vec<String>,
-}
-
-/// What a [`Message::ListEntry`] names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link (its target in `target`).
-    Link,
-    /// Anything else (FIFO, socket, device): never sent by a transfer.
-    Other,
-    /// An export the identity may use (a listing of a server's exports).
-    Export,
-}
-
-impl ListKind {
-    fn to_u8(self) -> u8 {
-        match self {
-            ListKind::File => 0,
-            ListKind::Dir => 1,
-            ListKind::Link => 2,
-            ListKind::Other => 3,
-            ListKind::Export => 4,
-        }
-    }
-
-    fn from_u8(v: u8) -> Option<ListKind> {
-        Some(match v {
-            0 => ListKind::File,
-            1 => ListKind::Dir,
-            2 => ListKind::Link,
-            3 => ListKind::Other,
-            4 => ListKind::Export,
-            _ => return None,
-        })
-    }
-
-    /// How reports and JSON name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ListKind::File => "file",
-            ListKind::Dir => "dir",
-            ListKind::Link => "link",
-            ListKind::Other => "other",
-            ListKind::Export => "export",
-        }
-    }
-}
-
-/// One entry of a listing (`zcp ls`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListEntry {
-    /// The path as the client asked for it, joined with the entry's place beneath it.
-    pub path: Vec<u8>,
-    /// What it is.
-    pub kind: ListKind,
-    /// Bytes (files); 0 for anything else.
-    pub size: u64,
-    /// Permission bits.
-    pub mode: u32,
-    /// Modification time, seconds since the epoch.
-    pub mtime_sec: i64,
-    /// Nanoseconds part.
-    pub mtime_nsec: u32,
-    /// A link's target, raw; empty otherwise.
-    pub target: Vec<u8>,
-    /// The path asked for itself: the first entry of the answer to the next `Get` (flags
-    /// bit 0). Every other entry lies beneath the last such one.
-    pub head: bool,
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]
