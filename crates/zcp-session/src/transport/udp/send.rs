@@ -88,19 +88,33 @@ pub(super) fn stream(
     stats: &UdpStats,
 ) -> Usage {
     let start = thread_usage();
-    let result = run((stream, streams), sock, side, progress, cfg, stats);
-    let usage = thread_usage().since(&start);
-    (side.report)(match result {
-        Ok(()) => Departure::StreamDone {
-            usage,
-            end: Instant::now(),
-        },
-        Err(r) => Departure::StreamFailed {
+    let failed = |r: Refusal| {
+        (side.report)(Departure::StreamFailed {
             stream,
             why: r.message,
+        });
+    };
+    match open((stream, streams), sock, side, progress, cfg, stats) {
+        Err(r) => failed(r),
+        Ok((mut s, listener)) => match s.drive() {
+            Err(r) => {
+                // Said before the side channel closes: the receiver then closes the other
+                // streams, whose failures must not reach the session before this cause.
+                failed(r);
+                let _ = s.sock.shutdown(Shutdown::Both);
+                let _ = listener.join();
+            }
+            Ok(()) => {
+                // The reader ends when the receiver closes its side (after our End).
+                let _ = s.sock.shutdown(Shutdown::Write);
+                (side.report)(Departure::StreamDone {
+                    usage: thread_usage().since(&start),
+                    end: Instant::now(),
+                });
+            }
         },
-    });
-    usage
+    }
+    thread_usage().since(&start)
 }
 
 /// The sending state of one stream.
@@ -132,14 +146,16 @@ struct Sender<'a> {
     loss: Option<(u32, u64)>,
 }
 
-fn run(
+/// Greets the receiver on the side channel and readies the stream's sending state, with
+/// the thread that listens to the receiver.
+fn open<'a>(
     (stream, streams): (u16, u64),
     mut sock: TcpStream,
-    side: &SendSide,
-    progress: &AtomicU64,
+    side: &'a SendSide,
+    progress: &'a AtomicU64,
     cfg: &UdpConfig,
-    stats: &UdpStats,
-) -> Result<(), Refusal> {
+    stats: &'a UdpStats,
+) -> Result<(Sender<'a>, std::thread::JoinHandle<()>), Refusal> {
     let mut reader = SideReader::default();
     let (port, _, claim) = read_hello(&mut sock, &mut reader, HELLO_WAIT)?;
     let udp = bind_beside(&sock, cfg.offload)?;
@@ -175,7 +191,7 @@ fn run(
     };
     let rate = RateControl::new(cfg.mode, ceiling);
     let now = Instant::now();
-    let mut s = Sender {
+    let s = Sender {
         stream: usize::from(stream),
         bucket: TokenBucket::new(rate.rate(), burst(rate.rate()), now),
         rate,
@@ -198,16 +214,7 @@ fn run(
         loss: cfg.loss.map(|(p, seed)| (p, seed | 1)),
         sock,
     };
-    let r = s.drive();
-    if r.is_err() {
-        let _ = s.sock.shutdown(Shutdown::Both);
-    }
-    // The reader ends when the receiver closes its side (after our End) or we shut it.
-    let _ = s.sock.shutdown(Shutdown::Write);
-    if r.is_err() {
-        let _ = listener.join();
-    }
-    r
+    Ok((s, listener))
 }
 
 /// Bytes the pacing bucket holds at most: about 2 ms of the rate, at least 256 KiB.
