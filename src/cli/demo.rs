@@ -93,6 +93,11 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 pub(crate) fn run(a: DemoArgs) -> anyhow::Result<i32> {
+    if a.transfer.delete || a.transfer.delete_dry_run {
+        super::usage!(
+            "the demo sends one file: --delete has no tree to mirror; try it with send -r"
+        );
+    }
     let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = tempfile::Builder::new()
         .prefix("zcp-demo-")

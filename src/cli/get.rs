@@ -14,6 +14,9 @@ pub(crate) const EXAMPLES: &str = "\
   zcp get dtn.example.org:run42/big.h5 copy.h5     # ... under a new name
   zcp get -r -P 4 dtn.example.org:archive/run42 restore/
                                                    # a tree, 4 parallel streams
+  zcp get -r --delete dtn.example.org:archive/run42 restore/
+                                                   # mirror: remove from restore/run42 what
+                                                   # the server's run42 no longer has
   zcp get dtn.example.org:a.h5 dtn.example.org:b.h5 in/
                                                    # several paths from one server
   zcp get zcp://[2001:db8::7]:6000/run42/big.h5 .  # a URL: IPv6 address and port";

@@ -154,8 +154,14 @@ impl Printer {
                     eprintln!("zcp: ls: note: {m}");
                 }
             }
-            Listed::Export { name, read, write } => {
+            Listed::Export {
+                name,
+                read,
+                write,
+                delete,
+            } => {
                 let access = match (read, write) {
+                    _ if delete => "read-write-delete",
                     (true, true) => "read-write",
                     (true, false) => "read",
                     _ => "write",
@@ -167,7 +173,7 @@ impl Printer {
                         self.keep(0, name.into_bytes(), v);
                         return;
                     }
-                    (false, true) => format!("{access:<10}  {name}/"),
+                    (false, true) => format!("{access:<17}  {name}/"),
                     (false, false) => format!("{name}/"),
                 };
                 self.hold(name.into_bytes(), line);

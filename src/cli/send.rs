@@ -14,6 +14,10 @@ pub(crate) const EXAMPLES: &str = "\
   zcp send big.h5 dtn.example.org:run42/a.h5       # ... under a new name
   zcp send -r -P 4 run42/ obs/ dtn.example.org:archive
                                                    # two trees, 4 parallel streams
+  zcp send -r --delete-dry-run run42 dtn.example.org:archive/
+                                                   # what --delete would remove there
+  zcp send -r --delete run42 dtn.example.org:archive/
+                                                   # mirror: remove what run42 no longer has
   zcp send --key-file ~/keys/dtn.key -p 6000 big.h5 dtn.example.org:
                                                    # another key and port; into the root
   zcp send big.h5 zcp://dtn.example.org:6000/run42/

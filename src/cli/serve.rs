@@ -66,6 +66,11 @@ pub(crate) struct ServeArgs {
     /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     key_file: Option<PathBuf>,
+    /// With --root: let the key's holder push with --delete (remove what the client does
+    /// not have inside the trees it sends). A --config file grants it per identity and
+    /// export instead, as `read-write-delete`.
+    #[arg(long, conflicts_with = "config")]
+    allow_delete: bool,
     /// Run one session (later clients are refused as busy), then exit; the exit code says
     /// whether it succeeded.
     #[arg(long)]
@@ -147,8 +152,12 @@ fn settings_of(a: &ServeArgs, file: Option<serve_config::ServeConfig>) -> anyhow
                 );
             }
             let (psk, key_file) = zcp_session::keyfile::load_key(a.key_file.as_deref())?;
+            let mut access = AccessConfig::single(root.clone(), psk);
+            if a.allow_delete {
+                access.allow_delete();
+            }
             Ok(Settings {
-                access: AccessConfig::single(root.clone(), psk),
+                access,
                 key_files: vec![key_file],
                 listen: None,
             })

@@ -129,7 +129,7 @@ fn exports_are_listed_with_what_the_key_may_do_and_unreadable_ones_refused() {
     assert!(o.status.success(), "{}", both(&o));
     assert_eq!(
         text(&o.stdout),
-        "read        archive/\nwrite       incoming/\n"
+        format!("{:<17}  archive/\n{:<17}  incoming/\n", "read", "write")
     );
     let o = ls(srv.port, &site.lab, &[], &[""]);
     assert_eq!(text(&o.stdout), "archive/\n", "{}", both(&o));

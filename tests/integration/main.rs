@@ -7,6 +7,7 @@
 mod bench;
 mod clean;
 mod cli;
+mod delete;
 mod doctor;
 mod engines;
 mod existing;

@@ -71,6 +71,19 @@ impl<W: Write> Human<W> {
         )
     }
 
+    /// An entry `--delete` removed: shown with `-v`, and always in a dry run (the list is
+    /// what a dry run is for).
+    fn deleted(&mut self, d: &zcp_session::Deleted) -> std::io::Result<()> {
+        if !self.files && !d.dry_run {
+            return Ok(());
+        }
+        let slash = if d.dir { "/" } else { "" };
+        match d.dry_run {
+            true => writeln!(self.out, "would delete: {}{slash}", d.path),
+            false => writeln!(self.out, "deleted:  {}{slash}", d.path),
+        }
+    }
+
     /// The writer back (for tests).
     pub fn into_inner(self) -> W {
         self.out
@@ -306,9 +319,14 @@ impl<W: Write> Human<W> {
         )?;
         writeln!(
             o,
-            "Files:    {} committed, {} directories and links{}{}{}",
+            "Files:    {} committed, {} directories and links{}{}{}{}",
             s.files,
             s.entries,
+            match (s.deleted, s.deleted_dry_run) {
+                (0, _) => String::new(),
+                (n, true) => format!(", {n} would be deleted (--delete-dry-run)"),
+                (n, false) => format!(", {n} deleted"),
+            },
             if s.left_existing > 0 {
                 format!(
                     ", {} already there and left as {}",
@@ -461,6 +479,10 @@ fn cleaned(event: &Event) -> Event {
             ..r.clone()
         }),
         Event::Failed(f) => Event::Failed(failure(f)),
+        Event::Deleted(d) => Event::Deleted(zcp_session::Deleted {
+            path: t(&d.path),
+            ..d.clone()
+        }),
         Event::File(a) => Event::File(Arrived {
             path: t(&a.path),
             digest: a.digest.as_deref().map(t),
@@ -494,6 +516,7 @@ impl<W: Write> Reporter for Human<W> {
             Event::Notice(n) => writeln!(self.out, "note:     {n}"),
             Event::Failed(f) => self.failed(f),
             Event::File(a) => self.arrived(a),
+            Event::Deleted(d) => self.deleted(d),
             Event::Summary(s) => self.summary(s),
             Event::Retry(r) => self.retry(r),
             Event::RawStart(s) => crate::raw::human_start(&mut self.out, s),

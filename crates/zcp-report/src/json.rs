@@ -159,6 +159,8 @@ fn end(s: &Summary) -> Value {
         "files": {
             "committed": s.files,
             "left_existing": s.left_existing,
+            "deleted": s.deleted,
+            "deleted_dry_run": s.deleted_dry_run,
             "entries": s.entries,
             "failed": s.failed,
             "failures": s.failures.iter().map(failure).collect::<Vec<_>>(),
@@ -268,7 +270,7 @@ impl<W: Write> Reporter for JsonDoc<W> {
             }
             // Failures are listed in `end.files.failures`; progress is for live displays; a
             // line per file is the stream's (a tree of millions would swell one document).
-            Event::Failed(_) | Event::Progress(_) | Event::File(_) => {}
+            Event::Failed(_) | Event::Progress(_) | Event::File(_) | Event::Deleted(_) => {}
             Event::Retry(r) => {
                 if self.retries.len() < 1000 {
                     self.retries.push(retry(r));
@@ -339,6 +341,10 @@ impl<W: Write> Reporter for JsonStream<W> {
             Event::Notice(n) => self.line("notice", json!({ "message": n })),
             Event::Failed(f) => self.line("failed", failure(f)),
             Event::File(a) => self.line("file", arrived(a)),
+            Event::Deleted(d) => self.line(
+                "deleted",
+                json!({ "path": d.path, "dir": d.dir, "dry_run": d.dry_run }),
+            ),
             Event::Summary(s) => self.line("end", end(s)),
             Event::Retry(r) => self.line("retry", retry(r)),
             Event::RawStart(s) => self.line("start", crate::raw::json_start(s)),

@@ -307,7 +307,7 @@ fn check(text: &str, path: &Path) -> Result<ServeConfig, String> {
             }
             let p = Permission::parse(perm.get_ref()).ok_or_else(|| {
                 let m = format!(
-                    "'{}' is not read, write or read-write",
+                    "'{}' is not read, write, read-write or read-write-delete",
                     perm.get_ref().escape_debug()
                 );
                 err(at, &akey, m)
@@ -611,7 +611,10 @@ mod tests {
             "access.archive",
             13,
         );
-        assert!(e.contains("read, write or read-write"), "{e}");
+        assert!(
+            e.contains("read, write, read-write or read-write-delete"),
+            "{e}"
+        );
         let e = refused(
             &f,
             "archive = \"read\"",

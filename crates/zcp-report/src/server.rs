@@ -255,16 +255,21 @@ fn raw_line(event: &ServerEvent, ctx: Option<(std::net::SocketAddr, &str)>) -> S
             files,
             bytes,
             left,
+            deleted,
             ..
         } => match (ok, reason) {
             (true, _) => format!(
-                "zcp: session {} finished: {files} file{}, {}{}",
+                "zcp: session {} finished: {files} file{}, {}{}{}",
                 short(session),
                 if *files == 1 { "" } else { "s" },
                 size(*bytes),
                 match left {
                     0 => String::new(),
                     n => format!(", {n} left as already there"),
+                },
+                match deleted {
+                    0 => String::new(),
+                    n => format!(", {n} deleted"),
                 }
             ),
             (false, r) => format!(

@@ -123,6 +123,7 @@ mod tests {
             resent_chunks: 0,
             failed: 0,
             left: 0,
+            deleted: 0,
         }
     }
 

@@ -123,12 +123,19 @@ fn events(verify: bool) -> Vec<Event> {
             code: "source",
             message: "is a FIFO; only files, directories and links are sent".into(),
         }),
+        Event::Deleted(zcp_session::Deleted {
+            path: "dir/old\x1b[2J".into(),
+            dir: true,
+            dry_run: true,
+        }),
         Event::Summary(Summary {
             bytes: 4 << 30,
             bytes_sent: 3 << 30,
             bytes_skipped: 1 << 30,
             files: 1,
             left_existing: 3,
+            deleted: 5,
+            deleted_dry_run: false,
             entries: 2,
             resent_chunks: 1,
             failed: 1,
@@ -530,6 +537,7 @@ fn server_lines() {
             resent_chunks: 0,
             failed: 0,
             left: 0,
+            deleted: 0,
         },
     ];
     let log = ServerLog::new(Vec::new(), Vec::new());

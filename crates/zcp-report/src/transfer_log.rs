@@ -136,6 +136,7 @@ impl TransferLog {
                 resent_chunks,
                 failed,
                 left,
+                deleted,
             } => {
                 let mut v = common(&time, "session", session, ctx.as_ref());
                 v["files"] = json!(files);
@@ -145,6 +146,7 @@ impl TransferLog {
                 v["resent_chunks"] = json!(resent_chunks);
                 v["failed_files"] = json!(failed);
                 v["left_existing"] = json!(left);
+                v["deleted"] = json!(deleted);
                 v["outcome"] = json!(if *ok { "ok" } else { "failed" });
                 v["reason"] = json!(reason.as_deref().map(escape_text));
                 v

@@ -63,6 +63,7 @@ fn events() -> Vec<ServerEvent> {
             resent_chunks: 3,
             failed: 0,
             left: 0,
+            deleted: 0,
         },
         // Refused after authenticating: a line of its own, with who asked for what (the
         // client's text escaped).

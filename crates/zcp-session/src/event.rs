@@ -219,6 +219,10 @@ pub struct Summary {
     /// Files already at their destination and left as they were (`--ignore-existing`):
     /// neither sent nor compared, on the receiver's word.
     pub left_existing: u64,
+    /// Entries `--delete` removed (or, with `deleted_dry_run`, would have).
+    pub deleted: u64,
+    /// The deletions were a dry run (`--delete-dry-run`).
+    pub deleted_dry_run: bool,
     /// Directories and links created.
     pub entries: u64,
     /// Chunks sent again after failing verification.
@@ -280,6 +284,9 @@ pub enum Event {
     File(Arrived),
     /// An entry did not arrive; the transfer goes on with the rest.
     Failed(Failure),
+    /// `--delete`: the receiver removed an entry the sender does not have (or, in a dry run,
+    /// would have).
+    Deleted(Deleted),
     /// How far the transfer is; about ten times a second (for progress bars).
     Progress(Progress),
     /// The session ended early and is tried again (`--retry`).
@@ -290,6 +297,17 @@ pub enum Event {
     RawStart(RawStart),
     /// A bare byte stream ended cleanly (and, received, was stored).
     RawEnd(RawEnd),
+}
+
+/// An entry `--delete` removed (or named, in its dry run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deleted {
+    /// Its path beneath the receiver's destination root, escaped for display.
+    pub path: String,
+    /// A directory, removed with everything in it.
+    pub dir: bool,
+    /// `--delete-dry-run`: named, not removed.
+    pub dry_run: bool,
 }
 
 /// A bare byte stream (`zcp send --raw`, `zcp recv`), connected: no key, no protocol.
@@ -556,6 +574,9 @@ pub enum ServerEvent {
         /// Files already there and left as the client asked (`--ignore-existing`, a quick
         /// check): neither committed nor failed.
         left: u64,
+        /// Entries removed under `--delete` (or that would be, in its dry run), each also a
+        /// [`ServerEvent::Note`].
+        deleted: u64,
     },
     /// A session was refused after its client authenticated, before it started (an export
     /// the identity may not use, a bad `Open`, the server shutting down): no
@@ -662,6 +683,9 @@ pub(crate) trait Observer {
     fn tick(&mut self, phase: Phase);
     /// The sender counted what the session will announce: files and bytes.
     fn plan(&mut self, _files: u64, _bytes: u64) {}
+    /// `--delete`: the receiver removed `path` (escaped; a directory with all in it when
+    /// `dir`), or in a dry run (`dry_run`) would have.
+    fn deleted(&mut self, path: String, dir: bool, dry_run: bool);
     /// Why the role must stop now (a signal, the server shutting down), if it must. Asked
     /// every tick; the role then ends as after a lost connection, keeping what is durable.
     fn stop(&self) -> Option<String> {
@@ -700,9 +724,27 @@ pub(crate) enum Report {
     Notice(Option<Failure>, Option<String>),
     /// [`Observer::plan`].
     Plan { files: u64, bytes: u64 },
+    /// [`Observer::deleted`].
+    Deleted {
+        path: String,
+        dir: bool,
+        dry_run: bool,
+    },
 }
 
 impl Report {
+    /// Whether it is a failure that keeps a transfer from being whole, so `--delete` removes
+    /// nothing: any but a file left as it was because it is already there (its name was
+    /// announced, and the receiver keeps it).
+    pub(crate) fn is_flaw(&self) -> bool {
+        let fails = |f: &Failure| f.code != zcp_wire::ErrorCode::Exists.name();
+        match self {
+            Report::Notice(Some(f), _) => fails(f),
+            Report::FileDone(d) => d.failure.as_ref().is_some_and(fails),
+            _ => false,
+        }
+    }
+
     /// Makes the call.
     pub(crate) fn deliver(self, o: &mut dyn Observer) {
         match self {
@@ -720,6 +762,7 @@ impl Report {
             Report::FileDone(d) => o.file_done(d),
             Report::Notice(f, n) => o.notice(f, n),
             Report::Plan { files, bytes } => o.plan(files, bytes),
+            Report::Deleted { path, dir, dry_run } => o.deleted(path, dir, dry_run),
         }
     }
 }

@@ -103,6 +103,7 @@ pub(crate) fn in_memory(scope: Scope, now: Instant) -> (Receiving, SessionKeys) 
         sender_engine: "sendfile".into(),
         verify: zcp_wire::VerifyMode::Blake3,
         existing: zcp_wire::ExistingMode::Replace,
+        delete: (zcp_wire::DeleteMode::Off, Default::default()),
     };
     let rx = Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), scope, 2, now);
     (rx, keys)
@@ -111,7 +112,8 @@ pub(crate) fn in_memory(scope: Scope, now: Instant) -> (Receiving, SessionKeys) 
 /// Runs one script against a fresh receiving role. Panics when an output breaks a rule.
 pub fn receiver_script(data: &[u8]) {
     let mut s = Script { data, at: 0 };
-    let pull = s.u8().is_multiple_of(3);
+    let first = s.u8();
+    let pull = first.is_multiple_of(3);
     let scope = if pull {
         Scope::pull(Requested {
             names: (0..4).map(|i| format!("f{i}").into_bytes()).collect(),
@@ -124,6 +126,13 @@ pub fn receiver_script(data: &[u8]) {
     let start = Instant::now();
     let mut now = start;
     let (mut rx, keys) = in_memory(scope, now);
+    if first.is_multiple_of(5) {
+        let mode = match first.is_multiple_of(2) {
+            true => zcp_wire::DeleteMode::Delete,
+            false => zcp_wire::DeleteMode::DryRun,
+        };
+        rx.mirror = crate::recv::prune::Mirror::new(mode, Default::default(), false, pull);
+    }
     if s.u8().is_multiple_of(4) {
         rx.cfg.verify = zcp_wire::VerifyMode::None;
     }
@@ -303,9 +312,14 @@ fn built_frame(s: &mut Script<'_>, told: &Told, keys: &SessionKeys) -> Message {
             message: "changed".into(),
         },
         7 => {
-            let path = format!("f{}/d{}", s.u8() % 5, s.u8() % 3).into_bytes();
-            match s.u8() % 3 {
-                0 => Message::MakeDir { path },
+            let a = s.u8();
+            let path = format!("f{}/d{}", a % 5, s.u8() % 3).into_bytes();
+            match s.u8() % 4 {
+                0 => Message::MakeDir {
+                    path,
+                    top: a >= 128,
+                },
+                3 => Message::Prune,
                 1 => Message::MakeLink {
                     path,
                     target: b"t".to_vec(),
@@ -373,7 +387,7 @@ fn frame(
         _ => {}
     }
     let entry = match &m {
-        Message::MakeDir { path } | Message::MakeLink { path, .. } => Some(path.clone()),
+        Message::MakeDir { path, .. } | Message::MakeLink { path, .. } => Some(path.clone()),
         Message::DirTimes { path, .. } => Some(path.clone()),
         _ => None,
     };
@@ -390,6 +404,18 @@ fn frame(
             return true;
         }
         Step::Done => return false,
+        Step::Prune(_) => {
+            // Only with nothing open and nothing failed; the loop then prunes and says so.
+            assert!(
+                rx.files.is_empty() && rx.preparing.is_none() && rx.mirror.flaws == 0,
+                "a Prune carried out with files open or entries failed"
+            );
+            rx.send(Message::Pruned(zcp_wire::PruneCount {
+                end: true,
+                ..Default::default()
+            }));
+            return true;
+        }
         Step::Fs(job) => answer(s, told, job),
     };
     if let (Some(path), FsDone::Entry { result, .. }) = (entry, &done) {

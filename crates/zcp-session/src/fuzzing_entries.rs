@@ -66,7 +66,11 @@ impl Script<'_> {
 fn kinds() -> [u8; 4] {
     [
         Message::PutFile(put_file(Vec::new(), Vec::new(), 0, 0)).kind(),
-        Message::MakeDir { path: Vec::new() }.kind(),
+        Message::MakeDir {
+            path: Vec::new(),
+            top: false,
+        }
+        .kind(),
         Message::MakeLink {
             path: Vec::new(),
             target: Vec::new(),
@@ -113,7 +117,7 @@ fn next_entry(s: &mut Script<'_>, kinds: &[u8; 4]) -> Option<Message> {
                 let chunk = u64::from(s.u8()) << (s.u8() & 63);
                 Message::PutFile(put_file(path, name, size, chunk))
             }
-            1 => Message::MakeDir { path },
+            1 => Message::MakeDir { path, top: false },
             2 => Message::MakeLink {
                 path,
                 target: s.path(),
@@ -156,7 +160,7 @@ fn gate(scope: &Scope, m: &Message) -> Option<Result<(RelPath, Act), Refusal>> {
             });
             return Some(checked);
         }
-        Message::MakeDir { path } => (path, Act::Dir),
+        Message::MakeDir { path, .. } => (path, Act::Dir),
         Message::MakeLink { path, .. } => (path, Act::Link),
         Message::DirTimes { path, .. } => (path, Act::Times),
         _ => return None,

@@ -21,8 +21,9 @@ use zcp_wire::{Filter, escape};
 #[derive(Debug)]
 pub(crate) enum Entry {
     /// A directory to create; its mode and mtime are sent after every file (see
-    /// [`Walker::dirs`]).
-    Dir { dest: Vec<u8> },
+    /// [`Walker::dirs`]). `top`: a source directory itself (the top of a tree copied, which
+    /// `--delete` prunes), not one beneath it nor one made to hold several sources.
+    Dir { dest: Vec<u8>, top: bool },
     /// A file.
     File {
         /// Destination relative to the receiver's root.
@@ -43,6 +44,9 @@ pub(crate) enum Entry {
         display: String,
         why: String,
         fail: bool,
+        /// What was passed over is zcp's own (a part file or journal): a receiver keeps
+        /// those under `--delete` too, so the walk is still whole.
+        ours: bool,
     },
 }
 
@@ -184,6 +188,7 @@ impl Walker {
             display,
             why: why.to_string(),
             fail: false,
+            ours: false,
         }
     }
 
@@ -192,6 +197,7 @@ impl Walker {
             display,
             why: why.to_string(),
             fail: true,
+            ours: false,
         }
     }
 
@@ -212,10 +218,12 @@ impl Walker {
         let display = escape(&raw);
         if fs::is_reserved_name(name) {
             // What an interrupted transfer into this tree left behind: no receiver takes it.
-            return Some(Self::skip(
+            return Some(Entry::Skip {
                 display,
-                "is a part file or journal of an interrupted zcp transfer; not sent",
-            ));
+                why: "is a part file or journal of an interrupted zcp transfer; not sent".into(),
+                fail: false,
+                ours: true,
+            });
         }
         let filter = self.filter.clone();
         let excluded = |is_dir| rel.as_deref().is_some_and(|r| filter.excludes(r, is_dir));
@@ -308,6 +316,8 @@ impl Walker {
             Err(e) => return Self::fail(display, format!("cannot be listed ({e})")),
         };
         self.dirs.push((dest.clone(), meta));
+        // A source directory itself has no path beneath the copied directory.
+        let top = rel.is_empty();
         self.stack.push(Level {
             fd,
             entries,
@@ -315,12 +325,12 @@ impl Walker {
             display: raw,
             rel,
         });
-        Entry::Dir { dest }
+        Entry::Dir { dest, top }
     }
 
     fn top(&mut self, top: Top) -> Entry {
         match top {
-            Top::Dir { dest } => Entry::Dir { dest },
+            Top::Dir { dest } => Entry::Dir { dest, top: false },
             Top::Local { path, dest, name } => {
                 let raw = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
                 let display = escape(&raw);
@@ -527,7 +537,9 @@ mod tests {
     fn names(w: Walker) -> Vec<String> {
         let mut v: Vec<String> = w
             .map(|e| match e {
-                Entry::Dir { dest } => format!("D {}", escape(&dest)),
+                Entry::Dir { dest, top } => {
+                    format!("D{} {}", if top { "+" } else { "" }, escape(&dest))
+                }
                 Entry::File { dest, meta, .. } => format!("F {} {}", escape(&dest), meta.size),
                 Entry::Link { dest, target } => {
                     format!("L {} -> {}", escape(&dest), escape(&target))
@@ -585,7 +597,7 @@ mod tests {
         assert!(fifo_skip.contains("fifo"), "{fifo_skip}");
         let part_skip = skip("part file");
         let mut want = vec![
-            "D dst/tree",
+            "D+ dst/tree",
             "D dst/tree/a",
             "D dst/tree/a/b",
             "D dst/tree/empty",
@@ -610,7 +622,7 @@ mod tests {
         assert_eq!(tally(t2, &on), Some((1, 0)));
         let got = names(Walker::new(tops.clone(), true).filtered(filter));
         let mut want = vec![
-            "D dst/tree",
+            "D+ dst/tree",
             "D dst/tree/a",
             "D dst/tree/empty",
             "F dst/tree/zero 0",
@@ -655,7 +667,7 @@ mod tests {
             .map(|s| s.replace(&*String::from_utf8(dest.clone()).unwrap(), "D"))
             .collect();
         assert_eq!(got.len(), 5, "{got:?}");
-        assert!(got.contains(&"D D".to_string()), "{got:?}");
+        assert!(got.contains(&"D+ D".to_string()), "{got:?}");
         assert!(got.contains(&"D D/subdir".to_string()), "{got:?}");
         assert!(got.contains(&"F D/ok 1".to_string()), "{got:?}");
         let fails: Vec<&String> = got.iter().filter(|s| s.starts_with("S ")).collect();

@@ -39,9 +39,9 @@ pub use handshake::{
 };
 pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
-    ErrorCode, ExistingMode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, ListEntry, ListKind,
-    MAX_ENGINE_NAME, MAX_HAVE_ENTRIES, MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE, MAX_TEXT,
-    MIN_RATE, Message, Open, Pacing, PutFile, Role, SideStats, VerifyMode,
+    DeleteMode, ErrorCode, ExistingMode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, ListEntry,
+    ListKind, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES, MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE,
+    MAX_TEXT, MIN_RATE, Message, Open, Pacing, PruneCount, PutFile, Role, SideStats, VerifyMode,
 };
 pub use path::{PathError, RelPath, escape, escape_text};
 pub use proof::{ChunkHasher, ChunkProof, plain_digest};
@@ -49,7 +49,7 @@ pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
 pub use units::{scaled_text, size_text, three_digits};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Length of a nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of a session id.

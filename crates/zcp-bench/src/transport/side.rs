@@ -144,6 +144,7 @@ pub fn send(spec: &SideSpec) -> Result<SideReport, BenchError> {
             },
             existing: zcp_wire::ExistingMode::Replace,
             filter: Vec::new(),
+            delete: zcp_wire::DeleteMode::Off,
         },
         sources: vec![spec.path.clone()],
         dest: DEST.as_bytes().to_vec(),

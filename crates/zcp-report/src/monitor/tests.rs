@@ -51,6 +51,7 @@ fn end(m: &Monitor, session: &str, ok: bool, bytes: u64, now: f64) {
             resent_chunks: 3,
             failed: 0,
             left: 0,
+            deleted: 0,
         },
         now,
     );

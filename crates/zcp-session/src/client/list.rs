@@ -51,6 +51,8 @@ pub enum Listed<'a> {
         read: bool,
         /// It may be written (`zcp send`).
         write: bool,
+        /// A push may delete in it (`zcp send -r --delete`).
+        delete: bool,
     },
     /// A path that could not be listed (`rel` empty), or a directory or entry beneath it
     /// that could not be read (the listing of that path is incomplete), and why (escaped).
@@ -85,6 +87,7 @@ pub fn list(
     let filter = Filter::new(&opts.filter)
         .map_err(|e| SessionError::Usage(escape(e.to_string().as_bytes())))?;
     let open = zcp_wire::Open {
+        delete: zcp_wire::DeleteMode::Off,
         pull: true,
         recursive: opts.recursive,
         streams: 1,
@@ -299,6 +302,7 @@ impl Checker {
                 name: &e.path,
                 read: e.mode & 0o444 != 0,
                 write: e.mode & 0o222 != 0,
+                delete: e.mode & 0o111 != 0,
             });
             self.outcome.listed += 1;
             return Ok(());

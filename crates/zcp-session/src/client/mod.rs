@@ -93,6 +93,9 @@ pub struct Transfer {
     /// `--exclude` / `--include` rules, in order: the walk of a push here, the server's walk
     /// in a get (they travel in `Open`).
     pub filter: Vec<zcp_wire::FilterRule>,
+    /// `--delete` or `--delete-dry-run` (with `recursive`): the receiver removes what the
+    /// sender does not have inside the trees copied, once every entry is in.
+    pub delete: zcp_wire::DeleteMode,
 }
 
 /// How reports name the pacing of a rate cap over UDP.
@@ -371,6 +374,7 @@ fn send_once(
             chunk_size: crate::transport::udp::chunk_for(t.transport, t.chunk_size),
             idle,
             verify: t.verify,
+            delete: t.delete,
             recv_engine: t.recv_engine,
         },
         ctl: Arc::new(ControlWriter::new(tx)),
@@ -534,10 +538,11 @@ fn get_once(
         root_path,
         one_new_name,
     } = pull_plan(opts)?;
+    let filter = Arc::new(compile_filter(t)?);
     let scope = Scope::pull(Requested {
         names: names.clone(),
         recursive: t.recursive,
-        filter: Arc::new(compile_filter(t)?),
+        filter: filter.clone(),
     });
     // A destination directory that is not there yet is made only once the server answered:
     // a refused or failed connection leaves nothing behind.
@@ -628,6 +633,7 @@ fn get_once(
             sender_engine: t.engine.name().into(),
             verify: t.verify,
             existing: t.existing,
+            delete: (t.delete, filter),
         },
         keys,
         nonces,

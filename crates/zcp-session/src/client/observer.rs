@@ -55,6 +55,8 @@ pub(super) struct ClientObserver<'a> {
     /// failed.
     pub(super) ignore_existing: bool,
     left_existing: u64,
+    /// `--delete`: entries removed (or named, in a dry run).
+    deleted: (u64, bool),
     bytes: u64,
     verified: bool,
     stored: bool,
@@ -126,6 +128,7 @@ impl<'a> ClientObserver<'a> {
             files: 0,
             ignore_existing: false,
             left_existing: 0,
+            deleted: (0, false),
             bytes: 0,
             verified: true,
             stored: true,
@@ -267,6 +270,8 @@ impl<'a> ClientObserver<'a> {
             bytes_skipped: self.skipped,
             files: self.files,
             left_existing: self.left_existing,
+            deleted: self.deleted.0,
+            deleted_dry_run: self.deleted.1,
             entries: m.entries,
             resent_chunks: m.resent_chunks,
             seconds: since(m.end),
@@ -314,6 +319,11 @@ impl<'a> ClientObserver<'a> {
 }
 
 impl Observer for ClientObserver<'_> {
+    fn deleted(&mut self, path: String, dir: bool, dry_run: bool) {
+        self.deleted = (self.deleted.0 + 1, dry_run);
+        self.emit(Event::Deleted(crate::event::Deleted { path, dir, dry_run }));
+    }
+
     fn engines(
         &mut self,
         sender: &str,

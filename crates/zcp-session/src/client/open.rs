@@ -297,10 +297,13 @@ pub(super) fn open_message(t: &Transfer, pull: bool, idle: Duration) -> Open {
         existing: t.existing.name().into(),
         list: false,
         // Only the sender walks: the server needs the rules in a pull alone.
-        filters: match pull {
+        // The sender walks: the server needs the rules in a pull, and in a push only to keep
+        // what they exclude from `--delete`.
+        filters: match pull || t.delete.prunes() {
             true => t.filter.iter().map(zcp_wire::FilterRule::to_wire).collect(),
             false => Vec::new(),
         },
+        delete: t.delete,
     }
 }
 

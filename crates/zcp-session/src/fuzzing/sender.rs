@@ -34,6 +34,8 @@
 //! `cargo fuzz run sender_script` runs it under libFuzzer (the `fuzzing` feature exposes
 //! it); the unit test below runs it on seeded random scripts in the suite.
 
+mod checks;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::sync::{Arc, OnceLock};
@@ -50,6 +52,7 @@ use crate::recv::chunks::MAX_CHUNKS;
 use crate::send::frames::MAX_HELD_HAVE_BYTES;
 use crate::send::hash::HashJob;
 use crate::send::state::{MAX_OPEN_FILES, SenderConfig, Sending};
+use checks::{report, sent_frame};
 
 /// The engines a receiver may name, right or wrong.
 const ENGINES: [&str; 8] = ["rw", "splice", "direct", "null", "mem", "auto", "", "tape"];
@@ -109,6 +112,9 @@ struct Told {
     /// Entries reported unanswered, and how many the last `Stats` left unanswered.
     unconfirmed: usize,
     left_at_stats: Option<usize>,
+    /// `--delete`: the `Prune` went out; the receiver's `Pruned{end}` was taken.
+    prune_sent: bool,
+    pruned: bool,
 }
 
 /// The `FileCommitted` the current input was, if it was one: its file, what it said, and
@@ -128,7 +134,13 @@ fn in_class(asked: RecvEngine, named: &str) -> bool {
 /// A sending role with one stream, a fixed key, the verify mode and receiver engine the
 /// script asks for.
 fn role(s: &mut Script<'_>, now: Instant) -> (Sending, SessionKeys) {
-    let asked = RecvEngine::ALL[usize::from(s.u8()) % RecvEngine::ALL.len()];
+    let a = s.u8();
+    let asked = RecvEngine::ALL[usize::from(a) % RecvEngine::ALL.len()];
+    let delete = match a {
+        200.. => zcp_wire::DeleteMode::Delete,
+        160.. => zcp_wire::DeleteMode::DryRun,
+        _ => zcp_wire::DeleteMode::Off,
+    };
     let verify = if s.u8().is_multiple_of(4) {
         VerifyMode::None
     } else {
@@ -140,6 +152,7 @@ fn role(s: &mut Script<'_>, now: Instant) -> (Sending, SessionKeys) {
         chunk_size: (!s.u8().is_multiple_of(4)).then_some(65536),
         idle: Duration::from_secs(5),
         verify,
+        delete,
         recv_engine: asked,
     };
     let keys = SessionKeys::derive(&Psk::from_bytes([9; 32]), &NONCES.0, &NONCES.1);
@@ -320,17 +333,22 @@ fn entry(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) {
             told.dirs.push(display.clone().into_bytes());
             Entry::Dir {
                 dest: display.into_bytes(),
+                top: told.entries % 2 == 1,
             }
         }
         1 => Entry::Link {
             dest: display.into_bytes(),
             target: b"t".to_vec(),
         },
-        2 => Entry::Skip {
-            display,
-            why: "unreadable".into(),
-            fail: s.u8().is_multiple_of(2),
-        },
+        2 => {
+            let b = s.u8();
+            Entry::Skip {
+                display,
+                why: "unreadable".into(),
+                fail: b.is_multiple_of(2),
+                ours: b.is_multiple_of(3),
+            }
+        }
         _ => {
             let Some(file) = null_file() else {
                 return;
@@ -468,6 +486,31 @@ fn built_frame(s: &mut Script<'_>, sm: &Sending, told: &Told) -> Message {
                 message: "no".into(),
             },
             1..=3 if sm.finishing => Message::Stats(SideStats::default()),
+            4 => Message::Deleted {
+                // Beneath a directory the walk gave, mostly (the odd ones are tops).
+                path: {
+                    let n = told.dirs.len().max(1);
+                    let mut p = told
+                        .dirs
+                        .get(usize::from(s.u8()) % n)
+                        .cloned()
+                        .unwrap_or_default();
+                    p.extend_from_slice(format!("/old{}", s.u8() % 4).as_bytes());
+                    p
+                },
+                dir: s.u8().is_multiple_of(2),
+                failed: s
+                    .u8()
+                    .is_multiple_of(4)
+                    .then(|| (ErrorCode::Io, "EIO".into())),
+            },
+            5 => Message::Pruned(zcp_wire::PruneCount {
+                scanned: u64::from(s.u8()),
+                deleted: u64::from(s.u8() % 4),
+                failed: u64::from(s.u8() % 2),
+                end: !s.u8().is_multiple_of(4),
+                refused: String::new(),
+            }),
             _ => Message::Notice {
                 message: "hi".into(),
             },
@@ -510,7 +553,12 @@ fn frame(sm: &mut Sending, told: &mut Told, m: Message, now: Instant) -> (bool, 
         _ => None,
     };
     let stats = matches!(m, Message::Stats(_));
+    let end = matches!(&m, Message::Pruned(c) if c.end);
     let alive = sm.handle_frame(m, now).is_ok();
+    if alive && end {
+        assert!(told.prune_sent, "a Pruned taken when no Prune went out");
+        told.pruned = true;
+    }
     if alive && let Some((done, path)) = answer {
         let (entry, next) = told
             .awaited
@@ -588,136 +636,6 @@ fn check_out(
             sm.source_checked(c.file_id, changed, now);
         }
     }
-}
-
-/// Checks one frame the role sent.
-fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &Message) {
-    let asked = sm.cfg.recv_engine;
-    let proved = sm.cfg.verify.checks() && asked != RecvEngine::Null;
-    match m {
-        Message::MakeDir { path } | Message::MakeLink { path, .. } => {
-            told.awaited.push_back((true, path.clone()));
-        }
-        Message::DirTimes { path, .. } => told.awaited.push_back((false, path.clone())),
-        Message::PutFile(p) => {
-            let plan = ChunkPlan::new(p.size, p.chunk_size).expect("a plan the role made");
-            told.plans.insert(p.file_id, plan);
-            if !told.ready.contains_key(&p.file_id) {
-                told.not_ready.insert(p.file_id);
-            }
-            told.ids
-                .insert(String::from_utf8_lossy(&p.dest).into_owned(), p.file_id);
-        }
-        Message::ChunkMac { file_id, index, .. } => {
-            let ready = told.ready.get(file_id);
-            assert!(
-                proved && ready.is_some_and(|e| in_class(asked, e)),
-                "a MAC for file {file_id} (ready as {ready:?}) in a session that proves nothing"
-            );
-            assert!(
-                told.departed.contains(&(*file_id, *index)),
-                "a MAC for chunk {index} of file {file_id}, which has not left"
-            );
-        }
-        Message::FileEnd { file_id, digest } => {
-            told.ended.insert(*file_id, *digest);
-            if !told.over.contains(file_id) {
-                told.unsettled.insert(*file_id);
-            }
-            let plan = told.plans[file_id];
-            for i in 0..plan.count() {
-                let c = (*file_id, i);
-                assert!(
-                    told.departed.contains(&c) || told.kept.contains(&c),
-                    "FileEnd {file_id}: chunk {i} neither left nor kept"
-                );
-            }
-            if !proved {
-                return;
-            }
-            let plan = told.plans[file_id];
-            let mut d = keys.file_digest(*file_id, plan.size(), plan.chunk_size());
-            let macs = told.macs.get(file_id);
-            for i in 0..plan.count() {
-                let mac = macs.and_then(|m| m.get(&i)).copied();
-                d.push(&mac.unwrap_or_else(|| panic!("FileEnd {file_id}: chunk {i} not hashed")));
-            }
-            assert_eq!(
-                *digest,
-                d.finish(),
-                "FileEnd {file_id}: not this side's digest"
-            );
-        }
-        _ => {}
-    }
-}
-
-/// Checks one report: engines of the class asked for; a file done only with its proof.
-fn report(sm: &Sending, told: &mut Told, r: Report, commit: ThisCommit) {
-    let asked = sm.cfg.recv_engine;
-    let proved = sm.cfg.verify.checks() && asked != RecvEngine::Null;
-    let d = match r {
-        Report::Engines { receiver, .. } => {
-            assert!(
-                in_class(asked, &receiver),
-                "reported receiver engine {receiver}"
-            );
-            return;
-        }
-        Report::FileDone(d) => d,
-        Report::Notice(Some(f), _) if f.message.contains("without saying it made") => {
-            told.unconfirmed += 1;
-            return;
-        }
-        _ => return,
-    };
-    assert!(
-        told.done.insert(d.path.clone()),
-        "two outcomes for {}",
-        d.path
-    );
-    if let Some(id) = told.ids.get(&d.path) {
-        told.over.insert(*id);
-        told.unsettled.remove(id);
-    }
-    if d.failure.is_some() {
-        assert!(
-            !d.verified && !d.stored,
-            "{} failed, yet verified or stored",
-            d.path
-        );
-        return;
-    }
-    let id = told.ids[&d.path];
-    let Some((file, claim, after_end)) = commit.filter(|c| c.0 == id) else {
-        panic!("{} done without a FileCommitted for it", d.path);
-    };
-    assert_eq!(file, id);
-    assert!(after_end, "{} done on a commit before its FileEnd", d.path);
-    let ready = told.ready.get(&id);
-    assert!(
-        ready.is_some_and(|e| in_class(asked, e)),
-        "{} done with the engine {ready:?}, asked for {}",
-        d.path,
-        asked.name()
-    );
-    assert_eq!(d.verified, proved, "{} verified {}", d.path, d.verified);
-    assert_eq!(d.stored, asked.stores(), "{} stored {}", d.path, d.stored);
-    assert!(
-        claim.stored || !asked.stores(),
-        "{} done, not stored",
-        d.path
-    );
-    if proved {
-        let sent = told.ended[&id];
-        assert!(claim.verified, "{} done, not verified", d.path);
-        assert_eq!(claim.digest, sent, "{} done with another digest", d.path);
-        let plain = plain_of(told.macs.get(&id), told.plans[&id].count());
-        assert_eq!(d.digest, plain, "{} reported with another digest", d.path);
-    } else {
-        assert_eq!(d.digest, [0; 32], "{} unproved, with a digest", d.path);
-    }
-    told.committed += 1;
 }
 
 /// Chunk `index`'s proof with MAC `mac`: its chaining value (and for chunk 0 its root) the

@@ -72,6 +72,8 @@ pub(crate) struct Opts {
     pub(crate) udp: Option<crate::transport::udp::UdpConfig>,
     /// What the receiver does with a file already there.
     pub(crate) existing: zcp_wire::ExistingMode,
+    /// `--delete` or its dry run.
+    pub(crate) delete: zcp_wire::DeleteMode,
 }
 
 impl Default for Opts {
@@ -90,6 +92,7 @@ impl Default for Opts {
             verify: zcp_wire::VerifyMode::Blake3,
             udp: None,
             existing: zcp_wire::ExistingMode::Replace,
+            delete: zcp_wire::DeleteMode::Off,
         }
     }
 }
@@ -101,6 +104,8 @@ pub(crate) struct Notes {
     pub(crate) failures: Vec<Failure>,
     pub(crate) notes: Vec<String>,
     pub(crate) engines: Option<(String, String)>,
+    /// What `--delete` removed (or named).
+    pub(crate) deleted: Vec<String>,
 }
 
 impl Observer for Notes {
@@ -121,6 +126,10 @@ impl Observer for Notes {
     }
 
     fn tick(&mut self, _: crate::event::Phase) {}
+
+    fn deleted(&mut self, path: String, _: bool, _: bool) {
+        self.deleted.push(path);
+    }
 }
 
 impl Notes {
@@ -295,6 +304,7 @@ impl Pair {
                 chunk_size: o.chunk_size,
                 idle: o.idle,
                 verify: o.verify,
+                delete: o.delete,
                 recv_engine: o.recv_engine,
             },
             ctl: Arc::new(control_tx(&c_s, &keys, Side::Client)),
@@ -333,6 +343,7 @@ impl Pair {
                 sender_engine: o.send_engine.name().into(),
                 verify: o.verify,
                 existing: o.existing,
+                delete: (o.delete, Arc::default()),
             };
             let (streams, disk, fired) = (o.streams, o.disk, cutter.fired.clone());
             let (udp, r_stats) = (o.udp.clone(), udp_stats.1.clone());

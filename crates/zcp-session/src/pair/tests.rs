@@ -273,3 +273,48 @@ fn a_stall_past_the_idle_timeout_ends_the_session_and_a_second_run_completes() {
     p.push(&["f"], "f", &Opts::default()).assert_clean();
     assert!(p.same("f"));
 }
+
+#[test]
+fn delete_prunes_the_tree_in_process_and_a_cut_before_it_deletes_nothing() {
+    let p = Pair::new();
+    p.file("tree/a/one", 70_000, 1);
+    p.file("tree/two", 3, 2);
+    for (stale, seed) in [
+        ("into/tree/gone", 4),
+        ("into/tree/a/old/x", 5),
+        ("into/keep", 6),
+    ] {
+        std::fs::create_dir_all(p.dst(stale).parent().unwrap()).unwrap();
+        std::fs::write(p.dst(stale), pseudo(seed)).unwrap();
+    }
+    // A write that fails: the session is not whole, so nothing goes.
+    let cut = Opts {
+        delete: zcp_wire::DeleteMode::Delete,
+        disk: Some((1, DiskFault::WriteNoSpace)),
+        ..Opts::default()
+    };
+    let out = p.push(&["tree"], "into", &cut);
+    assert!(!out.clean(), "{out:?}");
+    assert!(out.received.deleted.is_empty() && out.sent.deleted.is_empty());
+    assert!(p.dst("into/tree/gone").exists() && p.dst("into/tree/a/old/x").exists());
+    // Whole: the receiver prunes, both sides name each removal, and `into/keep` (beside the
+    // tree) stays.
+    let o = Opts {
+        delete: zcp_wire::DeleteMode::Delete,
+        ..Opts::default()
+    };
+    let out = p.push(&["tree"], "into", &o);
+    out.assert_clean();
+    let mut named = out.sent.deleted.clone();
+    named.sort();
+    assert_eq!(named, ["into/tree/a/old", "into/tree/gone"]);
+    assert_eq!(out.received.deleted.len(), 2);
+    assert_eq!(
+        p.finals(),
+        ["into/keep", "into/tree/a/one", "into/tree/two"]
+    );
+}
+
+fn pseudo(seed: u64) -> Vec<u8> {
+    super::pseudo_random(100, seed)
+}

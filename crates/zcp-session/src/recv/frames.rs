@@ -26,6 +26,8 @@ pub(crate) enum Step {
     Next,
     /// File-system work; its result goes to [`Receiving::fs_done`].
     Fs(FsJob),
+    /// `--delete`: remove what the sender did not announce ([`super::prune::run`]).
+    Prune(super::prune::PruneJob),
     /// The session is over (the sender's `Stats` after ours).
     Done,
 }
@@ -107,9 +109,18 @@ impl Receiving {
     /// Handles one message from the sender. Only real work restarts the idle clock: here,
     /// the first `Finish`; chunks verified and files committed restart it where they happen.
     pub(crate) fn handle_frame(&mut self, m: Message, now: Instant) -> Result<Step, SessionError> {
+        if self.mirror.asked
+            && matches!(
+                m,
+                Message::PutFile(_) | Message::MakeDir { .. } | Message::MakeLink { .. }
+            )
+        {
+            return Err(self.proto(format!("{} after Prune", m.name())));
+        }
         match m {
+            Message::Prune => self.on_prune(),
             Message::PutFile(p) => self.put_file(p),
-            Message::MakeDir { path } => Ok(self.make_dir(path)),
+            Message::MakeDir { path, top } => Ok(self.make_dir(path, top)),
             Message::MakeLink { path, target } => Ok(self.make_link(path, target)),
             Message::DirTimes {
                 path,
@@ -185,6 +196,7 @@ impl Receiving {
                 if !self.finishing {
                     self.finishing = true;
                     self.progress(now);
+                    self.unpruned();
                 }
                 Ok(Step::Next)
             }
@@ -200,9 +212,10 @@ impl Receiving {
         }
     }
 
-    fn make_dir(&mut self, path: Vec<u8>) -> Step {
+    fn make_dir(&mut self, path: Vec<u8>, top: bool) -> Step {
         self.entry(path, Act::Dir)
             .map_or(Step::Next, |(raw, path, _)| {
+                self.mirror.dir(&path, top);
                 Step::Fs(FsJob::MakeDir { raw, path })
             })
     }
@@ -210,6 +223,7 @@ impl Receiving {
     fn make_link(&mut self, path: Vec<u8>, target: Vec<u8>) -> Step {
         self.entry(path, Act::Link)
             .map_or(Step::Next, |(raw, path, _)| {
+                self.mirror.name(&path, b"");
                 let guard = self.scope.guards_existing(&path);
                 Step::Fs(FsJob::MakeLink {
                     raw,
@@ -320,6 +334,9 @@ impl Receiving {
         let shown = escape(&p.dest);
         match self.admit(&p) {
             Ok(plan) => {
+                if let Ok(dest) = RelPath::parse(&p.dest) {
+                    self.mirror.name(&dest, &p.name);
+                }
                 self.preparing = Some(id);
                 Ok(Step::Fs(FsJob::Prepare { put: p, plan }))
             }
@@ -454,7 +471,10 @@ impl Receiving {
                         // A repeated MakeDir of the same directory is no progress; nor is a
                         // link made again at a path this session already made one (even to
                         // another target: flipping a link back and forth is not work).
-                        (Act::Dir, Some(p)) => self.scope.made_dir(&p),
+                        (Act::Dir, Some(p)) => {
+                            self.mirror.made_dir(Some(&p));
+                            self.scope.made_dir(&p)
+                        }
                         (Act::Link, Some(p)) => changed && self.scope.made_link(&p),
                         // A directory's times are not an entry of their own.
                         _ => return Ok(()),
@@ -464,7 +484,10 @@ impl Receiving {
                         self.progress(now);
                     }
                 }
-                Err(refusal) => self.entry_failed(&raw, refusal),
+                Err(refusal) => {
+                    self.mirror.made_dir(None);
+                    self.entry_failed(&raw, refusal)
+                }
             },
             FsDone::Reset { file, result } => match result {
                 Ok(()) => {

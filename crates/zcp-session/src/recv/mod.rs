@@ -21,6 +21,7 @@ mod durable;
 mod existing;
 pub(crate) mod frames;
 mod prepare;
+pub(crate) mod prune;
 mod resume;
 pub(crate) mod state;
 
@@ -444,6 +445,20 @@ fn control_loop(
                     Step::Done => {
                         deliver(core, observer);
                         return Ok(());
+                    }
+                    Step::Prune(job) => {
+                        let root = core.disk.root.clone();
+                        let mut io = prune::PruneIo {
+                            root: &root,
+                            ctl: &core.ctl,
+                            observer: &mut *observer,
+                            every: crate::control::keepalive_every(core.idle),
+                        };
+                        let count = prune::run(&job, &mut io);
+                        core.apply(|st, now| {
+                            st.progress(now);
+                            st.send(Message::Pruned(count));
+                        });
                     }
                     Step::Fs(job) => {
                         let done = core.disk.run(job, &core.ctl);

@@ -42,6 +42,8 @@ pub(crate) struct RxConfig {
     pub(crate) verify: VerifyMode,
     /// What to do with a regular file already at a destination.
     pub(crate) existing: ExistingMode,
+    /// `--delete` or its dry run, and the session's filter (what it excludes is kept).
+    pub(crate) delete: (zcp_wire::DeleteMode, std::sync::Arc<zcp_wire::Filter>),
 }
 
 /// Targets (and files hashed) the keep-alive credit remembers before it starts over.
@@ -153,6 +155,8 @@ pub(crate) struct Receiving {
     pub(crate) totals: ReceiverTotals,
     /// `EntryFailed`s from the sender: sources it could not send.
     pub(crate) source_failures: u64,
+    /// `--delete`: what was announced, and whether anything failed.
+    pub(crate) mirror: super::prune::Mirror,
     last_progress: Instant,
     /// Targets whose offers earned keep-alive credit ([`Receiving::credit`]).
     credited: HashSet<[u8; 16]>,
@@ -175,6 +179,12 @@ impl Receiving {
         streams: u16,
         now: Instant,
     ) -> Receiving {
+        let mirror = super::prune::Mirror::new(
+            cfg.delete.0,
+            cfg.delete.1.clone(),
+            cfg.existing == ExistingMode::Backup,
+            scope.is_pull(),
+        );
         Receiving {
             cfg,
             keys,
@@ -191,6 +201,7 @@ impl Receiving {
             stats_sent: false,
             totals: ReceiverTotals::default(),
             source_failures: 0,
+            mirror,
             last_progress: now,
             credited: HashSet::new(),
             last_bytes: 0,
@@ -233,6 +244,9 @@ impl Receiving {
     }
 
     pub(crate) fn report(&mut self, r: Report) {
+        if r.is_flaw() {
+            self.mirror.flaws += 1;
+        }
         self.reports.push(r);
         self.out.reported = true;
     }

@@ -101,6 +101,11 @@ impl Awaiting {
         None
     }
 
+    /// Whether the walk is over: its directories' times were taken.
+    pub(crate) fn walk_over(&self) -> bool {
+        self.times_taken
+    }
+
     /// Whether every directory's times went out.
     pub(crate) fn times_sent(&self) -> bool {
         self.times_taken && self.times.is_empty()

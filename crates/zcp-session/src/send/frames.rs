@@ -104,6 +104,8 @@ impl Sending {
                 false
             }
             Message::Progress { file_id, bytes } => self.on_keepalive(file_id, bytes, now)?,
+            Message::Deleted { path, dir, failed } => self.on_deleted(&path, dir, failed)?,
+            Message::Pruned(c) => self.on_pruned(c)?,
             Message::Notice { message } => {
                 let note = format!("receiver: {}", escape_text(&message));
                 self.report(Report::Notice(None, Some(note)));

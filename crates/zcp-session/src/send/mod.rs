@@ -18,10 +18,12 @@
 //! takes chunks from one shared queue, so one large file spreads over every stream and many
 //! small files keep every stream busy.
 
+mod announce;
 pub(crate) mod entries;
 pub(crate) mod frames;
 pub(crate) mod hash;
 pub(crate) mod proof;
+pub(crate) mod prune;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;

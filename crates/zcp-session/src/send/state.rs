@@ -26,15 +26,13 @@ use zcp_engine::fs::Meta;
 use zcp_engine::send::STAGED_MAX;
 use zcp_engine::{RecvEngine, SendEngine, Usage};
 use zcp_wire::{
-    ChunkPlan, ChunkProof, ErrorCode, Have, Message, Nonce, PutFile, SessionKeys, SideStats,
-    VerifyMode,
+    ChunkPlan, ChunkProof, ErrorCode, Have, Message, Nonce, SessionKeys, SideStats, VerifyMode,
 };
 
-use super::entries::{Awaited, Awaiting};
+use super::entries::Awaiting;
 use super::hash::HashJob;
 use crate::error::SessionError;
 use crate::event::{Failure, FileOutcome, Report};
-use crate::manifest::Entry;
 use crate::recv::chunks::{MAX_CHUNKS, MAX_SESSION_CHUNKS};
 use crate::transport::OutChunk;
 
@@ -58,6 +56,8 @@ pub(crate) struct SenderConfig {
     /// How the session proves its data: with [`VerifyMode::None`] no chunk MAC and no file
     /// digest is computed.
     pub(crate) verify: VerifyMode,
+    /// `--delete` or its dry run: the receiver prunes once the walk was whole.
+    pub(crate) delete: zcp_wire::DeleteMode,
     /// The receiver engine the session asked for (the client's, in `Open`): every
     /// `FileReady` must name one of its class (`super::proof::engine_fits`).
     pub(crate) recv_engine: RecvEngine,
@@ -175,16 +175,18 @@ pub(crate) struct Sending {
     pub(crate) keys: SessionKeys,
     pub(crate) nonces: (Nonce, Nonce),
     pub(crate) open: HashMap<u32, OutFile>,
-    next_id: u32,
+    pub(super) next_id: u32,
     pub(crate) totals: SenderTotals,
     pub(crate) notes_seen: HashSet<String>,
     /// Bytes of `Have`s held over every file (at most [`super::frames::MAX_HELD_HAVE_BYTES`]).
     pub(crate) held_haves: usize,
     /// Chunks of the open files together (at most [`MAX_SESSION_CHUNKS`]).
-    open_chunks: u64,
+    pub(super) open_chunks: u64,
     /// Directories, links and directory times sent and not yet answered.
     pub(crate) awaiting: Awaiting,
     pub(crate) finishing: bool,
+    /// `--delete`: whether to ask the receiver to prune, and its answers.
+    pub(crate) prune: super::prune::SendPrune,
     got_stats: bool,
     streams: usize,
     streams_done: usize,
@@ -210,6 +212,7 @@ impl Sending {
         now: Instant,
     ) -> Sending {
         Sending {
+            prune: super::prune::SendPrune::new(cfg.delete),
             cfg,
             engine: engine.0,
             engine_note: engine.1,
@@ -245,6 +248,9 @@ impl Sending {
     }
 
     pub(crate) fn report(&mut self, r: Report) {
+        if r.is_flaw() {
+            self.prune.flaw();
+        }
         self.out.reports.push(r);
     }
 
@@ -303,7 +309,9 @@ impl Sending {
     /// so the open files' chunks together stay within the session's limit, which the receiver
     /// enforces, and room for one more directory or link awaiting its answer.
     pub(crate) fn wants_entry(&self) -> bool {
+        // Once the walk is over (`finish`), nothing more: a `Prune` may be out.
         !self.finishing
+            && !self.awaiting.walk_over()
             && self.open.len() < MAX_OPEN_FILES
             && self.open_chunks + MAX_CHUNKS <= MAX_SESSION_CHUNKS
             && !self.awaiting.full()
@@ -322,6 +330,9 @@ impl Sending {
             return;
         }
         self.awaiting.take_times(dirs);
+        if !self.prune_over() {
+            return;
+        }
         while let Some((path, meta)) = self.awaiting.next_times() {
             self.send(Message::DirTimes {
                 path,
@@ -339,132 +350,6 @@ impl Sending {
     /// Whether the session is over: the receiver's `Stats` came and every stream ended.
     pub(crate) fn done(&self) -> bool {
         self.got_stats && self.streams_done == self.streams
-    }
-
-    /// Announces the next entry of the walk.
-    pub(crate) fn take_entry(&mut self, entry: Entry, now: Instant) {
-        match entry {
-            // Counted when the receiver answers (`EntryDone`), not here.
-            Entry::Dir { dest } => {
-                self.awaiting.push(Awaited::Dir, dest.clone());
-                self.send(Message::MakeDir { path: dest });
-            }
-            Entry::Link { dest, target } => {
-                self.awaiting.push(Awaited::Link, dest.clone());
-                self.send(Message::MakeLink { path: dest, target });
-            }
-            Entry::Skip {
-                display,
-                why,
-                fail: true,
-            } => {
-                // The receiver counts it too: in a pull it is the side that reports.
-                let path = display.as_bytes();
-                self.send(Message::EntryFailed {
-                    path: path[..path.len().min(zcp_wire::MAX_PATH)].to_vec(),
-                    code: ErrorCode::Io,
-                    message: why.clone(),
-                });
-                let f = Failure {
-                    path: display,
-                    code: "source",
-                    message: why,
-                };
-                self.report(Report::Notice(Some(f), None));
-            }
-            Entry::Skip { display, why, .. } => {
-                let note = format!("skipped {display}: {why}");
-                self.send(Message::Notice {
-                    message: note.clone(),
-                });
-                self.report(Report::Notice(None, Some(note)));
-            }
-            Entry::File {
-                dest,
-                name,
-                file,
-                meta,
-                display,
-            } => self.announce(dest, name, file, meta, display, now),
-        }
-    }
-
-    fn announce(
-        &mut self,
-        dest: Vec<u8>,
-        name: Vec<u8>,
-        file: Arc<File>,
-        meta: Meta,
-        display: String,
-        now: Instant,
-    ) {
-        let chunk_size = self
-            .cfg
-            .chunk_size
-            .unwrap_or_else(|| ChunkPlan::default_chunk_size(meta.size));
-        let plan = match ChunkPlan::new(meta.size, chunk_size) {
-            Ok(p) if p.count() <= MAX_CHUNKS => p,
-            r => {
-                let message = match r {
-                    Ok(p) => format!(
-                        "{} chunks is over the limit of {MAX_CHUNKS}; use a larger --chunk-size",
-                        p.count()
-                    ),
-                    Err(e) => e.to_string(),
-                };
-                let f = Failure {
-                    path: display,
-                    code: "limit",
-                    message,
-                };
-                self.report(Report::Notice(Some(f), None));
-                return;
-            }
-        };
-        let id = self.next_id;
-        self.next_id += 1;
-        self.open_chunks += plan.count();
-        let count = plan.count() as usize;
-        self.send(Message::PutFile(PutFile {
-            file_id: id,
-            dest,
-            name,
-            size: meta.size,
-            mode: meta.mode,
-            mtime_sec: meta.mtime.0,
-            mtime_nsec: meta.mtime.1,
-            chunk_size: plan.chunk_size(),
-            sparse: meta.sparse(),
-        }));
-        let f = OutFile {
-            file,
-            display,
-            meta,
-            plan,
-            state: State::Announced,
-            haves: Vec::new(),
-            offered: Vec::new(),
-            held: 0,
-            progress: 0,
-            ending_since: None,
-            sent_digest: None,
-            held_target: false,
-            macs: vec![None; count],
-            cvs: vec![[0; 32]; count],
-            root: None,
-            departed: vec![false; count],
-            acked: vec![false; count],
-            n_acked: 0,
-            retries: HashMap::new(),
-            skipped: 0,
-            cancelled: Arc::new(AtomicBool::new(false)),
-            started: now,
-            began: None,
-            engine: String::new(),
-            verify: true,
-            stores: true,
-        };
-        self.open.insert(id, f);
     }
 
     /// Removes file `id` from the session, releasing what it held.

@@ -36,6 +36,7 @@ fn ready_sized(
         chunk_size: Some(2 << 20),
         idle: Duration::from_secs(30),
         verify,
+        delete: zcp_wire::DeleteMode::Off,
         recv_engine: asked,
     };
     let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
@@ -583,6 +584,7 @@ fn review_session(nonces: ([u8; 32], [u8; 32])) -> Sending {
         chunk_size: Some(2 << 20),
         idle: Duration::from_secs(30),
         verify: VerifyMode::Blake3,
+        delete: zcp_wire::DeleteMode::Off,
         recv_engine: RecvEngine::Auto,
     };
     let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &nonces.0, &nonces.1);

@@ -23,13 +23,21 @@ pub enum Permission {
     Write,
     /// Both.
     ReadWrite,
+    /// Both, and `--delete` in a push: removing what the client does not have.
+    ReadWriteDelete,
 }
 
 impl Permission {
     /// Every permission, as written in a config file.
-    pub const ALL: [Permission; 3] = [Permission::Read, Permission::Write, Permission::ReadWrite];
+    pub const ALL: [Permission; 4] = [
+        Permission::Read,
+        Permission::Write,
+        Permission::ReadWrite,
+        Permission::ReadWriteDelete,
+    ];
 
-    /// The permission a config file names: `read`, `write` or `read-write`.
+    /// The permission a config file names: `read`, `write`, `read-write` or
+    /// `read-write-delete`.
     pub fn parse(s: &str) -> Option<Permission> {
         Permission::ALL.into_iter().find(|p| p.name() == s)
     }
@@ -40,6 +48,7 @@ impl Permission {
             Permission::Read => "read",
             Permission::Write => "write",
             Permission::ReadWrite => "read-write",
+            Permission::ReadWriteDelete => "read-write-delete",
         }
     }
 
@@ -51,6 +60,11 @@ impl Permission {
     /// Whether it allows pushing.
     pub fn writes(self) -> bool {
         self != Permission::Read
+    }
+
+    /// Whether a push may remove what the client does not have (`--delete`).
+    pub fn deletes(self) -> bool {
+        self == Permission::ReadWriteDelete
     }
 }
 
@@ -127,6 +141,18 @@ impl AccessConfig {
                 psk,
                 access: BTreeMap::from([(SINGLE_EXPORT.into(), Permission::ReadWrite)]),
             }],
+        }
+    }
+
+    /// Lets every identity that may read and write an export also delete in it
+    /// (`serve --root --allow-delete`).
+    pub fn allow_delete(&mut self) {
+        for i in &mut self.identities {
+            for p in i.access.values_mut() {
+                if *p == Permission::ReadWrite {
+                    *p = Permission::ReadWriteDelete;
+                }
+            }
         }
     }
 

@@ -43,6 +43,7 @@ pub(super) fn serve_exports(
     let usable = live.usable(who);
     for (name, permission) in &usable {
         let mode = match (permission.reads(), permission.writes()) {
+            _ if permission.deletes() => 0o777,
             (true, true) => 0o666,
             (true, false) => 0o444,
             _ => 0o222,

@@ -53,6 +53,8 @@ pub(super) struct ServerObserver<'a> {
     /// `exists`) was left as the client asked: logged, counted here, not as a failure.
     pub(super) ignore_existing: bool,
     pub(super) left_existing: u64,
+    /// Entries removed under `--delete` (each logged, as is each a dry run names).
+    pub(super) deleted: u64,
     /// Whether the session was granted and started (its `SessionStart` went out).
     pub(super) started: bool,
     /// Who asked, and for what once its `Open` said: what a refusal is logged with.
@@ -105,6 +107,28 @@ impl ServerObserver<'_> {
 }
 
 impl Observer for ServerObserver<'_> {
+    fn deleted(&mut self, path: String, dir: bool, dry_run: bool) {
+        let what = if dir { "directory" } else { "entry" };
+        let pull = self.asked.direction == Some("pull");
+        let message = match (dry_run, pull) {
+            (true, false) => format!("would delete {what} {path} (--delete-dry-run)"),
+            (false, false) => format!("deleted {what} {path} (--delete)"),
+            (true, true) => format!("the client would delete its {what} {path} (--delete-dry-run)"),
+            (false, true) => format!("the client deleted its {what} {path} (--delete)"),
+        };
+        if pull {
+            // The client's word about its own copy: logged as a notice is, within the cap, so
+            // a client that may only read cannot fill the server's log.
+            return self.notice(None, Some(message));
+        }
+        // What this server removed: every one logged, never capped, and counted.
+        self.deleted += u64::from(!dry_run);
+        self.reporter.event(&ServerEvent::Note {
+            session: self.session.clone(),
+            message,
+        });
+    }
+
     fn engines(&mut self, sender: &str, _: Option<&str>, receiver: &str, _: Option<&str>) {
         self.reporter.event(&ServerEvent::Engines {
             session: self.session.clone(),

@@ -135,8 +135,11 @@ pub(super) struct Grant {
     udp_mode: UdpMode,
     /// What the receiver does with a file already there (`--ignore-existing`, ...).
     existing: ExistingMode,
-    /// A pull's `--exclude` / `--include` rules, for the walk.
+    /// `--exclude` / `--include` rules: for the walk of a pull; what `--delete` keeps in a
+    /// push.
     pub(super) filter: Arc<zcp_wire::Filter>,
+    /// `--delete` or its dry run.
+    pub(super) delete: zcp_wire::DeleteMode,
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
@@ -191,10 +194,16 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             "a listing reads: its Open must say pull".into(),
         ));
     }
-    if !open.pull && !open.filters.is_empty() {
+    if !open.pull && !open.filters.is_empty() && !open.delete.prunes() {
         return Err(c.refuse(
             ErrorCode::Protocol,
-            "filter rules in a push: the client's own walk applies them".into(),
+            "filter rules in a push without --delete: the client's own walk applies them".into(),
+        ));
+    }
+    if open.delete.prunes() && (open.list || !open.recursive) {
+        return Err(c.refuse(
+            ErrorCode::Protocol,
+            format!("{} in a listing or without -r", open.delete.flag()),
         ));
     }
     let filter = zcp_wire::Filter::from_wire(&open.filters).map_err(|e| {
@@ -258,6 +267,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
         udp_mode,
         existing,
         filter: Arc::new(filter),
+        delete: open.delete,
     })
 }
 
@@ -329,6 +339,7 @@ pub(super) fn run_session(ctx: &Ctx, session: &Arc<Session>, j: Joined) -> i32 {
         failed_files: 0,
         ignore_existing: false,
         left_existing: 0,
+        deleted: 0,
         started: false,
         asked: Asked {
             peer: j.peer,
@@ -399,6 +410,7 @@ fn end(
         resent_chunks: served.map_or(0, |s| s.resent_chunks),
         failed: o.failed_files,
         left: o.left_existing,
+        deleted: o.deleted,
     });
     code
 }
@@ -515,6 +527,18 @@ fn serve_push(
             ),
         ));
     }
+    if g.delete.prunes() && !export.permission.deletes() {
+        return Err(c.refuse(
+            ErrorCode::Auth,
+            format!(
+                "this identity may not delete in {} ({} needs the access read-write-delete, \
+                 which the server's operator grants in its config, or `zcp serve --root DIR \
+                 --allow-delete`)",
+                escape_text(&export.name),
+                g.delete.flag()
+            ),
+        ));
+    }
     let (wake, events) = mpsc::channel::<RxEvent>();
     let core = RxCore::new(RxSetup {
         cfg: RxConfig {
@@ -524,6 +548,7 @@ fn serve_push(
             sender_engine: g.send.name().into(),
             verify: g.verify,
             existing: g.existing,
+            delete: (g.delete, g.filter.clone()),
         },
         keys: session.keys.clone(),
         nonces,
@@ -639,6 +664,7 @@ fn serve_pull(
             chunk_size: crate::transport::udp::chunk_for(g.transport, g.chunk_size),
             idle: g.idle,
             verify: g.verify,
+            delete: g.delete,
             recv_engine: g.recv,
         },
         ctl: c.ctl.clone(),

@@ -83,7 +83,10 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             }
         }
         code::OPEN => {
-            let [pull, recursive, list] = read_flags::<3>(r, "open")?;
+            let [pull, recursive, list, delete, dry] = read_flags::<5>(r, "open")?;
+            let delete = DeleteMode::from_flags(delete, dry).ok_or_else(|| {
+                DecodeError::Malformed("an Open asks for a dry run of no --delete".into())
+            })?;
             Message::Open(Box::new(Open {
                 pull,
                 recursive,
@@ -101,6 +104,7 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 existing: r.text(MAX_ENGINE_NAME, "existing-file mode")?,
                 list,
                 filters: filters(r)?,
+                delete,
             }))
         }
         code::OPENED => Message::Opened {
@@ -152,6 +156,7 @@ fn entry(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
         }),
         code::MAKE_DIR => Message::MakeDir {
             path: r.bytes(MAX_PATH, "directory path")?,
+            top: read_flags::<1>(r, "MakeDir")?[0],
         },
         code::MAKE_LINK => Message::MakeLink {
             path: r.bytes(MAX_PATH, "link path")?,
@@ -283,6 +288,27 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             message: r.text(MAX_TEXT, "notice")?,
         },
         code::FINISH => Message::Finish,
+        code::PRUNE => Message::Prune,
+        code::DELETED => {
+            // A directory's path and a name in it: a whole path and a component, at most.
+            let path = r.bytes(MAX_PATH + 1 + MAX_NAME, "deleted path")?;
+            let [dir, failed] = read_flags::<2>(r, "Deleted")?;
+            let failed = match failed {
+                true => Some((
+                    ErrorCode::from_u16(r.u16()?),
+                    r.text(MAX_TEXT, "deletion failure")?,
+                )),
+                false => None,
+            };
+            Message::Deleted { path, dir, failed }
+        }
+        code::PRUNED => Message::Pruned(PruneCount {
+            scanned: r.u64()?,
+            deleted: r.u64()?,
+            failed: r.u64()?,
+            end: read_flags::<1>(r, "Pruned")?[0],
+            refused: r.text(MAX_TEXT, "pruning refusal")?,
+        }),
         code::ENTRY_DONE => Message::EntryDone {
             path: r.bytes(MAX_PATH, "entry path")?,
         },

@@ -71,7 +71,8 @@ impl Message {
                 w.raw(session_id).u16(*max_streams).u8(flags(&[*exports]));
             }
             Message::Open(o) => {
-                w.u8(flags(&[o.pull, o.recursive, o.list]))
+                let [delete, dry] = o.delete.to_flags();
+                w.u8(flags(&[o.pull, o.recursive, o.list, delete, dry]))
                     .u16(o.streams)
                     .u32(o.idle_ms);
                 text(w, &o.recv_engine, MAX_ENGINE_NAME);
@@ -117,8 +118,8 @@ impl Message {
                     .u64(p.chunk_size)
                     .u8(flags(&[p.sparse]));
             }
-            Message::MakeDir { path } => {
-                w.bytes(path);
+            Message::MakeDir { path, top } => {
+                w.bytes(path).u8(flags(&[*top]));
             }
             Message::MakeLink { path, target } => {
                 w.bytes(path).bytes(target);
@@ -238,7 +239,19 @@ impl Message {
                 w.i64(e.mtime_sec).u32(e.mtime_nsec).bytes(&e.target);
                 w.u8(flags(&[e.head]));
             }
-            Message::GetEnd | Message::Finish => {}
+            Message::Deleted { path, dir, failed } => {
+                w.bytes(path).u8(flags(&[*dir, failed.is_some()]));
+                if let Some((code, message)) = failed {
+                    w.u16(code.to_u16());
+                    text(w, message, MAX_TEXT);
+                }
+            }
+            Message::Pruned(c) => {
+                w.u64(c.scanned).u64(c.deleted).u64(c.failed);
+                w.u8(flags(&[c.end]));
+                text(w, &c.refused, MAX_TEXT);
+            }
+            Message::GetEnd | Message::Finish | Message::Prune => {}
             _ => return false,
         }
         true

@@ -14,10 +14,12 @@ mod encode;
 mod error_code;
 mod existing;
 mod list;
+mod prune;
 
 pub use error_code::ErrorCode;
 pub use existing::ExistingMode;
 pub use list::{ListEntry, ListKind};
+pub use prune::{DeleteMode, PruneCount};
 
 /// Size of a frame header: payload length (4) and message type (1).
 pub const HEADER_LEN: usize = 5;
@@ -95,6 +97,10 @@ pub struct Open {
     /// sender's walk: the client's in a push, the server's in a pull. At most
     /// [`crate::MAX_FILTER_RULES`], each at most [`crate::MAX_FILTER_RULE`] bytes.
     pub filters: Vec<String>,
+    /// `--delete` or `--delete-dry-run` (flags bits 3 and 4): the receiver removes what the
+    /// sender did not announce inside the trees it copied, once the sender's `Prune` says its
+    /// walk was whole. A server grants it only to an identity with `read-write-delete`.
+    pub delete: DeleteMode,
 }
 
 /// How a session proves the bytes it stores, as `--verify` asks for it in [`Open::verify`]
@@ -231,7 +237,7 @@ pub struct SideStats {
     pub files: u64,
 }
 
-/// Every message of protocol version 4.
+/// Every message of protocol version 5.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// Client -> server, first frame of every connection.
@@ -319,6 +325,10 @@ pub enum Message {
     MakeDir {
         /// Path relative to the receiver's root.
         path: Vec<u8>,
+        /// The top of a tree the sender copies (a source directory, not a directory made to
+        /// hold several sources): under `--delete`, this directory and those beneath it are
+        /// pruned. Flags bit 0.
+        top: bool,
     },
     /// Sender -> receiver: a symbolic link to create; its target is never followed.
     MakeLink {
@@ -464,6 +474,24 @@ pub enum Message {
     /// Server -> client in a listing session (`Open::list`): one entry. Paths that cannot be
     /// listed are answered with `EntryFailed`; `Finish` ends the listing.
     ListEntry(ListEntry),
+    /// Sender -> receiver, once, under `--delete` (or its dry run), after every file is done
+    /// and before any `DirTimes`: the walk was whole (nothing failed, nothing passed over), so
+    /// what the trees' directories hold beyond what was announced may go. Answered with
+    /// `Deleted`s and `Pruned`; the sender sends nothing more until the last `Pruned`.
+    Prune,
+    /// Receiver -> sender, after `Prune`: an entry removed (or, in a dry run, that would be),
+    /// or that could not be.
+    Deleted {
+        /// Its path beneath the receiver's root.
+        path: Vec<u8>,
+        /// A directory (removed with everything in it).
+        dir: bool,
+        /// Why it could not be removed (it is still there). Flags bit 1.
+        failed: Option<(ErrorCode, String)>,
+    },
+    /// Receiver -> sender, after `Prune`: a keep-alive while it prunes, then (with `end`)
+    /// how it went.
+    Pruned(PruneCount),
     /// Sender -> receiver, at most once, when the sender has counted its sources: how many
     /// files and bytes the session will announce. For progress displays only; a receiver
     /// never trusts it for anything else.
@@ -510,10 +538,13 @@ pub(crate) mod code {
     pub(crate) const PLAN: u8 = 0x27;
     pub(crate) const ENTRY_DONE: u8 = 0x28;
     pub(crate) const LIST_ENTRY: u8 = 0x29;
+    pub(crate) const PRUNE: u8 = 0x2A;
+    pub(crate) const DELETED: u8 = 0x2B;
+    pub(crate) const PRUNED: u8 = 0x2C;
     /// First sealed type code.
     pub(crate) const FIRST_SEALED: u8 = 0x10;
     /// Last known type code.
-    pub(crate) const LAST: u8 = 0x29;
+    pub(crate) const LAST: u8 = 0x2C;
 }
 
 /// A decoded frame header.
@@ -612,6 +643,9 @@ impl Message {
             Message::Plan { .. } => PLAN,
             Message::EntryDone { .. } => ENTRY_DONE,
             Message::ListEntry(_) => LIST_ENTRY,
+            Message::Prune => PRUNE,
+            Message::Deleted { .. } => DELETED,
+            Message::Pruned(_) => PRUNED,
         }
     }
 
@@ -656,6 +690,9 @@ impl Message {
             Message::Plan { .. } => "Plan",
             Message::Stats(_) => "Stats",
             Message::ListEntry(_) => "ListEntry",
+            Message::Prune => "Prune",
+            Message::Deleted { .. } => "Deleted",
+            Message::Pruned(_) => "Pruned",
         }
     }
 }

@@ -56,6 +56,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
             existing: "backup".into(),
             list: true,
             filters: vec!["- *.tmp".into(), "+ */".into()],
+            delete: DeleteMode::DryRun,
         })),
         Message::Opened {
             streams: 2,
@@ -78,6 +79,7 @@ fn setup_and_entry_samples() -> Vec<Message> {
         }),
         Message::MakeDir {
             path: b"a/b".to_vec(),
+            top: true,
         },
         Message::MakeLink {
             path: b"a/l".to_vec(),
@@ -177,6 +179,19 @@ fn file_samples() -> Vec<Message> {
             mtime_nsec: 999_999_999,
             target: b"../x".to_vec(),
             head: true,
+        }),
+        Message::Prune,
+        Message::Deleted {
+            path: b"a/old\xff".to_vec(),
+            dir: true,
+            failed: Some((ErrorCode::Io, "busy".into())),
+        },
+        Message::Pruned(PruneCount {
+            scanned: 7,
+            deleted: 2,
+            failed: 1,
+            end: true,
+            refused: "a file failed".into(),
         }),
         Message::Stats(SideStats {
             cpu_user_us: 1,
@@ -312,6 +327,7 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
         existing: String::new(),
         list: false,
         filters: Vec::new(),
+        delete: DeleteMode::Off,
     }));
     let body = open.encode_body();
     assert_eq!(Message::decode(code::OPEN, &body).unwrap(), open);
@@ -324,6 +340,30 @@ fn verify_modes_round_trip_by_name_and_an_unknown_one_still_decodes() {
     assert!(Message::decode(code::OPEN, &body[..body.len() - tail - 2 - 5]).is_err());
     // So is one that stops before the transport and its mode.
     assert!(Message::decode(code::OPEN, &body[..body.len() - tail]).is_err());
+}
+
+#[test]
+fn a_dry_run_without_delete_is_malformed_and_a_plain_deleted_carries_no_failure() {
+    let Some(Message::Open(mut open)) = samples().into_iter().find(|m| m.kind() == code::OPEN)
+    else {
+        panic!("an Open sample");
+    };
+    open.delete = DeleteMode::Delete;
+    let mut body = Message::Open(open).encode_body();
+    assert_eq!(body[0] & 0x18, 0x08, "--delete is bit 3");
+    body[0] = (body[0] & !0x18) | 0x10;
+    assert!(matches!(
+        Message::decode(code::OPEN, &body),
+        Err(DecodeError::Malformed(_))
+    ));
+    let plain = Message::Deleted {
+        path: b"x".to_vec(),
+        dir: false,
+        failed: None,
+    };
+    let body = plain.encode_body();
+    assert_eq!(body.len(), 2 + 1 + 1, "a path and the flags, nothing more");
+    assert_eq!(Message::decode(code::DELETED, &body).unwrap(), plain);
 }
 
 #[test]

@@ -105,6 +105,7 @@ fn entry_paths_cannot_leave_the_export() {
     for path in [&b"../archive"[..], b"../../made"] {
         raw.send(&Message::MakeDir {
             path: path.to_vec(),
+            top: false,
         });
     }
     drop(raw);

@@ -53,9 +53,11 @@ fn get_writes_only_what_it_asked_for() {
         },
         Message::MakeDir {
             path: b"newdir".to_vec(),
+            top: false,
         },
         Message::MakeDir {
             path: b".".to_vec(),
+            top: false,
         },
         Message::DirTimes {
             path: b".".to_vec(),
@@ -107,12 +109,14 @@ fn get_r_accepts_only_entries_beneath_the_requested_directory() {
     for path in [&b"run42"[..], b"run42/sub"] {
         evil.send(&Message::MakeDir {
             path: path.to_vec(),
+            top: false,
         });
         evil.made(path);
     }
     for path in [&b"run42x"[..], b"private/sub"] {
         evil.send(&Message::MakeDir {
             path: path.to_vec(),
+            top: false,
         });
         assert!(
             matches!(evil.next(), Message::EntryFailed { .. }),
@@ -186,6 +190,7 @@ fn a_requested_name_never_becomes_a_link_or_a_directory_of_the_servers_choosing(
         (
             Message::MakeDir {
                 path: b"notes.txt".to_vec(),
+                top: false,
             },
             "without -r",
         ),
@@ -289,6 +294,7 @@ fn escapes_planted_links_and_replays_from_a_server_are_refused() {
     // link, the file through it is refused.
     evil.send(&Message::MakeDir {
         path: b"tree".to_vec(),
+        top: false,
     });
     evil.made(b"tree");
     evil.send(&Message::MakeLink {
@@ -355,6 +361,7 @@ fn pull_path_spellings_and_lookalikes() {
     for m in [
         Message::MakeDir {
             path: b"./want.txt/".to_vec(),
+            top: false,
         },
         Message::MakeLink {
             path: b"./want.txt/x".to_vec(),
@@ -503,6 +510,7 @@ fn a_server_that_ignores_the_filter_is_refused_what_it_excludes() {
     for path in [&b"run42"[..], b"run42/sub"] {
         evil.send(&Message::MakeDir {
             path: path.to_vec(),
+            top: false,
         });
         evil.made(path);
     }
@@ -516,6 +524,7 @@ fn a_server_that_ignores_the_filter_is_refused_what_it_excludes() {
     assert!(matches!(evil.next(), Message::FileFailed { .. }));
     evil.send(&Message::MakeDir {
         path: b"run42/cache".to_vec(),
+        top: false,
     });
     assert!(matches!(evil.next(), Message::EntryFailed { .. }));
     evil.put(3, b"run42/cache/y.bin", b"", 3);

@@ -4,6 +4,7 @@
 //! mode, time or file outside. `get`: a malicious server against `zcp get`; `serve`: a
 //! malicious client against `zcp serve`; `exports`: a key holder reaching beyond its export.
 
+mod delete;
 mod exports;
 mod get;
 mod serve;

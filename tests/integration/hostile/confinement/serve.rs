@@ -102,6 +102,7 @@ fn root_and_log_attacks(nasty: &str) -> Vec<Message> {
         },
         Message::MakeDir {
             path: b"./".to_vec(),
+            top: false,
         },
         Message::MakeLink {
             path: b".".to_vec(),
@@ -118,6 +119,7 @@ fn root_and_log_attacks(nasty: &str) -> Vec<Message> {
         // Naming an existing directory first gives its times, never a wider mode.
         Message::MakeDir {
             path: b"private".to_vec(),
+            top: false,
         },
         Message::DirTimes {
             path: b"private".to_vec(),
@@ -128,6 +130,7 @@ fn root_and_log_attacks(nasty: &str) -> Vec<Message> {
         // A directory the session made gets the sender's permission bits, no special bits.
         Message::MakeDir {
             path: b"area/fresh".to_vec(),
+            top: false,
         },
         Message::DirTimes {
             path: b"area/fresh".to_vec(),
@@ -160,6 +163,7 @@ fn chatter() -> [Message; 5] {
         },
         Message::MakeDir {
             path: b"area/fresh".to_vec(),
+            top: false,
         },
     ]
 }
@@ -310,6 +314,7 @@ fn push_sequencing_games_are_refused() {
     // narrowed, each answered with the path exactly as sent.
     raw.send(&Message::MakeDir {
         path: b"./private//".to_vec(),
+        top: false,
     });
     raw.send(&Message::DirTimes {
         path: b"private/.".to_vec(),
@@ -369,6 +374,7 @@ fn dirtimes_on_an_existing_directory_clears_its_sticky_and_setgid_bits() {
     for (name, mode) in [(&b"shared"[..], 0o777), (b"project", 0o775)] {
         raw.send(&Message::MakeDir {
             path: name.to_vec(),
+            top: false,
         });
         raw.send(&Message::DirTimes {
             path: name.to_vec(),
@@ -417,15 +423,19 @@ fn push_existing_directories_never_pass_as_created() {
     let frames: Vec<Message> = vec![
         Message::MakeDir {
             path: b"priv/sub/new/deeper".to_vec(),
+            top: false,
         },
         Message::MakeDir {
             path: b"./priv//".to_vec(),
+            top: false,
         },
         Message::MakeDir {
             path: b"priv/./sub/".to_vec(),
+            top: false,
         },
         Message::MakeDir {
             path: b"fresh/a/b".to_vec(),
+            top: false,
         },
     ];
     for f in &frames {

@@ -128,6 +128,7 @@ fn planted_part_and_journal_poison_a_later_honest_pull() {
     let (child, mut evil) = evil_get(&env, &["run42"], &dest, &["-r"]);
     evil.send(&Message::MakeDir {
         path: b"run42".to_vec(),
+        top: false,
     });
     evil.made(b"run42");
     let a = evil.send_file(0, b"run42/.zcp-ad589cba5daedaec.part", &forged);

@@ -237,7 +237,10 @@ fn push_a_held_stale_direct_write_corrupts_another_clients_committed_file() {
     let mut bad = b"../".to_vec();
     bad.extend_from_slice(&[b'x'; 4090]);
     for _ in 0..2500 {
-        flood.extend_from_slice(&raw.est.sealer.seal(&Message::MakeDir { path: bad.clone() }));
+        flood.extend_from_slice(&raw.est.sealer.seal(&Message::MakeDir {
+            path: bad.clone(),
+            top: false,
+        }));
     }
     let mut ctl = raw.s.try_clone().unwrap();
     let flooder = std::thread::spawn(move || {

@@ -187,7 +187,7 @@ impl EvilRx {
                         self.commit(*file_id, 0, *digest, lie);
                     }
                 }
-                Message::MakeDir { path }
+                Message::MakeDir { path, .. }
                 | Message::MakeLink { path, .. }
                 | Message::DirTimes { path, .. } => self.entry(path, lie, only),
                 Message::Finish => self.send(&Message::Stats(SideStats::default())),

@@ -29,6 +29,7 @@ fn push_control_flood_while_the_server_is_stuck_writing() {
         &mut raw.est.sealer,
         &Message::MakeDir {
             path: b".".to_vec(),
+            top: false,
         },
         200_000,
         &|| rss_of(pid),
@@ -105,6 +106,7 @@ fn pull_control_flood_grows_the_client() {
         &mut evil.est.sealer,
         &Message::MakeDir {
             path: b"not-asked".to_vec(),
+            top: false,
         },
         200_000,
         &|| rss_of(pid),
@@ -258,7 +260,14 @@ fn one_deep_makedir_costs_the_receiver_o_depth_squared_memory() {
     let deep = vec!["a"; 2047].join("/").into_bytes();
     assert!(deep.len() <= 4096);
     let t = Instant::now();
-    sync_after(&mut raw, &Message::MakeDir { path: deep }, 1);
+    sync_after(
+        &mut raw,
+        &Message::MakeDir {
+            path: deep,
+            top: false,
+        },
+        1,
+    );
     let took = t.elapsed();
     let after = peak_kib(srv.pid());
     let grown = after.saturating_sub(before) / 1024;
