@@ -32,7 +32,7 @@ pub use leftover::{
 pub use meta::*;
 use part::part_names;
 pub use part::{LOCK_WAIT, MAX_JOURNAL_BYTES, PartFile, part_key};
-pub use remove::{MAX_REMOVE_DEPTH, RemoveGuide, Removed, remove_entry};
+pub use remove::{MAX_REMOVE_DEPTH, RemoveGuide, Removed, case_insensitive, remove_entry};
 
 fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).escape_debug().to_string()

@@ -33,16 +33,6 @@ fn key_of(bytes: &[u8]) -> [u8; 16] {
     h.as_bytes()[..16].try_into().expect("16 of 32 bytes")
 }
 
-/// The key of a path as it names an entry whatever its case: an announced `README.md` keeps a
-/// `Readme.md` (on a case-insensitive directory they are one file; elsewhere a name that
-/// differs in case alone is kept rather than removed).
-fn named_key(path: &[u8]) -> [u8; 16] {
-    match std::str::from_utf8(path) {
-        Ok(s) => key_of(s.to_lowercase().as_bytes()),
-        Err(_) => key_of(&path.to_ascii_lowercase()),
-    }
-}
-
 fn joined(dir: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = dir.to_vec();
     if !p.is_empty() {
@@ -114,15 +104,26 @@ impl Mirror {
             self.over = true;
             return;
         }
-        self.named.insert(named_key(path));
+        self.named.insert(key_of(path));
     }
 
     /// A file or link announced at `path` (a file's `name`, if any, beneath it).
     pub(crate) fn name(&mut self, path: &RelPath, name: &[u8]) {
         let p = path.to_bytes();
         self.remember(&p);
+        self.beneath_a_top(path);
         if !name.is_empty() {
             self.remember(&joined(&p, name));
+        }
+    }
+
+    /// In a pull, an entry beneath a requested name that was not made as a tree's top (a
+    /// file sent into it without its `MakeDir{top}`): the server's walk did not mark it, and
+    /// nothing is removed (its stale entries would otherwise stay, unsaid).
+    fn beneath_a_top(&mut self, path: &RelPath) {
+        let comps = path.components();
+        if self.pull && self.mode.prunes() && comps.len() > 1 {
+            self.untopped += u64::from(!self.mirrored.contains_key(&key_of(&comps[0])));
         }
     }
 
@@ -130,6 +131,9 @@ impl Mirror {
     /// remembered now, the directory itself once it is made ([`Mirror::made_dir`]).
     pub(crate) fn dir(&mut self, path: &RelPath, top: bool) {
         self.remember(&path.to_bytes());
+        if path.components().len() > 1 {
+            self.beneath_a_top(path);
+        }
         self.pending = self.mode.prunes().then(|| (path.clone(), top));
     }
 
@@ -287,7 +291,8 @@ pub(crate) fn run(job: &PruneJob, io: &mut PruneIo<'_>) -> PruneCount {
         stopped: false,
     };
     for (dir, depth) in &job.dirs {
-        if p.stopped {
+        // A directory looked at is an entry looked at: many empty ones still say so.
+        if !p.tick() {
             break;
         }
         let found = doomed_in(&mut p, dir, *depth);
@@ -298,11 +303,14 @@ pub(crate) fn run(job: &PruneJob, io: &mut PruneIo<'_>) -> PruneCount {
                 continue;
             }
         };
-        for (name, is_dir) in doomed {
+        for (name, kind) in doomed {
             if p.stopped {
                 break;
             }
-            p.remove(&fd, (dir, *depth), &name, is_dir);
+            match kind {
+                Ok(is_dir) => p.remove(&fd, (dir, *depth), &name, is_dir),
+                Err(e) => p.not_deleted(&joined(dir, &name), false, e),
+            }
         }
     }
     p.c.end = true;
@@ -337,6 +345,8 @@ impl Pruning<'_, '_> {
         };
         let r = zcp_engine::fs::remove_entry(fd, name, &mut guide, dry_run);
         match r {
+            // Gone since it was listed.
+            Ok(r) if r.removed == 0 && r.kept == 0 => {}
             Ok(r) if r.kept == 0 => {
                 self.c.deleted += 1;
                 self.io.observer.deleted(escape(&path), is_dir, dry_run);
@@ -350,9 +360,17 @@ impl Pruning<'_, '_> {
                 // Kept, with what it holds that is not to go: not a failure.
                 self.c.failed += 1;
                 let why = format!(
-                    "kept: it holds {} entr{} that the filters, --backup or zcp's own files keep",
+                    "kept: it holds {} entr{} that the filters, --backup or zcp's own files keep \
+                     ({} other{} in it {})",
                     r.kept,
-                    if r.kept == 1 { "y" } else { "ies" }
+                    if r.kept == 1 { "y" } else { "ies" },
+                    r.removed,
+                    if r.removed == 1 { "" } else { "s" },
+                    if dry_run {
+                        "would be removed"
+                    } else {
+                        "removed"
+                    }
                 );
                 let note = format!("{}: {why}", escape(&path));
                 self.io.observer.notice(None, Some(note));
@@ -420,8 +438,9 @@ fn beneath_top(dir: &[u8], depth: usize) -> Vec<u8> {
         .join(&b'/')
 }
 
-/// Entries of a directory to remove: each name, and whether it is a directory.
-type Doomed = Vec<(Vec<u8>, bool)>;
+/// Entries of a directory to remove: each name, and whether it is a directory (or why it
+/// could not be looked at).
+type Doomed = Vec<(Vec<u8>, Result<bool, String>)>;
 
 /// Directory `dir` opened beneath the root, and what in it is to go (sorted by name, each
 /// with whether it is a directory).
@@ -442,17 +461,23 @@ fn doomed_in(
         if !p.tick() {
             break;
         }
-        if p.job.named.contains(&named_key(&joined(dir, &name))) {
+        if p.job.named.contains(&key_of(&joined(dir, &name))) {
             continue;
         }
-        let kind = zcp_engine::fs::entry_kind(&fd, &name).map_err(|e| e.to_string())?;
+        let kind = match zcp_engine::fs::entry_kind(&fd, &name) {
+            Ok(kind) => kind,
+            Err(e) => {
+                doomed.push((name, Err(e.to_string())));
+                continue;
+            }
+        };
         let is_dir = kind == EntryKind::Dir;
         if kind == EntryKind::Missing || keeps(p.job, &name, &joined(&beneath, &name), is_dir) {
             continue;
         }
-        doomed.push((name, is_dir));
+        doomed.push((name, Ok(is_dir)));
     }
-    doomed.sort();
+    doomed.sort_by(|a, b| a.0.cmp(&b.0));
     Ok((fd, doomed))
 }
 
@@ -479,12 +504,16 @@ mod tests {
         made(&mut m, "app", true);
         // A "top" deeper down keeps the requested name's depth: the filters still start there.
         made(&mut m, "app/conf", true);
-        // A top that is not a requested name is none.
-        made(&mut m, "other/x", true);
+        m.name(&p("app/conf/f"), b"");
         assert_eq!(m.dirs, [(b"app".to_vec(), 1), (b"app/conf".to_vec(), 1)]);
         assert_eq!(m.refusal(false), None);
         // A requested name made as a directory without `top`: the walk did not mark it.
+        let mut m = mirror(true);
         made(&mut m, "data", false);
+        assert!(m.refusal(false).unwrap().contains("did not mark"));
+        // A file sent into a requested name never made a top: the same.
+        let mut m = mirror(true);
+        m.name(&p("data/f"), b"");
         assert!(m.refusal(false).unwrap().contains("did not mark"));
     }
 
@@ -495,17 +524,6 @@ mod tests {
         made(&mut m, "dst/t", true);
         made(&mut m, "dst/t/u", true);
         assert_eq!(m.dirs, [(b"dst/t".to_vec(), 2), (b"dst/t/u".to_vec(), 2)]);
-    }
-
-    #[test]
-    fn a_name_announced_in_another_case_is_named_whatever_its_case() {
-        assert_eq!(named_key(b"t/README.md"), named_key(b"t/Readme.md"));
-        assert_eq!(
-            named_key("t/ÄRGER".as_bytes()),
-            named_key("t/ärger".as_bytes())
-        );
-        assert_eq!(named_key(b"t/\xffA"), named_key(b"t/\xffa"));
-        assert_ne!(named_key(b"t/a"), named_key(b"t/b"));
     }
 
     #[test]

@@ -14,10 +14,11 @@ use super::state::{Sending, proto};
 use crate::error::SessionError;
 use crate::event::{Failure, Report};
 
-/// Removals a sender remembers (to refuse one named twice); past this a `Deleted` is no
-/// longer progress, so a receiver cannot hold the session by naming removals forever.
+/// Removals a sender remembers (16 bytes each, to refuse one named twice); past this a
+/// `Deleted` is no longer progress.
 pub(crate) const MAX_NAMED: usize = 1 << 20;
-/// How long a receiver's pruning keep-alives count as progress, at most.
+/// How long a receiver's pruning (its `Deleted`s and keep-alives) counts as progress, at
+/// most: a receiver cannot hold the session by naming removals or counting forever.
 pub(crate) const MAX_PRUNE_WAIT: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// Where the sender is with `--delete`.
@@ -44,8 +45,8 @@ pub(crate) struct SendPrune {
     scanned: u64,
     /// The tops this side sent (canonical paths): every removal lies beneath one.
     tops: HashSet<Vec<u8>>,
-    /// The removals named so far (at most [`MAX_NAMED`]), by path.
-    seen: HashSet<Vec<u8>>,
+    /// The removals named so far (at most [`MAX_NAMED`]), by a hash of their paths.
+    seen: HashSet<[u8; 16]>,
     /// When `Prune` went out.
     asked_at: Option<Instant>,
 }
@@ -70,12 +71,19 @@ impl SendPrune {
         }
     }
 
-    /// Whether `path` lies beneath a top this side sent.
-    fn beneath_a_top(&self, path: &[u8]) -> bool {
-        path.iter()
-            .enumerate()
-            .filter(|(_, b)| **b == b'/')
-            .any(|(i, _)| self.tops.contains(&path[..i]))
+    /// Whether `path` lies beneath a top this side sent (or, `at_top`, is one).
+    fn beneath_a_top(&self, path: &[u8], at_top: bool) -> bool {
+        (at_top && self.tops.contains(path))
+            || path
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'/')
+                .any(|(i, _)| self.tops.contains(&path[..i]))
+    }
+
+    /// Whether the receiver's pruning may still count as progress.
+    fn recent(&self) -> bool {
+        self.asked_at.is_some_and(|t| t.elapsed() < MAX_PRUNE_WAIT)
     }
 }
 
@@ -129,16 +137,21 @@ impl Sending {
             )));
         }
         let p = &mut self.prune;
-        if !p.beneath_a_top(path) {
+        // A tree's top itself only as one that could not be pruned (its listing failed).
+        if !p.beneath_a_top(path, failed.is_some()) {
             return Err(proto(format!(
                 "Deleted '{}', which lies beneath no tree this side sent",
                 escape(path)
             )));
         }
-        let new = p.seen.len() < MAX_NAMED && p.seen.insert(path.to_vec());
-        if !new && p.seen.contains(path) {
+        let key: [u8; 16] = blake3::hash(path).as_bytes()[..16]
+            .try_into()
+            .expect("16 of 32 bytes");
+        let new = p.seen.len() < MAX_NAMED && p.seen.insert(key);
+        if !new && p.seen.contains(&key) {
             return Err(proto(format!("Deleted '{}' named twice", escape(path))));
         }
+        let new = new && p.recent();
         let shown = escape(path);
         match failed {
             None => {
@@ -184,8 +197,7 @@ impl Sending {
         let grew = c.scanned > p.scanned;
         p.scanned = c.scanned;
         if !c.end {
-            let recent = p.asked_at.is_some_and(|t| t.elapsed() < MAX_PRUNE_WAIT);
-            return Ok(grew && recent);
+            return Ok(grew && p.recent());
         }
         if (c.deleted, c.failed) != p.named {
             return Err(proto(format!(
@@ -333,6 +345,10 @@ mod tests {
         }
         assert!(s.handle_frame(deleted(b"t/x", None), now).is_ok());
         assert!(s.handle_frame(deleted(b"t/x", None), now).is_err(), "twice");
+        // The top itself only as a failure (its listing failed).
+        let failed = Some((ErrorCode::Io, "EACCES".to_string()));
+        let mut s2 = walked(DeleteMode::Delete, false);
+        assert!(s2.handle_frame(deleted(b"t", failed), now).is_ok());
         assert!(s.handle_frame(end(2, 0), now).is_err(), "counts not named");
         let mut s = walked(DeleteMode::Off, false);
         assert!(

@@ -233,3 +233,24 @@ fn a_server_cannot_move_where_the_filters_start_by_marking_a_deeper_top() {
         b"mine"
     );
 }
+
+#[test]
+fn a_server_that_sends_a_tree_without_marking_it_deletes_nothing_and_fails() {
+    let env = Env::new();
+    let dest = env.mkdir("dest");
+    victim(&env, &dest);
+    let (child, mut evil) = evil_get(&env, &["t"], &dest, &["-r", "--delete"]);
+    // A file into the requested directory, which the server never made a tree's top.
+    assert!(matches!(
+        evil.send_file(0, b"t/new", b"new bytes"),
+        Message::FileCommitted { .. }
+    ));
+    evil.send(&Message::Prune);
+    let (named, c) = pruned(&mut evil);
+    assert!(named.is_empty() && !c.refused.is_empty(), "{c:?}");
+    evil.finish();
+    let o = wait_output(child, 30);
+    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    assert!(both(&o).contains("did not mark"), "{}", both(&o));
+    assert!(dest.join("t/stale").exists() && dest.join("t/old/x").exists());
+}
