@@ -123,7 +123,8 @@ fn key(path: &RelPath) -> [u8; 16] {
     key_of(&path.to_bytes())
 }
 
-fn key_of(bytes: &[u8]) -> [u8; 16] {
+/// A path's key in the sets a session keeps of paths: 16 bytes of its BLAKE3.
+pub(crate) fn key_of(bytes: &[u8]) -> [u8; 16] {
     let h = blake3::hash(bytes);
     h.as_bytes()[..16].try_into().expect("16 of 32 bytes")
 }

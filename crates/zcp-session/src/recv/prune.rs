@@ -20,6 +20,7 @@ use zcp_wire::{DeleteMode, ErrorCode, Filter, Message, PruneCount, RelPath, esca
 
 use super::frames::Step;
 use super::state::Receiving;
+use crate::confine::key_of;
 use crate::control::ControlWriter;
 use crate::error::SessionError;
 use crate::event::{Failure, Observer, Report};
@@ -27,11 +28,6 @@ use crate::event::{Failure, Observer, Report};
 /// Names a session remembers for `--delete` at most (about 40 bytes each); past this it
 /// removes nothing and says so.
 pub(crate) const MAX_MIRRORED: usize = 1 << 23;
-
-fn key_of(bytes: &[u8]) -> [u8; 16] {
-    let h = blake3::hash(bytes);
-    h.as_bytes()[..16].try_into().expect("16 of 32 bytes")
-}
 
 fn joined(dir: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = dir.to_vec();

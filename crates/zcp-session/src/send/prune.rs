@@ -144,9 +144,7 @@ impl Sending {
                 escape(path)
             )));
         }
-        let key: [u8; 16] = blake3::hash(path).as_bytes()[..16]
-            .try_into()
-            .expect("16 of 32 bytes");
+        let key = crate::confine::key_of(path);
         let new = p.seen.len() < MAX_NAMED && p.seen.insert(key);
         if !new && p.seen.contains(&key) {
             return Err(proto(format!("Deleted '{}' named twice", escape(path))));
@@ -227,36 +225,20 @@ impl Sending {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
-    use zcp_engine::{RecvEngine, SendEngine};
-    use zcp_wire::{DeleteMode, ErrorCode, Message, PruneCount, Psk, SessionKeys, VerifyMode};
+    use zcp_engine::RecvEngine;
+    use zcp_wire::{DeleteMode, ErrorCode, Message, PruneCount, VerifyMode};
 
     use crate::event::Report;
     use crate::manifest::Entry;
-    use crate::send::state::{SenderConfig, Sending};
+    use crate::send::state::Sending;
+    use crate::send::tests::{config, sending};
 
     /// A sender under `mode` that walked the tree `t` (a top), answered, and finished.
     fn walked(mode: DeleteMode, skipped: bool) -> Sending {
-        let cfg = SenderConfig {
-            engine: SendEngine::Sendfile,
-            block: 0,
-            chunk_size: None,
-            idle: Duration::from_secs(30),
-            verify: VerifyMode::Blake3,
-            delete: mode,
-            recv_engine: RecvEngine::Auto,
-        };
-        let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
+        let mut s = sending(config(VerifyMode::Blake3, mode, RecvEngine::Auto));
         let now = Instant::now();
-        let mut s = Sending::new(
-            cfg,
-            (SendEngine::Sendfile, None),
-            keys,
-            ([1; 32], [2; 32]),
-            1,
-            now,
-        );
         s.take_entry(
             Entry::Dir {
                 dest: b"./t".to_vec(),

@@ -23,6 +23,30 @@ fn ready_with(verify: VerifyMode, asked: RecvEngine, named: &str) -> (Sending, S
     ready_sized(verify, asked, named, 6 << 20)
 }
 
+/// What the role tests' sessions run with: 2 MiB chunks, the sender engine `sendfile`.
+pub(super) fn config(
+    verify: VerifyMode,
+    delete: zcp_wire::DeleteMode,
+    asked: RecvEngine,
+) -> SenderConfig {
+    SenderConfig {
+        engine: SendEngine::Sendfile,
+        block: 0,
+        chunk_size: Some(2 << 20),
+        idle: Duration::from_secs(30),
+        verify,
+        delete,
+        recv_engine: asked,
+    }
+}
+
+/// A sending role under `cfg`, one stream, the fixed key and nonces the tests use.
+pub(super) fn sending(cfg: SenderConfig) -> Sending {
+    let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
+    let engine = (SendEngine::Sendfile, None);
+    Sending::new(cfg, engine, keys, ([1; 32], [2; 32]), 1, Instant::now())
+}
+
 /// [`ready_with`], for a file of `size` bytes.
 fn ready_sized(
     verify: VerifyMode,
@@ -30,25 +54,8 @@ fn ready_sized(
     named: &str,
     size: u64,
 ) -> (Sending, SendOut) {
-    let cfg = SenderConfig {
-        engine: SendEngine::Sendfile,
-        block: 0,
-        chunk_size: Some(2 << 20),
-        idle: Duration::from_secs(30),
-        verify,
-        delete: zcp_wire::DeleteMode::Off,
-        recv_engine: asked,
-    };
-    let keys = SessionKeys::derive(&Psk::from_bytes([3; 32]), &[1; 32], &[2; 32]);
+    let mut s = sending(config(verify, zcp_wire::DeleteMode::Off, asked));
     let now = Instant::now();
-    let mut s = Sending::new(
-        cfg,
-        (SendEngine::Sendfile, None),
-        keys,
-        ([1; 32], [2; 32]),
-        1,
-        now,
-    );
     let file = tempfile::tempfile().expect("a temporary file");
     file.set_len(size).expect("its size");
     let meta = zcp_engine::fs::stat_fd(&file).expect("stat");
