@@ -137,13 +137,18 @@ impl TransferArgs {
         {
             usage!("--chunk-size {cs}: {e}");
         }
-        if self.udp_mode == zcp_session::UdpMode::Fixed {
-            if self.transport != zcp_session::TransportKind::Udp {
-                usage!("--udp-mode fixed is for --transport udp");
-            }
-            if self.limit_rate.is_none() {
-                usage!("--udp-mode fixed sends at the rate cap: give --limit-rate");
-            }
+        let link = zcp_session::Link {
+            kind: self.transport,
+            udp_mode: self.udp_mode,
+            limit_rate: self.limit_rate,
+        };
+        if self.udp_mode == zcp_session::UdpMode::Fixed
+            && self.transport != zcp_session::TransportKind::Udp
+        {
+            usage!("--udp-mode fixed is for --transport udp");
+        }
+        if let Some(problem) = link.problem() {
+            usage!("{problem}");
         }
         Ok(zcp_session::Transfer {
             engine: self.engine,
@@ -156,10 +161,8 @@ impl TransferArgs {
             retries: self.retry,
             retry_wait: self.retry_wait()?,
             stop: Some(signals::stop_on_signals()),
-            limit_rate: self.limit_rate,
             verify: self.verify,
-            transport: self.transport,
-            udp_mode: self.udp_mode,
+            link,
             existing: self.existing(),
             filter: self.filter.rules()?,
             delete: match (self.delete, self.delete_dry_run) {

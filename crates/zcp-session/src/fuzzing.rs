@@ -95,15 +95,26 @@ struct Told {
 /// A receiving role that stores in memory (`mem`), two streams, a fixed key: what the
 /// scripts and the role's unit tests run against.
 pub(crate) fn in_memory(scope: Scope, now: Instant) -> (Receiving, SessionKeys) {
+    let off = zcp_wire::DeleteMode::Off;
+    in_memory_as(scope, now, zcp_wire::VerifyMode::Blake3, off)
+}
+
+/// [`in_memory`] proving as `verify` asks, and with `--delete` or its dry run.
+fn in_memory_as(
+    scope: Scope,
+    now: Instant,
+    verify: zcp_wire::VerifyMode,
+    delete: zcp_wire::DeleteMode,
+) -> (Receiving, SessionKeys) {
     let keys = SessionKeys::derive(&zcp_wire::Psk::from_bytes([9; 32]), &[1; 32], &[2; 32]);
     let cfg = RxConfig {
         requested: RecvEngine::Mem,
         block: 0,
         idle: Duration::from_secs(5),
         sender_engine: "sendfile".into(),
-        verify: zcp_wire::VerifyMode::Blake3,
+        verify,
         existing: zcp_wire::ExistingMode::Replace,
-        delete: (zcp_wire::DeleteMode::Off, Default::default()),
+        delete: (delete, Default::default()),
     };
     let rx = Receiving::new(cfg, keys.clone(), ([1; 32], [2; 32]), scope, 2, now);
     (rx, keys)
@@ -125,17 +136,16 @@ pub fn receiver_script(data: &[u8]) {
     };
     let start = Instant::now();
     let mut now = start;
-    let (mut rx, keys) = in_memory(scope, now);
-    if first.is_multiple_of(5) {
-        let mode = match first.is_multiple_of(2) {
-            true => zcp_wire::DeleteMode::Delete,
-            false => zcp_wire::DeleteMode::DryRun,
-        };
-        rx.mirror = crate::recv::prune::Mirror::new(mode, Default::default(), false, pull);
-    }
-    if s.u8().is_multiple_of(4) {
-        rx.cfg.verify = zcp_wire::VerifyMode::None;
-    }
+    let delete = match (first.is_multiple_of(5), first.is_multiple_of(2)) {
+        (false, _) => zcp_wire::DeleteMode::Off,
+        (true, true) => zcp_wire::DeleteMode::Delete,
+        (true, false) => zcp_wire::DeleteMode::DryRun,
+    };
+    let verify = match s.u8().is_multiple_of(4) {
+        true => zcp_wire::VerifyMode::None,
+        false => zcp_wire::VerifyMode::Blake3,
+    };
+    let (mut rx, keys) = in_memory_as(scope, now, verify, delete);
     let mut told = Told::default();
     for _ in 0..4096 {
         if s.done() {
@@ -174,7 +184,7 @@ fn step(
             // A sender that does not verify sends no MACs; now and then one, which ends the
             // session.
             let mac = matches!(m, Message::ChunkMac { .. });
-            if mac && !rx.cfg.verify.checks() && !s.u8().is_multiple_of(8) {
+            if mac && !rx.verifies() && !s.u8().is_multiple_of(8) {
                 return true;
             }
             frame(s, rx, told, m, now)
@@ -407,7 +417,7 @@ fn frame(
         Step::Prune(_) => {
             // Only with nothing open and nothing failed; the loop then prunes and says so.
             assert!(
-                rx.files.is_empty() && rx.preparing.is_none() && rx.mirror.flaws == 0,
+                rx.may_prune(),
                 "a Prune carried out with files open or entries failed"
             );
             rx.send(Message::Pruned(zcp_wire::PruneCount {
@@ -517,7 +527,7 @@ fn entry(raw: Vec<u8>, act: Act, path: zcp_wire::RelPath, refused: bool) -> FsDo
 /// Takes the role's outputs and checks them against what it was told.
 fn check_out(rx: &mut Receiving, told: &mut Told) {
     let out = rx.take_out();
-    let unverified = !rx.cfg.verify.checks();
+    let unverified = !rx.verifies();
     for job in out.jobs {
         match job {
             RxJob::Journal(j) => {

@@ -30,6 +30,7 @@ mod recv;
 mod send;
 mod server;
 mod transport;
+mod wiring;
 
 pub use client::{
     Connection, GetOptions, ListOptions, ListOutcome, Listed, MAX_RETRY_WAIT, SendOptions,
@@ -47,6 +48,7 @@ pub use server::{
     PendingId, PendingLimits, PendingSource, PendingTable, Permission, Reloader, SINGLE_EXPORT,
     SINGLE_IDENTITY, Server, ServerConfig, check_name,
 };
+pub use transport::Link;
 pub use transport::udp::UdpReport;
 pub use zcp_wire::VerifyMode;
 pub use zcp_wire::udp::{TransportKind, UdpMode};

@@ -19,6 +19,9 @@ mod observer;
 mod pending;
 mod session;
 
+#[cfg(test)]
+pub(crate) use session::get_top;
+
 pub use pending::{
     Id as PendingId, Limits as PendingLimits, PendingTable, Source as PendingSource,
 };
@@ -42,8 +45,6 @@ use zcp_wire::{ErrorCode, Message, Opener, Psk, Sealer, SessionId, SessionKeys, 
 
 use crate::error::{Refusal, SessionError};
 use crate::event::{ServerEvent, ServerReporter};
-use crate::recv::RxCore;
-use crate::transport::Landing;
 use access::Live;
 
 /// Most directory entries the start-up count of partial files looks at
@@ -405,14 +406,15 @@ fn random_or<const N: usize>(what: &str) -> Result<[u8; N], Refusal> {
     random().map_err(|e| Refusal::new(ErrorCode::Internal, format!("getrandom ({what}): {e}")))
 }
 
-/// What a session's data connections are for, once its `Open` is known.
+/// Where a session's data connections go, once its `Open` is known.
 enum SessionRole {
     /// Not yet known.
     Opening,
-    /// Receiving (push): each stream's thread lands its chunks through the role.
-    Receive(Arc<RxCore>),
-    /// Sending (pull): the sockets wait here for the sending role.
-    Send(Vec<Option<TcpStream>>),
+    /// Receiving (a push): each stream lands through the role on its connection's thread.
+    Receive(crate::transport::Lander),
+    /// Sending (a pull): each joined stream's socket waits here for the role, in stream
+    /// order.
+    Streams(Vec<Option<TcpStream>>),
     /// Over.
     Closed,
 }
@@ -426,8 +428,6 @@ struct Session {
     role: Mutex<SessionRole>,
     changed: Condvar,
     counters: Mutex<Vec<Arc<AtomicU64>>>,
-    /// A UDP push: its streams land datagrams (with GSO/GRO or not), counting here.
-    udp: Mutex<Option<(bool, Arc<crate::transport::udp::UdpStats>)>>,
 }
 
 impl Session {
@@ -440,7 +440,6 @@ impl Session {
             role: Mutex::new(SessionRole::Opening),
             changed: Condvar::new(),
             counters: Mutex::new(Vec::new()),
-            udp: Mutex::new(None),
         }
     }
 
@@ -463,11 +462,7 @@ impl Session {
         Ok(())
     }
 
-    fn counter(&self, i: u16) -> Arc<AtomicU64> {
-        self.counters.locked()[usize::from(i)].clone()
-    }
-
-    /// Hands a joined data connection to the session's role.
+    /// Hands a joined data connection to the session, for its role.
     fn attach(&self, index: u16, stream: TcpStream) {
         let mut role = self.role.locked();
         loop {
@@ -475,24 +470,14 @@ impl Session {
                 SessionRole::Opening => {
                     role = self.changed.wait_for(role, Duration::from_secs(1));
                 }
-                SessionRole::Receive(core) => {
-                    let core: Arc<dyn Landing> = core.clone();
+                SessionRole::Receive(lander) => {
+                    let lander = lander.clone();
+                    // The lock must not be held while the stream lands.
                     drop(role);
-                    let counter = self.counter(index);
-                    // Taken out first: the lock must not be held while the stream lands.
-                    let udp = self.udp.locked().clone();
-                    match udp {
-                        Some((offload, stats)) => {
-                            let i = usize::from(index);
-                            crate::transport::udp::recv::land(
-                                core, stream, counter, offload, &stats, i,
-                            );
-                        }
-                        None => crate::transport::tcp::land(core, stream, counter),
-                    }
+                    lander.land(index, stream);
                     return;
                 }
-                SessionRole::Send(slots) => {
+                SessionRole::Streams(slots) => {
                     slots[usize::from(index)] = Some(stream);
                     self.changed.notify_all();
                     return;
@@ -505,15 +490,21 @@ impl Session {
         }
     }
 
-    /// For a pull: waits until every granted stream joined; the sockets in index order.
-    fn take_send_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, SessionError> {
+    /// For a push: where the receiving role hands its lander, once streams may land.
+    fn receive_streams(self: &Arc<Self>) -> crate::transport::Joins {
+        let session = self.clone();
+        Box::new(move |lander| session.set_role(SessionRole::Receive(lander)))
+    }
+
+    /// For a pull: waits until every granted stream joined; the sockets in stream order.
+    fn take_streams(&self, timeout: Duration) -> Result<Vec<TcpStream>, SessionError> {
         let mut role = self.changed.wait_while_for(
             self.role.locked(),
             timeout,
-            |r| matches!(r, SessionRole::Send(s) if s.iter().any(Option::is_none)),
+            |r| matches!(r, SessionRole::Streams(s) if s.iter().any(Option::is_none)),
         );
         match &mut *role {
-            SessionRole::Send(slots) if slots.iter().all(Option::is_some) => Ok(slots
+            SessionRole::Streams(slots) if slots.iter().all(Option::is_some) => Ok(slots
                 .iter_mut()
                 .map(|s| s.take().expect("checked"))
                 .collect()),
@@ -525,6 +516,11 @@ impl Session {
                 ),
             }),
         }
+    }
+
+    /// A pull: `n` data streams may join now, for the sending role to take.
+    fn expect_streams(&self, n: u16) {
+        self.set_role(SessionRole::Streams((0..n).map(|_| None).collect()));
     }
 
     fn set_role(&self, r: SessionRole) {

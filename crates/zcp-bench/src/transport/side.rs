@@ -132,15 +132,17 @@ pub fn send(spec: &SideSpec) -> Result<SideReport, BenchError> {
             retries: 0,
             retry_wait: Duration::ZERO,
             stop: None,
-            limit_rate: cell.limit_bits,
             verify: VerifyMode::Blake3,
-            transport: match t {
-                Transport::Tcp => TransportKind::Tcp,
-                Transport::UdpFair | Transport::UdpFixed => TransportKind::Udp,
-            },
-            udp_mode: match t {
-                Transport::UdpFixed => UdpMode::Fixed,
-                Transport::Tcp | Transport::UdpFair => UdpMode::Fair,
+            link: zcp_session::Link {
+                kind: match t {
+                    Transport::Tcp => TransportKind::Tcp,
+                    Transport::UdpFair | Transport::UdpFixed => TransportKind::Udp,
+                },
+                udp_mode: match t {
+                    Transport::UdpFixed => UdpMode::Fixed,
+                    Transport::Tcp | Transport::UdpFair => UdpMode::Fair,
+                },
+                limit_rate: cell.limit_bits,
             },
             existing: zcp_wire::ExistingMode::Replace,
             filter: Vec::new(),

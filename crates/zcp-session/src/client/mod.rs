@@ -14,28 +14,29 @@ pub use list::{ListOptions, ListOutcome, Listed, list};
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::Root;
 use zcp_engine::sys::{process_usage, thread_usage};
 use zcp_engine::{RecvEngine, SendEngine};
-use zcp_wire::udp::{TransportKind, UdpMode};
 use zcp_wire::{ExistingMode, Message, Psk, VerifyMode, escape};
 
 use crate::confine::{Requested, Scope};
 use crate::conn::ClientSession;
+use crate::conn::ControlRx;
 use crate::control::ControlWriter;
 use crate::error::SessionError;
-use crate::event::{Cpu, Event, Observer, Phase, Progress, RateLimit, Reporter, Retry, Summary};
+use crate::event::{Cpu, Event, Observer, Phase, Progress, Reporter, Retry, Summary};
 use crate::manifest::{Top, Walker, join};
 use crate::recv::state::RxConfig;
-use crate::recv::{RxCore, RxEvent, RxSetup};
-use crate::send::{SendSetup, SenderConfig};
-use crate::transport::pace::{RateCap, planned_for};
+use crate::send::SenderConfig;
+use crate::transport::Link;
+use crate::wiring::{Receiver, Role, Sender, Wired, Wiring};
 use observer::{ClientObserver, Measured};
 use open::{Opened, open_message, open_session, start_event};
+use zcp_wire::{Nonce, SessionKeys};
 
 /// Connection settings shared by `send` and `get`.
 #[derive(Debug, Clone)]
@@ -78,15 +79,12 @@ pub struct Transfer {
     /// Set to a signal's number to stop the transfer: it ends as after a lost connection,
     /// keeping what is durable, with [`SessionError::Stopped`].
     pub stop: Option<StopFlag>,
-    /// Cap on all data streams together, bits per second (`--limit-rate`); the sending side
-    /// holds to it (the server in a `get`).
-    pub limit_rate: Option<u64>,
     /// How the session proves its data (`--verify`): keyed BLAKE3 unless asked otherwise.
     pub verify: VerifyMode,
-    /// How the data moves (`--transport`): TCP unless asked otherwise.
-    pub transport: TransportKind,
-    /// The UDP transport's rate control (`--udp-mode`).
-    pub udp_mode: UdpMode,
+    /// How the data moves: the transport (`--transport`, TCP unless asked otherwise), its
+    /// rate control (`--udp-mode`) and the rate cap (`--limit-rate`), which the sending
+    /// side holds (the server in a `get`).
+    pub link: Link,
     /// What the receiver does with a file already at a destination (`--ignore-existing`,
     /// `--no-clobber`, `--backup`): the server in a push, this side in a get.
     pub existing: ExistingMode,
@@ -97,9 +95,6 @@ pub struct Transfer {
     /// sender does not have inside the trees copied, once every entry is in.
     pub delete: zcp_wire::DeleteMode,
 }
-
-/// How reports name the pacing of a rate cap over UDP.
-const UDP_PACING: &str = "user space (UDP, per stream)";
 
 /// Set to a signal's number (non-zero) to stop a running transfer.
 pub type StopFlag = Arc<std::sync::atomic::AtomicUsize>;
@@ -172,6 +167,55 @@ fn retrying(
             std::thread::sleep(Duration::from_millis(50).min(until - Instant::now()));
         }
     }
+}
+
+/// `role` wired over the session's connections as the transfer's link says.
+fn wire<R: Role>(
+    ctl: Arc<ControlWriter>,
+    (rx, keys, nonces): (ControlRx, SessionKeys, (Nonce, Nonce)),
+    t: &Transfer,
+    (data, counters): (Vec<std::net::TcpStream>, &[Arc<AtomicU64>]),
+    role: R,
+) -> Wired<R> {
+    Wiring {
+        ctl,
+        rx,
+        keys,
+        nonces,
+        link: t.link,
+        data,
+        counters: counters.to_vec(),
+        udp: None,
+    }
+    .wire(role)
+}
+
+/// The observer of a wired role: its start (and the note on streams the server capped), the
+/// streams it reports on, and what the transport says of itself (the cap's note, UDP's
+/// counters).
+fn observe<'a, R: Role>(
+    reporter: &'a mut dyn Reporter,
+    (start, capped): (crate::event::Start, Option<String>),
+    t: &Transfer,
+    (socks, counters): (&[std::net::TcpStream], Vec<Arc<AtomicU64>>),
+    wired: &Wired<R>,
+) -> ClientObserver<'a> {
+    let mut obs = ClientObserver::new(reporter, start, t.interval, socks, counters, t.stop.clone());
+    obs.ignore_existing = t.existing.leaves();
+    obs.notice(None, capped);
+    obs.notice(None, wired.note());
+    obs.udp = wired.udp().map(|s| (s, t.link.udp_mode));
+    obs
+}
+
+/// The data connections again, for the reports' `TCP_INFO`.
+fn clones(data: &[std::net::TcpStream]) -> Vec<std::net::TcpStream> {
+    data.iter().filter_map(|s| s.try_clone().ok()).collect()
+}
+
+/// A byte counter for each of `streams` data streams.
+fn stream_counters(streams: u16) -> Vec<Arc<AtomicU64>> {
+    (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect()
 }
 
 /// Shows that the session is connecting (before anything else is known).
@@ -261,12 +305,9 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
     })
 }
 
-fn send_once(
-    opts: &SendOptions,
-    reporter: &mut dyn Reporter,
-    retries: u32,
-) -> Result<Summary, SessionError> {
-    let t = &opts.transfer;
+/// What cannot be sent at all, said before connecting: a bad destination, no sources, a
+/// source that is not there, a directory without `-r`, a device, FIFO or socket.
+fn check_sources(opts: &SendOptions) -> Result<(), SessionError> {
     zcp_wire::RelPath::parse(&opts.dest).map_err(|e| {
         SessionError::Usage(format!("invalid destination '{}': {e}", escape(&opts.dest)))
     })?;
@@ -276,15 +317,13 @@ fn send_once(
             reason: "nothing to send".into(),
         });
     }
-    let filter = compile_filter(t)?;
-    // What cannot be sent at all is said before connecting.
     for s in &opts.sources {
         let shown = escape(s.as_os_str().as_bytes());
         let m = std::fs::metadata(s).map_err(|e| SessionError::Source {
             path: shown.clone(),
             reason: e.to_string(),
         })?;
-        if m.is_dir() && !t.recursive {
+        if m.is_dir() && !opts.transfer.recursive {
             return Err(SessionError::Source {
                 path: shown,
                 reason: "is a directory; send directories with -r".into(),
@@ -297,6 +336,17 @@ fn send_once(
             });
         }
     }
+    Ok(())
+}
+
+fn send_once(
+    opts: &SendOptions,
+    reporter: &mut dyn Reporter,
+    retries: u32,
+) -> Result<Summary, SessionError> {
+    let t = &opts.transfer;
+    check_sources(opts)?;
+    let filter = compile_filter(t)?;
     let (_, lone_file) = send_tops(&opts.sources, &opts.dest);
     let size = if lone_file {
         std::fs::metadata(&opts.sources[0]).ok().map(|m| m.len())
@@ -326,17 +376,7 @@ fn send_once(
     )?;
     // Beneath the export, when the server has them.
     let (tops, _) = send_tops(&opts.sources, &paths[0]);
-    let peer = cs.peer.to_string();
-    let rate = t.limit_rate.unwrap_or(0);
-    let cap = RateCap::apply(rate, planned_for(rate, &data), &data);
-    let mut limit_rate = cap.as_ref().map(RateCap::limit);
-    if t.transport == TransportKind::Udp
-        && let Some(l) = &mut limit_rate
-    {
-        // Each UDP stream's own bucket holds its share; the kernel paces no datagram.
-        l.pacing = UDP_PACING.into();
-    }
-    let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let counters = stream_counters(streams);
     let mut start = start_event(
         &cs,
         "send",
@@ -346,18 +386,7 @@ fn send_once(
         t,
         streams,
     );
-    start.limit_rate = limit_rate.clone();
-    let mut obs = ClientObserver::new(
-        reporter,
-        start,
-        t.interval,
-        &data,
-        counters.clone(),
-        t.stop.clone(),
-    );
-    obs.ignore_existing = t.existing.leaves();
-    obs.notice(None, capped);
-    obs.notice(None, cap.as_ref().and_then(|c| c.note.clone()));
+    let peer = cs.peer.to_string();
     let ClientSession {
         tx,
         rx,
@@ -365,30 +394,28 @@ fn send_once(
         nonces,
         ..
     } = cs;
-    let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
-    obs.udp = transport.udp().map(|s| (s, t.udp_mode));
-    let setup = SendSetup {
+    let socks = clones(&data);
+    let role = Sender {
         cfg: SenderConfig {
             engine: t.engine,
             block: t.block_size,
-            chunk_size: crate::transport::udp::chunk_for(t.transport, t.chunk_size),
+            chunk_size: t.chunk_size,
             idle,
             verify: t.verify,
             delete: t.delete,
             recv_engine: t.recv_engine,
         },
-        ctl: Arc::new(ControlWriter::new(tx)),
-        rx,
-        keys,
-        nonces,
+        walker: Walker::new(tops, t.recursive).filtered(Arc::new(filter)),
         psk: opts.conn.psk.clone(),
-        transport,
         peer,
-        cap,
+        plan: None,
     };
-    let walker = Walker::new(tops, t.recursive).filtered(Arc::new(filter));
-    let (totals, reader_usage) =
-        crate::send::run(setup, walker, &mut obs).map_err(|e| with_committed(e, &obs))?;
+    let ctl = Arc::new(ControlWriter::new(tx));
+    let wired = wire(ctl, (rx, keys, nonces), t, (data, &counters), role);
+    let limit_rate = wired.limit();
+    start.limit_rate = limit_rate.clone();
+    let mut obs = observe(reporter, (start, capped), t, (&socks, counters), &wired);
+    let (totals, reader_usage) = wired.run(&mut obs).map_err(|e| with_committed(e, &obs))?;
     obs.flush_start();
     obs.done();
     obs.last_interval(totals.send_end.unwrap_or_else(Instant::now));
@@ -518,6 +545,20 @@ fn pull_plan(opts: &GetOptions) -> Result<PullPlan, SessionError> {
     })
 }
 
+/// Asks for each path under its local name, then says that is all (one batch).
+fn ask(ctl: &ControlWriter, paths: &[Vec<u8>], names: Vec<Vec<u8>>) -> Result<(), SessionError> {
+    let _cork = ctl.cork();
+    for (path, name) in paths.iter().zip(names) {
+        ctl.send(&Message::Get {
+            path: path.clone(),
+            dest: name,
+        })
+        .map_err(|e| e.into_session("the server"))?;
+    }
+    ctl.send(&Message::GetEnd)
+        .map_err(|e| e.into_session("the server"))
+}
+
 /// Fetches paths from the server; returns once every entry is committed or failed and the
 /// session has ended (tried again as `--retry` allows). The summary is also pushed to
 /// `reporter`.
@@ -565,13 +606,7 @@ fn get_once(
         &opts.paths,
     )?;
     // The server holds the cap, and said how.
-    let limit_rate = t.limit_rate.map(|bits| RateLimit {
-        bits_per_second: bits,
-        pacing: match t.transport {
-            TransportKind::Udp => UDP_PACING.into(),
-            TransportKind::Tcp => pacing.name().into(),
-        },
-    });
+    let limit_rate = t.link.limit(pacing);
     let root = Arc::new(match early {
         Some(root) => root,
         None => {
@@ -582,7 +617,7 @@ fn get_once(
             Root::open(&root_path)?
         }
     });
-    let counters: Vec<Arc<AtomicU64>> = (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let counters = stream_counters(streams);
     let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
     let mut start = start_event(
         &cs,
@@ -594,16 +629,6 @@ fn get_once(
         streams,
     );
     start.limit_rate = limit_rate.clone();
-    let mut obs = ClientObserver::new(
-        reporter,
-        start,
-        t.interval,
-        &data,
-        counters.clone(),
-        t.stop.clone(),
-    );
-    obs.ignore_existing = t.existing.leaves();
-    obs.notice(None, capped);
     let ClientSession {
         tx,
         rx,
@@ -612,20 +637,7 @@ fn get_once(
         ..
     } = cs;
     let ctl = Arc::new(ControlWriter::new(tx));
-    let cork = ctl.cork();
-    let stored = stored_as(&root_path, &names);
-    for (path, name) in paths.iter().zip(names) {
-        ctl.send(&Message::Get {
-            path: path.clone(),
-            dest: name,
-        })
-        .map_err(|e| e.into_session("the server"))?;
-    }
-    ctl.send(&Message::GetEnd)
-        .map_err(|e| e.into_session("the server"))?;
-    drop(cork);
-    let (wake, events) = mpsc::channel::<RxEvent>();
-    let core = RxCore::new(RxSetup {
+    let role = Receiver {
         cfg: RxConfig {
             requested: t.recv_engine,
             block: t.block_size,
@@ -635,20 +647,16 @@ fn get_once(
             existing: t.existing,
             delete: (t.delete, filter),
         },
-        keys,
-        nonces,
         root,
         scope,
-        streams,
-        ctl,
-        wake: wake.clone(),
-    });
-    let rate = t.limit_rate.unwrap_or(0);
-    let transport = crate::transport::make(t.transport, t.udp_mode, rate, data, counters.clone());
-    obs.udp = transport.udp().map(|s| (s, t.udp_mode));
-    let (totals, mut reader_usage) =
-        crate::recv::run(core, (wake, events), rx, Some(transport), &mut obs)
-            .map_err(|e| with_committed(e, &obs))?;
+        joins: None,
+    };
+    let socks = clones(&data);
+    let wired = wire(ctl.clone(), (rx, keys, nonces), t, (data, &counters), role);
+    let mut obs = observe(reporter, (start, capped), t, (&socks, counters), &wired);
+    let stored = stored_as(&root_path, &names);
+    ask(&ctl, &paths, names)?;
+    let (totals, mut reader_usage) = wired.run(&mut obs).map_err(|e| with_committed(e, &obs))?;
     obs.flush_start();
     obs.done();
     obs.last_interval(Instant::now());

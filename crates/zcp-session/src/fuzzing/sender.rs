@@ -181,7 +181,8 @@ pub fn sender_script(data: &[u8]) {
         let (alive, commit) = step(&mut s, &mut sm, &mut told, now);
         check_out(&mut s, &mut sm, &mut told, &keys, commit, now);
         assert_eq!(
-            sm.totals.entries, told.made,
+            sm.totals().entries,
+            told.made,
             "entries counted without EntryDone"
         );
         if let Some(left) = told.left_at_stats.take() {
@@ -196,13 +197,17 @@ pub fn sender_script(data: &[u8]) {
         }
         // While the session lives (a receiver past a bound ends it, and what it held goes).
         assert!(
-            sm.held_haves <= MAX_HELD_HAVE_BYTES,
+            sm.holding().1 <= MAX_HELD_HAVE_BYTES,
             "offers held past the bound"
         );
-        assert!(sm.open.len() <= MAX_OPEN_FILES, "files open past the bound");
+        assert!(
+            sm.holding().0 <= MAX_OPEN_FILES,
+            "files open past the bound"
+        );
     }
     assert_eq!(
-        sm.totals.files, told.committed,
+        sm.totals().files,
+        told.committed,
         "files counted as committed are not the files done"
     );
 }
@@ -271,7 +276,7 @@ fn step(s: &mut Script<'_>, sm: &mut Sending, told: &mut Told, now: Instant) -> 
             sm.source_failed(file, "changed".into(), now);
             (true, None)
         }
-        12 if sm.idle_files() && !sm.finishing => {
+        12 if sm.idle_files() && !sm.finishing() => {
             let meta = meta(EntryKind::Dir, 0, 0);
             sm.finish(told.dirs.iter().map(|d| (d.clone(), meta)).collect());
             (true, None)
@@ -426,7 +431,7 @@ fn built_frame(s: &mut Script<'_>, sm: &Sending, told: &Told) -> Message {
         }),
         1 | 2 => Message::FileReady {
             file_id,
-            engine: engine_name(s, sm.cfg.recv_engine),
+            engine: engine_name(s, sm.cfg().recv_engine),
             note: if s.u8().is_multiple_of(4) {
                 "\x1b[2Jnote".into()
             } else {
@@ -485,7 +490,7 @@ fn built_frame(s: &mut Script<'_>, sm: &Sending, told: &Told) -> Message {
                 code: ErrorCode::Verify,
                 message: "no".into(),
             },
-            1..=3 if sm.finishing => Message::Stats(SideStats::default()),
+            1..=3 if sm.finishing() => Message::Stats(SideStats::default()),
             4 => Message::Deleted {
                 // Beneath a directory the walk gave, mostly (the odd ones are tops).
                 path: {
@@ -584,7 +589,7 @@ fn check_out(
     commit: ThisCommit,
     now: Instant,
 ) {
-    let asked = sm.cfg.recv_engine;
+    let asked = sm.cfg().recv_engine;
     loop {
         let out = sm.take_out();
         assert!(

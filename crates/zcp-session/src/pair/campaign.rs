@@ -1,5 +1,5 @@
 //! The fault campaign: many trials, each a small random tree sent through the pair harness
-//! with one fault injected (a side "killed" at a random byte, a reset, a full disk, EIO on a
+//! (pushed or pulled, over TCP or UDP) with one fault injected (a side "killed" at a random byte, a reset, a full disk, EIO on a
 //! read or a write, a stall past the idle timeout, a flipped byte on a data stream or on the
 //! control connection, the source changed or truncated mid-file), then a run without faults.
 //! After the faulty run: no file under its final name differs from its source, nothing is
@@ -52,8 +52,13 @@ pub(crate) struct Tally {
     pub(crate) outside: u64,
     pub(crate) resent: u64,
     pub(crate) lost: u64,
+    /// Faults injected per link, in the order of [`LINKS`].
+    pub(crate) links: [u64; 4],
     pub(crate) failures: Vec<String>,
 }
+
+/// The links a trial may run over.
+const LINKS: [&str; 4] = ["push tcp", "pull tcp", "push udp", "pull udp"];
 
 impl Tally {
     fn add(&mut self, t: Tally) {
@@ -65,6 +70,9 @@ impl Tally {
         self.outside += t.outside;
         self.resent += t.resent;
         self.lost += t.lost;
+        for (a, b) in self.links.iter_mut().zip(t.links) {
+            *a += b;
+        }
         let room = 5usize.saturating_sub(self.failures.len());
         self.failures.extend(t.failures.into_iter().take(room));
     }
@@ -102,8 +110,13 @@ fn workload(p: &Pair, rng: &mut fastrand::Rng) -> Work {
 /// The fault of kind `kind` for `w`, as options for the faulty run, at a byte or chunk the
 /// connection or the disk is likely to see (a fault whose byte never comes is not counted).
 fn fault(kind: usize, p: &Pair, w: &Work, rng: &mut fastrand::Rng, o: &mut Opts) {
-    // A data stream carries about its share; the control connection about this much each way.
-    let share = (w.total + 28 * w.chunks as u64) / u64::from(o.streams);
+    // A data stream carries about its share (over UDP, its side channel carries about this
+    // much per chunk: announcement, sent and done marks, feedback); the control connection
+    // about this much each way.
+    let share = match o.udp {
+        None => (w.total + 28 * w.chunks as u64) / u64::from(o.streams),
+        Some(_) => (64 + 60 * w.chunks as u64) / u64::from(o.streams),
+    };
     let files = w.files.len() as u64;
     let (ctl_out, ctl_back) = (
         files * 170 + w.chunks as u64 * 60,
@@ -180,6 +193,23 @@ fn check_finals(p: &Pair, w: &Work) -> (u64, u64) {
     (corrupt, truncated)
 }
 
+/// The options of link `i` of [`LINKS`]; over UDP a path that drops up to 2% of the
+/// datagrams.
+fn link(i: usize, rng: &mut fastrand::Rng) -> Opts {
+    let udp = (i >= 2).then(|| crate::transport::udp::UdpConfig {
+        mode: zcp_wire::udp::UdpMode::Fair,
+        cap: 0,
+        offload: rng.bool(),
+        mtu: Some(1500),
+        loss: Some((rng.u32(0..20), rng.u64(..))),
+    });
+    Opts {
+        pull: i % 2 == 1,
+        udp,
+        ..Opts::default()
+    }
+}
+
 /// One trial of `kind`; adds to `t`.
 fn trial(kind: usize, rng: &mut fastrand::Rng, t: &mut Tally) {
     let p = Pair::new();
@@ -194,8 +224,9 @@ fn trial(kind: usize, rng: &mut fastrand::Rng, t: &mut Tally) {
             RecvEngine::ReadWrite,
         ][rng.usize(0..4)],
         idle: Duration::from_secs(3),
-        ..Opts::default()
+        ..link(rng.usize(0..LINKS.len()), rng)
     };
+    let (pull, udp) = (o.pull, o.udp.clone());
     fault(kind, &p, &w, rng, &mut o);
     let first = p.push(&["t"], ".", &o);
     if !first.fired {
@@ -204,6 +235,7 @@ fn trial(kind: usize, rng: &mut fastrand::Rng, t: &mut Tally) {
         return;
     }
     t.injected += 1;
+    t.links[usize::from(pull) + 2 * usize::from(udp.is_some())] += 1;
     let (corrupt, truncated) = check_finals(&p, &w);
     t.corrupt += corrupt;
     t.truncated += truncated;
@@ -232,7 +264,15 @@ fn trial(kind: usize, rng: &mut fastrand::Rng, t: &mut Tally) {
             size
         };
     }
-    let second = p.push(&["t"], ".", &Opts::default());
+    let second = p.push(
+        &["t"],
+        ".",
+        &Opts {
+            pull,
+            udp,
+            ..Opts::default()
+        },
+    );
     let all = w.files.iter().all(|(n, _)| p.same(n));
     if second.clean() && all && p.partials().is_empty() {
         t.completed += 1;
@@ -319,9 +359,19 @@ fn campaign(default_faults: u64) {
     let t0 = Instant::now();
     let rows = run(faults, seed, jobs);
     let missed: u64 = rows.iter().map(|r| r.1.missed).sum();
+    let mut links = [0u64; 4];
+    for (_, t) in &rows {
+        for (a, b) in links.iter_mut().zip(t.links) {
+            *a += b;
+        }
+    }
+    let links: Vec<String> = (LINKS.iter().zip(links))
+        .map(|(l, n)| format!("{l} {n}"))
+        .collect();
     let text = format!(
-        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; {:.0} s\n",
+        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; faults per link: {}; {:.0} s\n",
         table(&rows),
+        links.join(", "),
         t0.elapsed().as_secs_f64()
     );
     println!("{text}");

@@ -1,7 +1,7 @@
 //! A transport that fails where the pair harness says: the source cannot be read (a stream
 //! breaks, as `sendfile` failing with EIO breaks it), or a chunk's write fails with ENOSPC or
-//! EIO (its file fails, as a full or failing disk fails it). Wraps the real TCP streams, so
-//! everything else is what runs in production.
+//! EIO (its file fails, as a full or failing disk fails it). Wraps the real transport (TCP or
+//! UDP streams), so everything else is what runs in production.
 
 use crate::error::Refusal;
 use std::net::TcpStream;
@@ -16,7 +16,6 @@ use zcp_wire::{ChunkHeader, ChunkProof, SessionKeys};
 
 use crate::error::SessionError;
 use crate::recv::Placement;
-use crate::transport::tcp::TcpStreams;
 use crate::transport::{Departure, Landing, OutChunk, Queue, SendSide, Transport, spawn};
 
 /// A disk fault at the `at`-th chunk (from 0) of the transfer.
@@ -33,12 +32,14 @@ pub(crate) enum DiskFault {
     StreamEmfile,
 }
 
-/// [`TcpStreams`] with one [`DiskFault`].
+/// A transport (TCP or UDP streams) with one [`DiskFault`].
 pub(crate) struct Faulty {
-    pub(crate) inner: TcpStreams,
+    pub(crate) inner: Box<dyn Transport>,
     pub(crate) fault: Option<(usize, DiskFault)>,
     /// Set when the fault fired.
     pub(crate) fired: Arc<AtomicBool>,
+    /// The role's landing, with the fault, once the first stream lands.
+    pub(crate) landing: std::sync::OnceLock<Arc<dyn Landing>>,
 }
 
 impl Transport for Faulty {
@@ -46,17 +47,17 @@ impl Transport for Faulty {
         self.inner.counters()
     }
 
-    fn tcp_sockets(&self) -> Vec<TcpStream> {
-        self.inner.tcp_sockets()
-    }
-
     fn closer(&self) -> Box<dyn Fn() + Send + Sync> {
         self.inner.closer()
     }
 
+    fn udp(&self) -> Option<Arc<crate::transport::udp::UdpStats>> {
+        self.inner.udp()
+    }
+
     fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError> {
         let Some((at, DiskFault::ReadEio)) = self.fault else {
-            return Box::new(self.inner).send(side);
+            return self.inner.send(side);
         };
         // Chunks pass through a pump: the `at`-th one is never sent; its stream breaks.
         let inner_q: Arc<Queue<OutChunk>> = Queue::new();
@@ -84,7 +85,7 @@ impl Transport for Faulty {
                 Usage::default()
             })?
         };
-        let mut threads = Box::new(self.inner).send(SendSide {
+        let mut threads = self.inner.send(SendSide {
             chunks: inner_q,
             ..side
         })?;
@@ -92,11 +93,13 @@ impl Transport for Faulty {
         Ok(threads)
     }
 
-    fn receive(
-        self: Box<Self>,
-        landing: Arc<dyn Landing>,
-    ) -> Result<Vec<JoinHandle<()>>, SessionError> {
-        let landing: Arc<dyn Landing> = match self.fault {
+    fn take_streams(&mut self) -> Vec<(u16, TcpStream)> {
+        self.inner.take_streams()
+    }
+
+    fn land(&self, stream: u16, sock: TcpStream, landing: Arc<dyn Landing>) {
+        // One landing for every stream, so the fault counts the session's chunks.
+        let landing = self.landing.get_or_init(|| match self.fault {
             Some((
                 at,
                 fault @ (DiskFault::WriteNoSpace | DiskFault::WriteEio | DiskFault::StreamEmfile),
@@ -108,8 +111,8 @@ impl Transport for Faulty {
                 fired: self.fired.clone(),
             }),
             _ => landing,
-        };
-        Box::new(self.inner).receive(landing)
+        });
+        self.inner.land(stream, sock, landing.clone());
     }
 }
 

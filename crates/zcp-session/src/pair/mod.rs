@@ -12,6 +12,7 @@
 
 mod campaign;
 pub(crate) mod faulty;
+mod links;
 pub(crate) mod relay;
 mod sparse;
 mod tests;
@@ -20,25 +21,26 @@ mod verify;
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use zcp_engine::fs::Root;
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_wire::{Opener, Psk, Sealer, SessionKeys, Side};
 
-use crate::confine::Scope;
+use crate::confine::{Requested, Scope};
 use crate::conn::{ControlRx, ControlTx, FrameReader};
 use crate::control::ControlWriter;
 use crate::error::SessionError;
 use crate::event::{Failure, FileOutcome, Observer};
 use crate::manifest::Walker;
+use crate::recv::ReceiverTotals;
 use crate::recv::state::RxConfig;
-use crate::recv::{ReceiverTotals, RxCore, RxEvent, RxSetup};
-use crate::send::{SendSetup, SenderConfig, SenderTotals};
-use crate::transport::tcp::TcpStreams;
-use crate::transport::udp::{UdpStats, UdpStreams};
+use crate::send::{SenderConfig, SenderTotals};
+use crate::transport::Link;
+use crate::transport::udp::UdpStats;
+use crate::wiring::{Receiver, Sender, Wiring};
 use faulty::{DiskFault, Faulty};
 use relay::{Cutter, WireFault, link};
 
@@ -74,6 +76,11 @@ pub(crate) struct Opts {
     pub(crate) existing: zcp_wire::ExistingMode,
     /// `--delete` or its dry run.
     pub(crate) delete: zcp_wire::DeleteMode,
+    /// A pull: the sender is the server, walking its export; the receiver the client, taking
+    /// only what it asked for.
+    pub(crate) pull: bool,
+    /// The rate cap (`--limit-rate`), bits per second.
+    pub(crate) limit_rate: Option<u64>,
 }
 
 impl Default for Opts {
@@ -93,6 +100,8 @@ impl Default for Opts {
             udp: None,
             existing: zcp_wire::ExistingMode::Replace,
             delete: zcp_wire::DeleteMode::Off,
+            pull: false,
+            limit_rate: None,
         }
     }
 }
@@ -195,6 +204,8 @@ pub(crate) struct Outcome {
     pub(crate) udp: Option<(crate::UdpReport, crate::UdpReport)>,
     /// Over UDP: the most chunk-buffer memory the sending and the receiving side held.
     pub(crate) udp_memory: (u64, u64),
+    /// The rate cap as the sender held it.
+    pub(crate) limit: Option<crate::event::RateLimit>,
 }
 
 impl Outcome {
@@ -210,6 +221,43 @@ impl Outcome {
     #[track_caller]
     pub(crate) fn assert_clean(&self) {
         assert!(self.clean(), "{self:#?}");
+    }
+}
+
+/// A pair's connections through their relays: the control connection and the data streams,
+/// each as the sender's end and the receiver's.
+struct Links {
+    control: (TcpStream, TcpStream),
+    data: (Vec<TcpStream>, Vec<TcpStream>),
+    relays: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Links {
+    /// The connections `o` asks for, its wire fault on the one it names.
+    fn new(o: &Opts, cutter: &Cutter) -> Links {
+        let fault_on = |c: Conn| {
+            o.wire
+                .as_ref()
+                .filter(|(on, _, _)| *on == c)
+                .map(|(_, at, f)| (*at, f.clone()))
+        };
+        let back = fault_on(Conn::ControlBack);
+        let (c_s, c_r, mut relays) = link(fault_on(Conn::Control), back, cutter);
+        let (mut s_socks, mut r_socks) = (Vec::new(), Vec::new());
+        for i in 0..o.streams {
+            let (s, r, t) = link(fault_on(Conn::Data(i)), None, cutter);
+            for sock in [&s, &r] {
+                let _ = zcp_engine::sys::set_socket_timeouts(sock, Some(o.idle));
+            }
+            s_socks.push(s);
+            r_socks.push(r);
+            relays.extend(t);
+        }
+        Links {
+            control: (c_s, c_r),
+            data: (s_socks, r_socks),
+            relays,
+        }
     }
 }
 
@@ -261,7 +309,8 @@ impl Pair {
     }
 
     /// Sends `sources` (relative to the source tree) into `dest` beneath the root, as
-    /// `zcp send` would, with `o`'s engines and faults.
+    /// `zcp send` would, with `o`'s engines and faults; or, with `o.pull`, fetches them from
+    /// the source tree as a server's export into `dest` as `zcp get -r` would.
     pub(crate) fn push(&self, sources: &[&str], dest: &str, o: &Opts) -> Outcome {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         // Fresh nonces per run, as every real session has.
@@ -270,113 +319,101 @@ impl Pair {
         nonces.1[..8].copy_from_slice(&(n ^ u64::MAX).to_le_bytes());
         let keys = SessionKeys::derive(&self.psk, &nonces.0, &nonces.1);
         let cutter = Cutter::new(matches!(o.wire, Some((_, _, WireFault::CutAll))));
-        let fault_on = |c: Conn| {
-            o.wire
-                .as_ref()
-                .filter(|(on, _, _)| *on == c)
-                .map(|(_, at, f)| (*at, f.clone()))
-        };
-        let back = fault_on(Conn::ControlBack);
-        let (c_s, c_r, mut relays) = link(fault_on(Conn::Control), back, &cutter);
-        let (mut s_socks, mut r_socks) = (Vec::new(), Vec::new());
-        for i in 0..o.streams {
-            let (s, r, t) = link(fault_on(Conn::Data(i)), None, &cutter);
-            for sock in [&s, &r] {
-                let _ = zcp_engine::sys::set_socket_timeouts(sock, Some(o.idle));
-            }
-            s_socks.push(s);
-            r_socks.push(r);
-            relays.extend(t);
-        }
+        let Links {
+            control: (c_s, c_r),
+            data: (s_socks, r_socks),
+            relays,
+        } = Links::new(o, &cutter);
         let counters = |n: u16| {
             (0..n)
                 .map(|_| Arc::new(AtomicU64::new(0)))
                 .collect::<Vec<_>>()
         };
         let s_counters = counters(o.streams);
-        let udp_stats = (Arc::new(UdpStats::default()), Arc::new(UdpStats::default()));
-        let sources: Vec<PathBuf> = sources.iter().map(|s| self.src(s)).collect();
-        let (tops, _) = crate::client::send_tops(&sources, dest.as_bytes());
-        let setup = SendSetup {
-            cfg: SenderConfig {
-                engine: o.send_engine,
-                block: 0,
-                chunk_size: o.chunk_size,
-                idle: o.idle,
-                verify: o.verify,
-                delete: o.delete,
-                recv_engine: o.recv_engine,
+        // The sender is the client in a push, the server in a pull.
+        let (s_side, r_side) = match o.pull {
+            false => (Side::Client, Side::Server),
+            true => (Side::Server, Side::Client),
+        };
+        let link_of = Link {
+            kind: match o.udp {
+                Some(_) => zcp_wire::udp::TransportKind::Udp,
+                None => zcp_wire::udp::TransportKind::Tcp,
             },
-            ctl: Arc::new(control_tx(&c_s, &keys, Side::Client)),
-            rx: control_rx(c_s, &keys, Side::Client),
+            udp_mode: o
+                .udp
+                .as_ref()
+                .map_or(zcp_wire::udp::UdpMode::Fair, |c| c.mode),
+            limit_rate: o.limit_rate,
+        };
+        let wiring = |c: &TcpStream, side: Side, data: Vec<TcpStream>, counters| Wiring {
+            ctl: Arc::new(control_tx(c, &keys, side)),
+            rx: control_rx(c.try_clone().expect("clone"), &keys, side),
             keys: keys.clone(),
             nonces,
-            psk: self.psk.clone(),
-            transport: match &o.udp {
-                Some(cfg) => Box::new(UdpStreams::new(
-                    s_socks,
-                    s_counters.clone(),
-                    cfg.clone(),
-                    udp_stats.0.clone(),
-                )),
-                None => Box::new(Faulty {
-                    inner: TcpStreams::new(s_socks, s_counters.clone()),
-                    fault: o.disk,
-                    fired: cutter.fired.clone(),
-                }),
-            },
-            peer: "the receiver".into(),
-            cap: None,
+            link: link_of,
+            data,
+            counters,
+            udp: o.udp.clone(),
         };
-        let walker = Walker::new(tops, o.recursive);
+        let faulty = |fired: &Arc<std::sync::atomic::AtomicBool>| {
+            let (fault, fired) = (o.disk, fired.clone());
+            move |inner| -> Box<dyn crate::transport::Transport> {
+                Box::new(Faulty {
+                    inner,
+                    fault,
+                    fired,
+                    landing: Default::default(),
+                })
+            }
+        };
+        let (tops, scope, root) = self.tops(sources, dest, o);
+        let sender = wiring(&c_s, s_side, s_socks, s_counters.clone())
+            .wire(Sender {
+                cfg: SenderConfig {
+                    engine: o.send_engine,
+                    block: 0,
+                    chunk_size: o.chunk_size,
+                    idle: o.idle,
+                    verify: o.verify,
+                    delete: o.delete,
+                    recv_engine: o.recv_engine,
+                },
+                walker: Walker::new(tops, o.recursive),
+                psk: self.psk.clone(),
+                peer: "the receiver".into(),
+                plan: None,
+            })
+            .wrap(faulty(&cutter.fired));
+        let receiver = wiring(&c_r, r_side, r_socks, counters(o.streams))
+            .wire(Receiver {
+                cfg: RxConfig {
+                    requested: o.recv_engine,
+                    block: 0,
+                    idle: o.idle,
+                    sender_engine: o.send_engine.name().into(),
+                    verify: o.verify,
+                    existing: o.existing,
+                    delete: (o.delete, Arc::default()),
+                },
+                root: Arc::new(Root::open(&root).expect("the root opens")),
+                scope,
+                joins: None,
+            })
+            .wrap(faulty(&cutter.fired));
+        drop((c_s, c_r));
+        let udp_stats = (sender.udp(), receiver.udp());
+        let limit = sender.limit();
         let sender = std::thread::spawn(move || {
             let mut notes = Notes::default();
-            let r = crate::send::run(setup, walker, &mut notes).map(|(t, _)| t);
+            let r = sender.run(&mut notes).map(|(t, _)| t);
             (r, notes)
         });
-        let receiver = {
-            let root = Arc::new(Root::open(&self.dst("")).expect("the root opens"));
-            let cfg = RxConfig {
-                requested: o.recv_engine,
-                block: 0,
-                idle: o.idle,
-                sender_engine: o.send_engine.name().into(),
-                verify: o.verify,
-                existing: o.existing,
-                delete: (o.delete, Arc::default()),
-            };
-            let (streams, disk, fired) = (o.streams, o.disk, cutter.fired.clone());
-            let (udp, r_stats) = (o.udp.clone(), udp_stats.1.clone());
-            std::thread::spawn(move || {
-                let (wake, events) = mpsc::channel::<RxEvent>();
-                let core = RxCore::new(RxSetup {
-                    cfg,
-                    keys: keys.clone(),
-                    nonces,
-                    root,
-                    scope: Scope::push(),
-                    streams,
-                    ctl: Arc::new(control_tx(&c_r, &keys, Side::Server)),
-                    wake: wake.clone(),
-                });
-                let transport: Box<dyn crate::transport::Transport> = match udp {
-                    Some(cfg) => {
-                        let c = counters(streams);
-                        Box::new(UdpStreams::new(r_socks, c, cfg, r_stats))
-                    }
-                    None => Box::new(Faulty {
-                        inner: TcpStreams::new(r_socks, counters(streams)),
-                        fault: disk,
-                        fired,
-                    }),
-                };
-                let rx = control_rx(c_r, &keys, Side::Server);
-                let mut notes = Notes::default();
-                let r = crate::recv::run(core, (wake, events), rx, Some(transport), &mut notes)
-                    .map(|(t, _)| t);
-                (r, notes)
-            })
-        };
+        let receiver = std::thread::spawn(move || {
+            let mut notes = Notes::default();
+            let r = receiver.run(&mut notes).map(|(t, _)| t);
+            (r, notes)
+        });
         let (sender, sent) = sender.join().expect("the sending role does not panic");
         let (receiver, received) = receiver.join().expect("the receiving role does not panic");
         let fired = cutter.fired.load(Ordering::Relaxed);
@@ -384,7 +421,10 @@ impl Pair {
         for t in relays {
             let _ = t.join();
         }
-        check_digests(&received, &sent, |p| self.dst(p));
+        check_digests(&received, &sent, |p| root.join(p));
+        let mode = link_of.udp_mode;
+        let report = |s: &Option<Arc<UdpStats>>| s.as_ref().map(|s| s.report(mode));
+        let peak = |s: &Option<Arc<UdpStats>>| s.as_ref().map_or(0, |s| s.memory.peak());
         Outcome {
             fired,
             sender,
@@ -392,12 +432,44 @@ impl Pair {
             sent,
             received,
             bytes_sent: s_counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
-            udp: o.udp.as_ref().map(|c| {
-                let r = |s: &UdpStats| s.report(c.mode);
-                (r(&udp_stats.0), r(&udp_stats.1))
-            }),
-            udp_memory: (udp_stats.0.memory.peak(), udp_stats.1.memory.peak()),
+            udp: report(&udp_stats.0).zip(report(&udp_stats.1)),
+            udp_memory: (peak(&udp_stats.0), peak(&udp_stats.1)),
+            limit,
         }
+    }
+
+    /// Where the sender's walk starts, what the receiver may touch and its root: a push's
+    /// sources walked from the source tree into `dest` beneath the root; a pull's paths
+    /// resolved beneath the source tree as a server resolves a `get`'s, each under its own
+    /// name in `dest` (the client's root).
+    fn tops(
+        &self,
+        sources: &[&str],
+        dest: &str,
+        o: &Opts,
+    ) -> (Vec<crate::manifest::Top>, Scope, PathBuf) {
+        if !o.pull {
+            let sources: Vec<PathBuf> = sources.iter().map(|s| self.src(s)).collect();
+            let (tops, _) = crate::client::send_tops(&sources, dest.as_bytes());
+            return (tops, Scope::push(), self.dst(""));
+        }
+        let root = Arc::new(Root::open(&self.src("")).expect("the source root opens"));
+        std::fs::create_dir_all(self.dst(dest)).expect("the destination");
+        let mut names = Vec::new();
+        let tops = sources
+            .iter()
+            .map(|s| {
+                let name = Path::new(s).file_name().expect("a name").as_encoded_bytes();
+                names.push(name.to_vec());
+                crate::server::get_top(&root, s.as_bytes(), name).expect("a path to get")
+            })
+            .collect();
+        let scope = Scope::pull(Requested {
+            names,
+            recursive: o.recursive,
+            filter: Arc::default(),
+        });
+        (tops, scope, self.dst(dest))
     }
 
     /// Every regular file beneath the root whose name is final (not a part file or journal),

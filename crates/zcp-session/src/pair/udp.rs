@@ -9,7 +9,7 @@ use zcp_wire::udp::UdpMode;
 use super::{Opts, Pair};
 use crate::transport::udp::UdpConfig;
 
-fn udp(loss: Option<(u32, u64)>) -> Opts {
+pub(super) fn udp(loss: Option<(u32, u64)>) -> Opts {
     Opts {
         chunk_size: Some(256 << 10),
         udp: Some(UdpConfig {
@@ -92,9 +92,9 @@ fn without_verification_and_with_a_fixed_rate_the_bytes_still_arrive() {
     p.file("f", 2 << 20, 5);
     let mut o = udp(Some((20, 11)));
     o.verify = VerifyMode::None;
+    o.limit_rate = Some(8 * (400 << 20));
     if let Some(c) = &mut o.udp {
         c.mode = UdpMode::Fixed;
-        c.cap = 400 << 20;
         c.offload = false;
     }
     let out = p.push(&["f"], ".", &o);

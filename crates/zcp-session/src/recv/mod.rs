@@ -19,11 +19,12 @@
 pub(crate) mod chunks;
 mod durable;
 mod existing;
-pub(crate) mod frames;
 mod prepare;
 pub(crate) mod prune;
 mod resume;
 pub(crate) mod state;
+
+pub(crate) use state::frames;
 
 use crate::error::Refusal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,7 +43,7 @@ use crate::conn::ControlRx;
 use crate::control::{Batched, ControlWriter, Reader};
 use crate::error::{FrameIoError, SessionError};
 use crate::event::{Observer, PhaseCache};
-use crate::transport::{Landing, Transport};
+use crate::transport::{Joins, Landing, Transport};
 use frames::Step;
 pub(crate) use prepare::Disk;
 pub(crate) use state::{Placement, ReceiverTotals, Receiving, RxConfig, RxJob};
@@ -261,7 +262,7 @@ impl Landing for RxCore {
     }
 
     fn keys(&self) -> SessionKeys {
-        self.state.locked().keys.clone()
+        self.state.locked().keys().clone()
     }
 
     fn stream_ended(&self, usage: Usage, failed: Option<Refusal>, late: Option<String>) {
@@ -292,7 +293,7 @@ impl Landing for RxCore {
     }
 
     fn block(&self) -> u64 {
-        self.state.locked().cfg.block
+        self.state.locked().block()
     }
 
     fn alive(&self) -> bool {
@@ -300,7 +301,7 @@ impl Landing for RxCore {
     }
 
     fn memory_limit(&self) -> u64 {
-        let streams = u64::from(self.state.locked().streams.max(1));
+        let streams = u64::from(self.state.locked().streams().max(1));
         BUFFER_BUDGET / streams
     }
 
@@ -311,22 +312,20 @@ impl Landing for RxCore {
 
 /// Runs the receiving role until the sender's `Finish` and the stats exchange: a control
 /// reader on `rx` (its frames go to `events` through `tx`), the data transport landing chunks
-/// through `core` on threads of its own (`None`: streams join later, as on the server, through
-/// [`crate::transport::tcp::land`]). Returns the role's totals and the reader's CPU time.
+/// through `core`: the streams connected now on threads of their own, those that join while
+/// the role runs through the [`crate::transport::Lander`] handed to `joins`. Returns the
+/// role's totals and the reader's CPU time.
 pub(crate) fn run(
     core: Arc<RxCore>,
     (tx, events): (mpsc::Sender<RxEvent>, mpsc::Receiver<RxEvent>),
     rx: ControlRx,
-    transport: Option<Box<dyn Transport>>,
+    (transport, joins): (Box<dyn Transport>, Option<Joins>),
     observer: &mut dyn Observer,
 ) -> Result<(ReceiverTotals, Usage), SessionError> {
     let _closing = CloseOnDrop(core.clone());
     let reader = Reader::start(rx, tx, RxEvent::ctl)?;
-    let streams = match transport {
-        Some(t) => t.receive(core.clone()),
-        None => Ok(Vec::new()),
-    };
-    let result = streams.and_then(|streams| {
+    let landing: Arc<dyn Landing> = core.clone();
+    let result = crate::transport::receive(transport, landing, joins).and_then(|streams| {
         let r = run_role(&core, events, &reader, observer);
         // Either way no stream may wait on: after a success every stream has ended already.
         core.close();
@@ -346,7 +345,7 @@ pub(crate) fn run(
     deliver(&core, observer);
     core.disk.clear(core.idle + Duration::from_secs(10));
     let reader_usage = reader.finish();
-    result.map(|()| (core.state.locked().totals.clone(), reader_usage))
+    result.map(|()| (core.state.locked().totals().clone(), reader_usage))
 }
 
 /// The role proper: helper threads, the control loop, and what is left when it ends. A
@@ -464,7 +463,7 @@ fn control_loop(
                         let done = core.disk.run(job, &core.ctl);
                         let made = core.disk.take_made();
                         core.apply(|st, now| {
-                            st.scope.created_dirs(&made);
+                            st.made_dirs(&made);
                             st.fs_done(done, now)
                         })?;
                     }
@@ -505,7 +504,7 @@ fn stats(core: &RxCore, start: Usage, rss: u64) -> (SideStats, Usage) {
         cpu_sys_us: usage.sys.as_micros() as u64,
         max_rss_bytes: rss,
         bytes: core.bytes(),
-        files: core.state.locked().totals.files,
+        files: core.state.locked().totals().files,
     };
     (stats, usage)
 }

@@ -18,12 +18,9 @@ use std::time::{Duration, Instant};
 use zcp_engine::fs::{EntryKind, Root};
 use zcp_wire::{DeleteMode, ErrorCode, Filter, Message, PruneCount, RelPath, escape};
 
-use super::frames::Step;
-use super::state::Receiving;
 use crate::confine::key_of;
 use crate::control::ControlWriter;
-use crate::error::SessionError;
-use crate::event::{Failure, Observer, Report};
+use crate::event::{Failure, Observer};
 
 /// Names a session remembers for `--delete` at most (about 40 bytes each); past this it
 /// removes nothing and says so.
@@ -171,7 +168,35 @@ impl Mirror {
     }
 
     /// Why nothing may be removed now, if so.
-    fn refusal(&self, open: bool) -> Option<String> {
+    /// What `--delete` asked for.
+    pub(crate) fn mode(&self) -> DeleteMode {
+        self.mode
+    }
+
+    /// Whether the sender's `Prune` came.
+    pub(crate) fn asked(&self) -> bool {
+        self.asked
+    }
+
+    /// The sender's `Prune` came.
+    pub(crate) fn ask(&mut self) {
+        self.asked = true;
+    }
+
+    /// The pruning to carry out: what was announced, handed over (nothing more is mirrored).
+    pub(crate) fn job(&mut self) -> PruneJob {
+        self.mirrored = HashMap::new();
+        PruneJob {
+            dry_run: self.mode == DeleteMode::DryRun,
+            filter: self.filter.clone(),
+            backups: self.backups,
+            named: std::mem::take(&mut self.named),
+            dirs: std::mem::take(&mut self.dirs),
+        }
+    }
+
+    /// Why nothing may be pruned, if so: files still `open`, or entries that failed.
+    pub(crate) fn refusal(&self, open: bool) -> Option<String> {
         if open {
             return Some("files of this session were still open".into());
         }
@@ -192,66 +217,6 @@ impl Mirror {
                 MAX_MIRRORED_DIR_BYTES >> 20
             )
         })
-    }
-}
-
-impl Receiving {
-    /// The sender finished: under `--delete` without its `Prune`, nothing was removed, and
-    /// that is a failure of the session (the sender's walk was not whole, or it never asked).
-    pub(crate) fn unpruned(&mut self) {
-        if !self.mirror.mode.prunes() || self.mirror.asked {
-            return;
-        }
-        let who = self.peer();
-        self.report(Report::Notice(
-            Some(Failure {
-                path: String::new(),
-                code: "delete",
-                message: format!(
-                    "{}: nothing deleted: {who} did not ask for it (what it sent was not whole)",
-                    self.mirror.mode.flag()
-                ),
-            }),
-            None,
-        ));
-    }
-
-    /// The sender's `Prune`: once, before `Finish`, in a session that asked for it.
-    pub(crate) fn on_prune(&mut self) -> Result<Step, SessionError> {
-        let m = &self.mirror;
-        if !m.mode.prunes() {
-            return Err(self.proto("Prune in a session that did not ask for --delete".into()));
-        }
-        if m.asked || self.finishing {
-            return Err(self.proto("Prune again, or after Finish".into()));
-        }
-        self.mirror.asked = true;
-        let open = !self.files.is_empty() || self.preparing.is_some();
-        if let Some(why) = self.mirror.refusal(open) {
-            self.report(Report::Notice(
-                Some(Failure {
-                    path: String::new(),
-                    code: "delete",
-                    message: format!("{}: nothing deleted: {why}", self.mirror.mode.flag()),
-                }),
-                None,
-            ));
-            self.send(Message::Pruned(PruneCount {
-                end: true,
-                refused: why,
-                ..PruneCount::default()
-            }));
-            return Ok(Step::Next);
-        }
-        let m = &mut self.mirror;
-        m.mirrored = HashMap::new();
-        Ok(Step::Prune(PruneJob {
-            dry_run: m.mode == DeleteMode::DryRun,
-            filter: m.filter.clone(),
-            backups: m.backups,
-            named: std::mem::take(&mut m.named),
-            dirs: std::mem::take(&mut m.dirs),
-        }))
     }
 }
 

@@ -107,8 +107,6 @@ pub(crate) struct SendSetup {
     pub(crate) transport: Box<dyn Transport>,
     /// The receiver, as messages name it.
     pub(crate) peer: String,
-    /// The rate cap, if any: what the streams draw from and the kernel's shares.
-    pub(crate) cap: Option<crate::transport::pace::RateCap>,
 }
 
 /// Why a source is no longer what was announced, if it is not.
@@ -225,8 +223,6 @@ pub(crate) fn run(
         keys: s.keys.clone(),
         chunks: send_q.clone(),
         report,
-        pacer: s.cap.as_ref().map(|c| c.pacer.clone()),
-        shares: s.cap.as_ref().and_then(|c| c.shares.clone()),
     })?);
     let mut io = Io {
         reader: &reader,
@@ -262,18 +258,17 @@ pub(crate) fn run(
     // connection after them, so it is shut down (which also wakes the reader at once).
     let mut usage = thread_usage().since(&start);
     usage.add(&helpers);
-    sm.totals.usage = usage;
     let mine = SideStats {
         cpu_user_us: usage.user.as_micros() as u64,
         cpu_sys_us: usage.sys.as_micros() as u64,
         max_rss_bytes: io.rss.sample(),
         bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
-        files: sm.totals.files,
+        files: sm.totals().files,
     };
     let _ = s.ctl.send(&Message::Stats(mine));
     s.ctl.shutdown();
     let reader_usage = reader.finish();
-    Ok((sm.totals, reader_usage))
+    Ok((sm.into_totals(usage), reader_usage))
 }
 
 /// Clears its flag when dropped: a helper watching it stops.
@@ -351,7 +346,7 @@ fn drive(
                 Some(e) => sm.take_entry(e, Instant::now()),
             }
         }
-        if walker_done && sm.idle_files() && !sm.finishing {
+        if walker_done && sm.idle_files() && !sm.finishing() {
             io.send_q.close();
             io.hash_q.close();
             sm.finish(walker.dirs());

@@ -168,31 +168,31 @@ pub(crate) struct SendOut {
 
 /// The sending role's state.
 pub(crate) struct Sending {
-    pub(crate) cfg: SenderConfig,
+    pub(super) cfg: SenderConfig,
     /// The engine that runs, and why it differs from the one asked for.
-    pub(crate) engine: SendEngine,
-    pub(crate) engine_note: Option<String>,
-    pub(crate) keys: SessionKeys,
-    pub(crate) nonces: (Nonce, Nonce),
-    pub(crate) open: HashMap<u32, OutFile>,
+    pub(super) engine: SendEngine,
+    pub(super) engine_note: Option<String>,
+    pub(super) keys: SessionKeys,
+    pub(super) nonces: (Nonce, Nonce),
+    pub(super) open: HashMap<u32, OutFile>,
     pub(super) next_id: u32,
-    pub(crate) totals: SenderTotals,
-    pub(crate) notes_seen: HashSet<String>,
+    pub(super) totals: SenderTotals,
+    pub(super) notes_seen: HashSet<String>,
     /// Bytes of `Have`s held over every file (at most [`super::frames::MAX_HELD_HAVE_BYTES`]).
-    pub(crate) held_haves: usize,
+    pub(super) held_haves: usize,
     /// Chunks of the open files together (at most [`MAX_SESSION_CHUNKS`]).
     pub(super) open_chunks: u64,
     /// Directories, links and directory times sent and not yet answered.
-    pub(crate) awaiting: Awaiting,
-    pub(crate) finishing: bool,
+    pub(super) awaiting: Awaiting,
+    pub(super) finishing: bool,
     /// `--delete`: whether to ask the receiver to prune, and its answers.
-    pub(crate) prune: super::prune::SendPrune,
+    pub(super) prune: super::prune::SendPrune,
     got_stats: bool,
     streams: usize,
     streams_done: usize,
     last_progress: Instant,
     last_bytes: u64,
-    pub(crate) out: SendOut,
+    pub(super) out: SendOut,
 }
 
 pub(crate) fn proto(reason: String) -> SessionError {
@@ -203,6 +203,37 @@ pub(crate) fn proto(reason: String) -> SessionError {
 }
 
 impl Sending {
+    /// How the role runs (what the fuzz driver's checks hold it to).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn cfg(&self) -> &SenderConfig {
+        &self.cfg
+    }
+
+    /// What the role did so far.
+    pub(crate) fn totals(&self) -> &SenderTotals {
+        &self.totals
+    }
+
+    /// The role's totals, its CPU time `usage` counted in: the role is over.
+    pub(crate) fn into_totals(self, usage: Usage) -> SenderTotals {
+        SenderTotals {
+            usage,
+            ..self.totals
+        }
+    }
+
+    /// Files open now, and bytes of `Have` offers held for them (the fuzz driver checks
+    /// both stay within their bounds).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn holding(&self) -> (usize, usize) {
+        (self.open.len(), self.held_haves)
+    }
+
+    /// Whether the walk ended and the role is finishing.
+    pub(crate) fn finishing(&self) -> bool {
+        self.finishing
+    }
+
     pub(crate) fn new(
         cfg: SenderConfig,
         engine: (SendEngine, Option<String>),

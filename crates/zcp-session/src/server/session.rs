@@ -4,8 +4,8 @@
 
 use crate::error::Refusal;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use zcp_engine::fs::Root;
@@ -27,10 +27,11 @@ use crate::control::ControlWriter;
 use crate::error::SessionError;
 use crate::event::ServerEvent;
 use crate::manifest::{Top, Walker};
+use crate::recv::MAX_RECV_BLOCK;
 use crate::recv::state::RxConfig;
-use crate::recv::{MAX_RECV_BLOCK, RxCore, RxEvent, RxSetup};
-use crate::send::{SendSetup, SenderConfig};
-use crate::transport::pace::{RateCap, planned};
+use crate::send::SenderConfig;
+use crate::transport::Link;
+use crate::wiring::{Receiver, Sender, Wiring};
 
 /// Paths one `get` may ask for.
 const MAX_GETS: usize = 4096;
@@ -105,8 +106,8 @@ impl Control {
                 idle_ms: g.idle.as_millis() as u32,
                 pacing: g.pacing.0,
                 verify: g.verify.name().into(),
-                transport: g.transport.name().into(),
-                udp_mode: g.udp_mode.name().into(),
+                transport: g.link.kind.name().into(),
+                udp_mode: g.link.udp_mode.name().into(),
             })
             .map_err(|e| e.into_session("the client"))
     }
@@ -124,15 +125,13 @@ pub(super) struct Grant {
     chunk_size: Option<u64>,
     streams: u16,
     idle: Duration,
-    /// The rate cap, bits per second (0: none); held by the server only in a pull.
-    rate: u64,
-    /// How the server will hold it, and why not in the kernel.
+    /// How the data moves: the transport, its rate control and the rate cap (held by the
+    /// server only in a pull).
+    link: Link,
+    /// How the server will hold the cap, and why not in the kernel.
     pacing: (Pacing, Option<String>),
     /// How the session proves its data (`--verify`).
     verify: VerifyMode,
-    /// How the data moves (`--transport`), and the UDP rate control (`--udp-mode`).
-    transport: TransportKind,
-    udp_mode: UdpMode,
     /// What the receiver does with a file already there (`--ignore-existing`, ...).
     existing: ExistingMode,
     /// `--exclude` / `--include` rules: for the walk of a pull; what `--delete` keeps in a
@@ -176,7 +175,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             ),
         )
     })?;
-    let (transport, udp_mode) = transport_of(c, &open)?;
+    let link = link_of(c, &open)?;
     let existing = ExistingMode::parse(&open.existing).ok_or_else(|| {
         let names: Vec<&str> = ExistingMode::ALL.iter().map(|m| m.name()).collect();
         c.refuse(
@@ -253,27 +252,25 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             0 => ctx.cfg.idle_timeout,
             ms => Duration::from_millis(u64::from(ms)).min(ctx.cfg.idle_timeout),
         },
-        rate: open.rate,
         // In a push the client sends, and holds its own cap. The data streams take the
         // control connection's path: its segment size is theirs.
         pacing: if open.pull && !open.list {
             let mss = tcp_max_segment(std::os::fd::AsFd::as_fd(&c.rx.stream));
-            planned(open.rate, usize::from(streams), mss)
+            link.plan(usize::from(streams), mss)
         } else {
             (Pacing::None, None)
         },
+        link,
         verify,
-        transport,
-        udp_mode,
         existing,
         filter: Arc::new(filter),
         delete: open.delete,
     })
 }
 
-/// The transport and UDP mode an `Open` names; unknown names are refused by name, and so
-/// is `fixed` without a rate cap (it would blast at an unbounded rate).
-fn transport_of(c: &Control, open: &Open) -> Result<(TransportKind, UdpMode), SessionError> {
+/// The link an `Open` asks for; unknown names are refused by name, and so is a link that
+/// cannot run (`fixed` without a rate cap would blast at an unbounded rate).
+fn link_of(c: &Control, open: &Open) -> Result<Link, SessionError> {
     let known = |names: Vec<&str>| names.join(", ");
     let transport = TransportKind::parse(&open.transport).ok_or_else(|| {
         let names = TransportKind::ALL.iter().map(|t| t.name()).collect();
@@ -297,13 +294,15 @@ fn transport_of(c: &Control, open: &Open) -> Result<(TransportKind, UdpMode), Se
             ),
         )
     })?;
-    if transport == TransportKind::Udp && mode == UdpMode::Fixed && open.rate == 0 {
-        return Err(c.refuse(
-            ErrorCode::Limit,
-            "--udp-mode fixed sends at the rate cap: give --limit-rate".into(),
-        ));
+    let link = Link {
+        kind: transport,
+        udp_mode: mode,
+        limit_rate: (open.rate != 0).then_some(open.rate),
+    };
+    if let Some(problem) = link.problem() {
+        return Err(c.refuse(ErrorCode::Limit, problem.into()));
     }
-    Ok((transport, mode))
+    Ok(link)
 }
 
 /// What a session did: files committed, directories and links, bytes on the data streams.
@@ -539,8 +538,7 @@ fn serve_push(
             ),
         ));
     }
-    let (wake, events) = mpsc::channel::<RxEvent>();
-    let core = RxCore::new(RxSetup {
+    let role = Receiver {
         cfg: RxConfig {
             requested: g.recv,
             block: g.block,
@@ -550,8 +548,6 @@ fn serve_push(
             existing: g.existing,
             delete: (g.delete, g.filter.clone()),
         },
-        keys: session.keys.clone(),
-        nonces,
         root: export.root.clone(),
         // An identity that may not read learns nothing of what is there.
         scope: if export.permission.reads() {
@@ -559,35 +555,52 @@ fn serve_push(
         } else {
             Scope::push_blind()
         },
-        streams: g.streams,
-        ctl: c.ctl.clone(),
-        wake: wake.clone(),
-    });
-    // A stream that joined waits between chunks as long as the core is open: closed
-    // however this ends.
-    let _closing = crate::recv::CloseOnDrop(core.clone());
-    if g.transport == TransportKind::Udp {
-        let cfg = crate::transport::udp::UdpConfig::new(g.udp_mode, 0);
-        let stats = Arc::new(crate::transport::udp::UdpStats::default());
-        *session.udp.locked() = Some((cfg.offload, stats));
-    }
-    session.set_role(SessionRole::Receive(core.clone()));
-    let counting = core.clone();
-    observer.moved = Some(Box::new(move || counting.bytes()));
+        // The data streams land as they join, each on a thread of its own.
+        joins: Some(session.receive_streams()),
+    };
     c.opened(g)?;
-    let ran = crate::recv::run(core.clone(), (wake, events), c.rx, None, observer);
-    let udp = session.udp.locked().clone();
-    if let Some((_, stats)) = udp {
-        udp_note(ctx, session, &stats, g.udp_mode);
+    let counters = session.counters.locked().clone();
+    observer.moved = Some(moved(&counters));
+    let wired = wiring(session, c, g, nonces, (Vec::new(), counters.clone())).wire(role);
+    let udp = wired.udp();
+    let ran = wired.run(observer);
+    if let Some(stats) = udp {
+        udp_note(ctx, session, &stats, g.link.udp_mode);
     }
     let (totals, _) = ran?;
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
         // Counted here, as the bytes landed: the client's own count (its `Stats`) is its word.
-        bytes: core.bytes(),
+        bytes: moved(&counters)(),
         resent_chunks: totals.mismatches,
     })
+}
+
+/// What the data streams counted so far.
+fn moved(counters: &[Arc<AtomicU64>]) -> Box<dyn Fn() -> u64 + Send> {
+    let counters = counters.to_vec();
+    Box::new(move || counters.iter().map(|c| c.load(Ordering::Relaxed)).sum())
+}
+
+/// The session's connections, for its role.
+fn wiring(
+    session: &Session,
+    c: Control,
+    g: &Grant,
+    nonces: (Nonce, Nonce),
+    (data, counters): (Vec<TcpStream>, Vec<Arc<AtomicU64>>),
+) -> Wiring {
+    Wiring {
+        ctl: c.ctl,
+        rx: c.rx,
+        keys: session.keys.clone(),
+        nonces,
+        link: g.link,
+        data,
+        counters,
+        udp: None,
+    }
 }
 
 /// A pull: the paths (within one handshake timeout), the data streams, the sending role.
@@ -599,7 +612,7 @@ fn serve_pull(
     (peer, nonces, psk, export): (SocketAddr, (Nonce, Nonce), Psk, &Granted),
     observer: &mut ServerObserver<'_>,
 ) -> Result<Served, SessionError> {
-    session.set_role(SessionRole::Send((0..g.streams).map(|_| None).collect()));
+    session.expect_streams(g.streams);
     c.opened(g)?;
     let until = Instant::now() + ctx.cfg.handshake_timeout;
     let mut tops = Vec::new();
@@ -621,39 +634,10 @@ fn serve_pull(
             return Err(c.refuse(ErrorCode::Limit, m));
         }
     }
-    let data = session.take_send_streams(ctx.cfg.handshake_timeout.max(g.idle))?;
+    let data = session.take_streams(ctx.cfg.handshake_timeout.max(g.idle))?;
     let counters = session.counters.locked().clone();
-    let counting = counters.clone();
-    observer.moved = Some(Box::new(move || {
-        counting.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }));
-    let cap = RateCap::apply(g.rate, g.pacing.clone(), &data);
-    if let Some(cap) = &cap {
-        let pacing = match g.transport {
-            TransportKind::Udp => "user space (UDP, per stream)",
-            TransportKind::Tcp => cap.pacing.name(),
-        };
-        let mut message = format!(
-            "rate cap {} bit/s over {} streams, pacing: {pacing}",
-            cap.bits,
-            data.len(),
-        );
-        if let Some(note) = &cap.note {
-            message.push_str(&format!(" ({note})"));
-        }
-        ctx.reporter.event(&ServerEvent::Note {
-            session: session.hex.clone(),
-            message,
-        });
-        if cap.pacing != g.pacing.0 {
-            // Opened promised the kernel; the client's report should not.
-            let note = cap.note.clone().unwrap_or_default();
-            let _ = c.ctl.send(&Message::Notice { message: note });
-        }
-    }
-    let transport = crate::transport::make(g.transport, g.udp_mode, g.rate, data, counters.clone());
-    let udp = transport.udp();
-    let setup = SendSetup {
+    observer.moved = Some(moved(&counters));
+    let role = Sender {
         cfg: SenderConfig {
             engine: g.send,
             // The client's block sizes the `rw` engine's buffer and the `splice` engine's
@@ -661,31 +645,48 @@ fn serve_pull(
             block: g
                 .block
                 .min(crate::recv::BUFFER_BUDGET / u64::from(g.streams.max(1))),
-            chunk_size: crate::transport::udp::chunk_for(g.transport, g.chunk_size),
+            chunk_size: g.chunk_size,
             idle: g.idle,
             verify: g.verify,
             delete: g.delete,
             recv_engine: g.recv,
         },
-        ctl: c.ctl.clone(),
-        rx: c.rx,
-        keys: session.keys.clone(),
-        nonces,
+        walker: Walker::new(tops, g.recursive).filtered(g.filter.clone()),
         psk,
-        transport,
         peer: peer.to_string(),
-        cap,
+        plan: Some(g.pacing.clone()),
     };
-    let walker = Walker::new(tops, g.recursive).filtered(g.filter.clone());
-    let ran = crate::send::run(setup, walker, observer);
+    let n = data.len();
+    let ctl = c.ctl.clone();
+    let wired = wiring(session, c, g, nonces, (data, counters.clone())).wire(role);
+    if let Some(limit) = wired.limit() {
+        let mut message = format!(
+            "rate cap {} bit/s over {n} streams, pacing: {}",
+            limit.bits_per_second, limit.pacing
+        );
+        if let Some(note) = wired.note() {
+            message.push_str(&format!(" ({note})"));
+        }
+        ctx.reporter.event(&ServerEvent::Note {
+            session: session.hex.clone(),
+            message,
+        });
+        if wired.pacing() != g.pacing.0 {
+            // Opened promised the kernel; the client's report should not.
+            let note = wired.note().unwrap_or_default();
+            let _ = ctl.send(&Message::Notice { message: note });
+        }
+    }
+    let udp = wired.udp();
+    let ran = wired.run(observer);
     if let Some(stats) = udp {
-        udp_note(ctx, session, &stats, g.udp_mode);
+        udp_note(ctx, session, &stats, g.link.udp_mode);
     }
     let (totals, _) = ran?;
     Ok(Served {
         files: totals.files,
         entries: totals.entries,
-        bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
+        bytes: moved(&counters)(),
         resent_chunks: totals.resent,
     })
 }
@@ -719,7 +720,7 @@ fn udp_note(ctx: &Ctx, session: &Session, stats: &crate::transport::udp::UdpStat
 
 /// Where a pulled path starts: its directory resolved beneath the root now (never through a
 /// symlink), so a path that is not there is refused before the session; reopened by the walk.
-fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, Refusal> {
+pub(crate) fn get_top(root: &Arc<Root>, path: &[u8], dest: &[u8]) -> Result<Top, Refusal> {
     let p = RelPath::parse(path).map_err(|e| Refusal::new(ErrorCode::BadPath, e.to_string()))?;
     let Some((last, parent)) = p.components().split_last() else {
         return Err(Refusal::new(

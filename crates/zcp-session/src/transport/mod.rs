@@ -8,12 +8,17 @@
 //! and the roles do not know how.
 //!
 //! [`tcp::TcpStreams`] is the first implementation: one TCP connection per stream, each chunk
-//! a 28-byte header and its bytes, moved by the sender and receiver engines. The next ones (a
-//! paced UDP transport, bare byte streams) implement [`Transport`] the same way.
+//! a 28-byte header and its bytes, moved by the sender and receiver engines;
+//! [`udp::UdpStreams`] the second. Which one a session runs, and how its rate cap is held, is
+//! a [`Link`]: each side builds its end from it ([`Link::sender`], [`Link::receiver`]).
 
+mod link;
 pub(crate) mod pace;
 pub(crate) mod tcp;
 pub(crate) mod udp;
+
+pub(crate) use link::Built;
+pub use link::Link;
 
 use crate::error::Refusal;
 use std::collections::VecDeque;
@@ -91,10 +96,6 @@ pub(crate) struct SendSide {
     pub(crate) keys: SessionKeys,
     pub(crate) chunks: Arc<Queue<OutChunk>>,
     pub(crate) report: Arc<dyn Fn(Departure) + Send + Sync>,
-    /// The session's rate cap, which every stream draws its bytes from.
-    pub(crate) pacer: Option<Arc<zcp_engine::pace::Pacer>>,
-    /// The kernel's share of the cap on each socket, split over the streams sending.
-    pub(crate) shares: Option<Arc<pace::KernelShares>>,
 }
 
 /// What the receiving role answers for the data transport.
@@ -124,44 +125,63 @@ pub(crate) trait Landing: Send + Sync {
 }
 
 /// A data transport: both directions, behind one trait.
-pub(crate) trait Transport: Send {
+pub(crate) trait Transport: Send + Sync {
     /// Each stream's payload byte counter.
     fn counters(&self) -> Vec<Arc<AtomicU64>>;
-    /// The TCP sockets of the streams, for `TCP_INFO` in reports (none for other kinds).
-    fn tcp_sockets(&self) -> Vec<TcpStream>;
     /// Something that ends every stream at once (the session failed).
     fn closer(&self) -> Box<dyn Fn() + Send + Sync>;
     /// Sending: moves every chunk queued until the queue closes (then ends each stream),
     /// reporting through `side.report`. The threads end with their CPU time.
     fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError>;
-    /// Receiving: lands every chunk that arrives through `landing` until each stream ends.
-    fn receive(
-        self: Box<Self>,
-        landing: Arc<dyn Landing>,
-    ) -> Result<Vec<JoinHandle<()>>, SessionError>;
+    /// Receiving: the data connections connected now, by stream index, for [`receive`] to
+    /// land each on a thread of its own.
+    fn take_streams(&mut self) -> Vec<(u16, TcpStream)>;
+    /// Receiving: lands every chunk that arrives on stream `stream` (over `sock`) through
+    /// `landing` until the stream ends, on the calling thread.
+    fn land(&self, stream: u16, sock: TcpStream, landing: Arc<dyn Landing>);
     /// The UDP transport's counters, for reports (none for other kinds).
     fn udp(&self) -> Option<Arc<udp::UdpStats>> {
         None
     }
 }
 
-/// The session's transport over its data connections `socks`: TCP streams, or UDP streams
-/// whose side channels they become (with `mode` under a cap of `rate` bits per second).
-pub(crate) fn make(
-    kind: zcp_wire::udp::TransportKind,
-    mode: zcp_wire::udp::UdpMode,
-    rate: u64,
-    socks: Vec<TcpStream>,
-    counters: Vec<Arc<AtomicU64>>,
-) -> Box<dyn Transport> {
-    match kind {
-        zcp_wire::udp::TransportKind::Tcp => Box::new(tcp::TcpStreams::new(socks, counters)),
-        zcp_wire::udp::TransportKind::Udp => {
-            let cfg = udp::UdpConfig::new(mode, rate / 8);
-            let stats = Arc::new(udp::UdpStats::default());
-            Box::new(udp::UdpStreams::new(socks, counters, cfg, stats))
-        }
+/// Lands a data connection that joins a receiving session while its role runs (a server's
+/// push: each stream joins on a connection of its own, handed over on that connection's
+/// thread).
+#[derive(Clone)]
+pub(crate) struct Lander {
+    transport: Arc<dyn Transport>,
+    landing: Arc<dyn Landing>,
+}
+
+impl Lander {
+    /// Lands stream `stream` over `sock` until it ends, on the calling thread.
+    pub(crate) fn land(&self, stream: u16, sock: TcpStream) {
+        self.transport.land(stream, sock, self.landing.clone());
     }
+}
+
+/// Where a receiving role hands its [`Lander`] once its streams may land.
+pub(crate) type Joins = Box<dyn FnOnce(Lander) + Send>;
+
+/// Lands each stream connected now on a thread of its own, and hands `joins` (if any) a
+/// [`Lander`] for those that join later.
+pub(crate) fn receive(
+    mut transport: Box<dyn Transport>,
+    landing: Arc<dyn Landing>,
+    joins: Option<Joins>,
+) -> Result<Vec<JoinHandle<()>>, SessionError> {
+    let now = transport.take_streams();
+    let transport: Arc<dyn Transport> = Arc::from(transport);
+    let mut threads = Vec::new();
+    for (i, sock) in now {
+        let (t, l) = (transport.clone(), landing.clone());
+        threads.push(spawn(format!("zcp-recv-{i}"), move || t.land(i, sock, l))?);
+    }
+    if let Some(joins) = joins {
+        joins(Lander { transport, landing });
+    }
+    Ok(threads)
 }
 
 /// A shared work queue: jobs in FIFO order, closed once no more will come.

@@ -23,6 +23,7 @@ use zcp_wire::{
     MAX_EXTENTS,
 };
 
+use super::pace::RateCap;
 use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
 use crate::error::SessionError;
 use crate::recv::Placement;
@@ -32,13 +33,25 @@ use crate::recv::Placement;
 pub(crate) struct TcpStreams {
     socks: Vec<TcpStream>,
     counters: Vec<Arc<AtomicU64>>,
+    /// The session's rate cap when this side sends: every stream draws its bytes from it.
+    cap: Option<RateCap>,
 }
 
 impl TcpStreams {
     /// Streams over `socks`, counting into `counters` (one each).
     pub(crate) fn new(socks: Vec<TcpStream>, counters: Vec<Arc<AtomicU64>>) -> TcpStreams {
-        assert_eq!(socks.len(), counters.len(), "a counter per stream");
-        TcpStreams { socks, counters }
+        // Streams not here yet join later (a server's push), each with its counter.
+        assert!(socks.len() <= counters.len(), "a counter per stream");
+        TcpStreams {
+            socks,
+            counters,
+            cap: None,
+        }
+    }
+
+    /// The streams send under `cap` (already put in force on the sockets).
+    pub(crate) fn capped(self, cap: Option<RateCap>) -> TcpStreams {
+        TcpStreams { cap, ..self }
     }
 }
 
@@ -47,15 +60,10 @@ impl Transport for TcpStreams {
         self.counters.clone()
     }
 
-    fn tcp_sockets(&self) -> Vec<TcpStream> {
-        self.socks
-            .iter()
-            .filter_map(|s| s.try_clone().ok())
-            .collect()
-    }
-
     fn closer(&self) -> Box<dyn Fn() + Send + Sync> {
-        let socks = self.tcp_sockets();
+        let socks: Vec<TcpStream> = (self.socks.iter())
+            .filter_map(|s| s.try_clone().ok())
+            .collect();
         Box::new(move || {
             for s in &socks {
                 let _ = s.shutdown(Shutdown::Both);
@@ -65,28 +73,25 @@ impl Transport for TcpStreams {
 
     fn send(self: Box<Self>, side: SendSide) -> Result<Vec<JoinHandle<Usage>>, SessionError> {
         let side = Arc::new(side);
+        let cap = Arc::new(self.cap);
         let mut threads = Vec::new();
         for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
-            let side = side.clone();
+            let (side, cap) = (side.clone(), cap.clone());
             threads.push(spawn(format!("zcp-send-{i}"), move || {
-                send_stream(i as u16, sock, &side, &counter)
+                send_stream(i as u16, sock, (&side, cap.as_ref().as_ref()), &counter)
             })?);
         }
         Ok(threads)
     }
 
-    fn receive(
-        self: Box<Self>,
-        landing: Arc<dyn Landing>,
-    ) -> Result<Vec<JoinHandle<()>>, SessionError> {
-        let mut threads = Vec::new();
-        for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
-            let landing = landing.clone();
-            threads.push(spawn(format!("zcp-recv-{i}"), move || {
-                land(landing, sock, counter)
-            })?);
+    fn take_streams(&mut self) -> Vec<(u16, TcpStream)> {
+        (0..).zip(std::mem::take(&mut self.socks)).collect()
+    }
+
+    fn land(&self, stream: u16, sock: TcpStream, landing: Arc<dyn Landing>) {
+        if let Some(counter) = self.counters.get(usize::from(stream)) {
+            land(landing, sock, counter.clone());
         }
-        Ok(threads)
     }
 }
 
@@ -94,12 +99,18 @@ impl Transport for TcpStreams {
 
 /// One stream's thread: takes chunks from the shared queue until it closes, then sends the
 /// end marker. Reports its end (or its failure) with its CPU time.
-fn send_stream(stream: u16, sock: TcpStream, side: &SendSide, progress: &AtomicU64) -> Usage {
+fn send_stream(
+    stream: u16,
+    sock: TcpStream,
+    (side, cap): (&SendSide, Option<&RateCap>),
+    progress: &AtomicU64,
+) -> Usage {
     let start = thread_usage();
-    let mut sender = FileSender::new(side.engine, side.block).paced(side.pacer.clone());
+    let pacer = cap.map(|c| c.pacer.clone());
+    let mut sender = FileSender::new(side.engine, side.block).paced(pacer);
     let headers = AtomicU64::new(0);
     let sending = |on: bool| {
-        if let Some(shares) = &side.shares {
+        if let Some(shares) = cap.and_then(|c| c.shares.as_ref()) {
             shares.sending(usize::from(stream), on);
         }
     };
@@ -272,7 +283,7 @@ fn pad(sock: &TcpStream, mut left: u64, headers: &AtomicU64) -> Result<(), Engin
 
 /// Receives one data stream until its end marker, landing each chunk through `landing`;
 /// reports the end. Runs on the caller's thread (the server's connection thread in a push).
-pub(crate) fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<AtomicU64>) {
+fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<AtomicU64>) {
     let usage0 = thread_usage();
     let idle = landing.idle();
     let _ = sock.set_read_timeout(Some(idle));

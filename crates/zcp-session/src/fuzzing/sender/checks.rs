@@ -5,8 +5,8 @@ use super::*;
 
 /// Checks one frame the role sent.
 pub(super) fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &Message) {
-    let asked = sm.cfg.recv_engine;
-    let proved = sm.cfg.verify.checks() && asked != RecvEngine::Null;
+    let asked = sm.cfg().recv_engine;
+    let proved = sm.cfg().verify.checks() && asked != RecvEngine::Null;
     let waiting = told.prune_sent && !told.pruned;
     match m {
         Message::MakeDir { path, .. } | Message::MakeLink { path, .. } => {
@@ -20,7 +20,7 @@ pub(super) fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &
         Message::Finish => assert!(!waiting, "Finish before the receiver's Pruned"),
         Message::Prune => {
             assert!(
-                sm.cfg.delete.prunes() && !told.prune_sent,
+                sm.cfg().delete.prunes() && !told.prune_sent,
                 "a Prune not asked for, or again"
             );
             assert!(sm.idle_files(), "a Prune with files open");
@@ -82,8 +82,8 @@ pub(super) fn sent_frame(sm: &Sending, told: &mut Told, keys: &SessionKeys, m: &
 
 /// Checks one report: engines of the class asked for; a file done only with its proof.
 pub(super) fn report(sm: &Sending, told: &mut Told, r: Report, commit: ThisCommit) {
-    let asked = sm.cfg.recv_engine;
-    let proved = sm.cfg.verify.checks() && asked != RecvEngine::Null;
+    let asked = sm.cfg().recv_engine;
+    let proved = sm.cfg().verify.checks() && asked != RecvEngine::Null;
     let d = match r {
         Report::Engines { receiver, .. } => {
             assert!(

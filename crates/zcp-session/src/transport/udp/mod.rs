@@ -46,14 +46,6 @@ pub(crate) const FEEDBACK: Duration = Duration::from_millis(5);
 /// several per stream within its memory budget.
 pub(crate) const UDP_CHUNK: u64 = 4 << 20;
 
-/// The chunk size a sender uses over `kind`: `-c`'s, or over UDP [`UDP_CHUNK`].
-pub(crate) fn chunk_for(kind: zcp_wire::udp::TransportKind, chunk: Option<u64>) -> Option<u64> {
-    match kind {
-        zcp_wire::udp::TransportKind::Udp => Some(chunk.unwrap_or(UDP_CHUNK)),
-        zcp_wire::udp::TransportKind::Tcp => chunk,
-    }
-}
-
 /// How a session's UDP streams run.
 #[derive(Debug, Clone)]
 pub(crate) struct UdpConfig {
@@ -102,7 +94,8 @@ impl UdpStreams {
         cfg: UdpConfig,
         stats: Arc<UdpStats>,
     ) -> UdpStreams {
-        assert_eq!(socks.len(), counters.len(), "a counter per stream");
+        // Streams not here yet join later (a server's push), each with its counter.
+        assert!(socks.len() <= counters.len(), "a counter per stream");
         UdpStreams {
             socks,
             counters,
@@ -115,10 +108,6 @@ impl UdpStreams {
 impl Transport for UdpStreams {
     fn counters(&self) -> Vec<Arc<AtomicU64>> {
         self.counters.clone()
-    }
-
-    fn tcp_sockets(&self) -> Vec<TcpStream> {
-        Vec::new()
     }
 
     fn closer(&self) -> Box<dyn Fn() + Send + Sync> {
@@ -147,19 +136,16 @@ impl Transport for UdpStreams {
         Ok(threads)
     }
 
-    fn receive(
-        self: Box<Self>,
-        landing: Arc<dyn Landing>,
-    ) -> Result<Vec<JoinHandle<()>>, SessionError> {
-        let mut threads = Vec::new();
-        for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
-            let (landing, stats) = (landing.clone(), self.stats.clone());
-            let offload = self.cfg.offload;
-            threads.push(spawn(format!("zcp-udp-recv-{i}"), move || {
-                recv::land(landing, sock, counter, offload, &stats, i)
-            })?);
+    fn take_streams(&mut self) -> Vec<(u16, TcpStream)> {
+        (0..).zip(std::mem::take(&mut self.socks)).collect()
+    }
+
+    fn land(&self, stream: u16, sock: TcpStream, landing: Arc<dyn Landing>) {
+        let i = usize::from(stream);
+        if let Some(counter) = self.counters.get(i) {
+            let (offload, stats) = (self.cfg.offload, &self.stats);
+            recv::land(landing, sock, counter.clone(), offload, stats, i);
         }
-        Ok(threads)
     }
 
     fn udp(&self) -> Option<Arc<UdpStats>> {

@@ -67,7 +67,7 @@ impl Assembly {
 }
 
 /// Receives one UDP stream until its end; reports the end. Runs on the caller's thread.
-pub(crate) fn land(
+pub(super) fn land(
     landing: Arc<dyn Landing>,
     sock: TcpStream,
     counter: Arc<AtomicU64>,

@@ -6,7 +6,7 @@
 //! ([`Receiving::tick`]). Outputs, taken with [`Receiving::take_out`]: frames to send, jobs for
 //! the journal thread and the committer, part files to let go of, and reports for the person.
 //!
-//! Whoever runs it ([`super::RxCore`]) holds it behind one lock: the control loop, every data
+//! Whoever runs it ([`crate::recv::RxCore`]) holds it behind one lock: the control loop, every data
 //! stream's thread, the engines' helpers, the journal thread and the committer each apply
 //! their input and carry out the outputs after the lock is released.
 
@@ -21,10 +21,13 @@ use zcp_wire::{
     VerifyMode,
 };
 
-use super::chunks::{FileSpec, Outcome, Phase, RxFile, Settle};
 use crate::confine::Scope;
 use crate::error::SessionError;
 use crate::event::{Failure, FileOutcome, Report};
+use crate::recv::chunks::{FileSpec, Outcome, Phase, RxFile, Settle};
+
+pub(crate) mod frames;
+mod prune;
 
 /// How the receiving role runs.
 #[derive(Debug, Clone)]
@@ -134,35 +137,35 @@ enum Lookup<'a> {
 
 /// The receiving role's state.
 pub(crate) struct Receiving {
-    pub(crate) cfg: RxConfig,
-    pub(crate) keys: SessionKeys,
-    pub(crate) nonces: (Nonce, Nonce),
-    pub(crate) scope: Scope,
+    cfg: RxConfig,
+    keys: SessionKeys,
+    nonces: (Nonce, Nonce),
+    scope: Scope,
     /// Open files.
-    pub(crate) files: HashMap<u32, RxFile>,
-    /// Chunks of the open files together (at most [`super::chunks::MAX_SESSION_CHUNKS`]).
-    pub(crate) open_chunks: u64,
+    files: HashMap<u32, RxFile>,
+    /// Chunks of the open files together (at most [`crate::recv::chunks::MAX_SESSION_CHUNKS`]).
+    open_chunks: u64,
     /// One above the highest file id announced: ids only increase, so an id below it that is
     /// not open was given up or committed.
-    pub(crate) next_id: u64,
+    next_id: u64,
     /// The file being prepared (announced, not yet open).
-    pub(crate) preparing: Option<u32>,
-    pub(crate) streams: u16,
-    pub(crate) streams_ended: u16,
-    pub(crate) engines_told: bool,
-    pub(crate) finishing: bool,
-    pub(crate) stats_sent: bool,
-    pub(crate) totals: ReceiverTotals,
+    preparing: Option<u32>,
+    streams: u16,
+    streams_ended: u16,
+    engines_told: bool,
+    finishing: bool,
+    stats_sent: bool,
+    totals: ReceiverTotals,
     /// `EntryFailed`s from the sender: sources it could not send.
-    pub(crate) source_failures: u64,
+    source_failures: u64,
     /// `--delete`: what was announced, and whether anything failed.
-    pub(crate) mirror: super::prune::Mirror,
+    mirror: crate::recv::prune::Mirror,
     last_progress: Instant,
     /// Targets whose offers earned keep-alive credit ([`Receiving::credit`]).
     credited: HashSet<[u8; 16]>,
     last_bytes: u64,
     last_tell: Instant,
-    pub(crate) out: Out,
+    out: Out,
     reports: Vec<Report>,
     /// A data stream found the process out of file descriptors: the session ends as busy on
     /// the next [`Receiving::tick`] (the sender's `--retry` comes back and resumes), rather
@@ -171,6 +174,44 @@ pub(crate) struct Receiving {
 }
 
 impl Receiving {
+    /// The session's keys, for the chunk MACs.
+    pub(crate) fn keys(&self) -> &SessionKeys {
+        &self.keys
+    }
+
+    /// Bytes per engine call (0: each engine's default).
+    pub(crate) fn block(&self) -> u64 {
+        self.cfg.block
+    }
+
+    /// The data streams the session has.
+    pub(crate) fn streams(&self) -> u16 {
+        self.streams
+    }
+
+    /// What the role did so far.
+    pub(crate) fn totals(&self) -> &ReceiverTotals {
+        &self.totals
+    }
+
+    /// The file-system work made these directories (the scope may then set their times).
+    pub(crate) fn made_dirs(&mut self, made: &[(Vec<Vec<u8>>, usize)]) {
+        self.scope.created_dirs(made);
+    }
+
+    /// Whether the session proves its data (`--verify`).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn verifies(&self) -> bool {
+        self.cfg.verify.checks()
+    }
+
+    /// Whether a `Prune` may be carried out now: no file open or being prepared, and no
+    /// entry failed.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn may_prune(&self) -> bool {
+        self.files.is_empty() && self.preparing.is_none() && self.mirror.flaws == 0
+    }
+
     pub(crate) fn new(
         cfg: RxConfig,
         keys: SessionKeys,
@@ -179,7 +220,7 @@ impl Receiving {
         streams: u16,
         now: Instant,
     ) -> Receiving {
-        let mirror = super::prune::Mirror::new(
+        let mirror = crate::recv::prune::Mirror::new(
             cfg.delete.0,
             cfg.delete.1.clone(),
             cfg.existing == ExistingMode::Backup,
@@ -458,7 +499,7 @@ impl Receiving {
             Outcome::GiveUp(i) => {
                 let m = format!(
                     "chunk {i} failed verification {} times; giving up on this file",
-                    super::chunks::MAX_MISMATCHES
+                    crate::recv::chunks::MAX_MISMATCHES
                 );
                 self.fail_file(file, ErrorCode::Verify, m, now);
             }
@@ -744,27 +785,4 @@ fn failed_outcome(f: &RxFile, code: ErrorCode, message: String, now: Instant) ->
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn preparing_a_target_earns_credit_once_per_name_and_file_then_starts_over() {
-        let (mut rx, _) = crate::fuzzing::in_memory(Scope::push(), Instant::now());
-        assert!(rx.credit("a", Some((1, 10))));
-        assert!(!rx.credit("a", Some((1, 10))), "the same target again");
-        assert!(!rx.credit("a", None), "the same name, not hashed this time");
-        assert!(
-            !rx.credit("A", Some((1, 10))),
-            "another name for the same file"
-        );
-        assert!(rx.credit("b", None));
-        assert!(rx.credit("c", Some((2, 10))), "another device");
-        // Bounded: after MAX_CREDITED entries the memory starts over, so "a" earns again
-        // only after that many other targets were prepared.
-        for i in 0..MAX_CREDITED {
-            rx.credit(&format!("t{i}"), None);
-        }
-        assert!(rx.credited.len() <= MAX_CREDITED);
-        assert!(rx.credit("a", Some((1, 10))));
-    }
-}
+mod tests;

@@ -10,11 +10,11 @@ use zcp_wire::{
     escape, escape_text,
 };
 
-use super::chunks::{FileSpec, JournalState, MAX_CHUNKS, MAX_SESSION_CHUNKS, RxFile};
-use super::state::{Receiving, Refusal};
+use super::{Receiving, Refusal};
 use crate::confine::{Act, Times};
 use crate::error::SessionError;
 use crate::event::{Failure, Report};
+use crate::recv::chunks::{FileSpec, JournalState, MAX_CHUNKS, MAX_SESSION_CHUNKS, RxFile};
 
 /// Most files a session may have open at once on the receiver.
 pub(crate) const MAX_OPEN_FILES: usize = 1024;
@@ -26,8 +26,8 @@ pub(crate) enum Step {
     Next,
     /// File-system work; its result goes to [`Receiving::fs_done`].
     Fs(FsJob),
-    /// `--delete`: remove what the sender did not announce ([`super::prune::run`]).
-    Prune(super::prune::PruneJob),
+    /// `--delete`: remove what the sender did not announce ([`crate::recv::prune::run`]).
+    Prune(crate::recv::prune::PruneJob),
     /// The session is over (the sender's `Stats` after ours).
     Done,
 }
