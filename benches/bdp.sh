@@ -84,7 +84,7 @@ for rep in $(seq 1 "$REPS"); do
             "$j" "$cfg" >>"$RAW"
         cat "$WORK/src" >/dev/null
         j=$(timeout 90 "$TB" exec "$NAME" a "$ZCP" send -J -i 0 --recv-engine null -p 5310 \
-            --key-file "$WORK/key" "$WORK/src" "10.231.0.2:src$rep$cfg")
+            --key-file "$WORK/key" "$WORK/src" "10.231.0.2::src$rep$cfg")
         rm -f "$WORK/root/src$rep$cfg"
         python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(json.dumps({"tool":"zcp","buffers":sys.argv[2],"gbps":d["end"]["sum"]["bits_per_second"]/1e9,"retransmits":d["end"]["sum"].get("retransmits")}))' \
             "$j" "$cfg" >>"$RAW"

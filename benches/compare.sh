@@ -135,7 +135,7 @@ tree_run() { # rep who (0, 1 or r): the tree into a new directory; nothing is de
             record rsync tree "$(awk "BEGIN {print $t1 - $t0}")"
     else
         "${BIN[$who]}" send -p "${PORT[$who]}" --key-file "$WORK/key" -J -i 0 -r -P 2 \
-            "$WORK/tree" "127.0.0.1:tree-$rep" >"$WORK/tree.json"
+            "$WORK/tree" "127.0.0.1::tree-$rep" >"$WORK/tree.json"
         t1=$(now)
         record "${NAME[$who]}" tree "$(awk "BEGIN {print $t1 - $t0}")" <"$WORK/tree.json"
     fi
@@ -160,7 +160,7 @@ for rep in $(seq "$REPS"); do
             t0=$(now)
             # shellcheck disable=SC2046
             "${BIN[$i]}" send -p "${PORT[$i]}" --key-file "$WORK/key" -J -i 0 $(args_of "$cfg") \
-                "$WORK/src.bin" 127.0.0.1:out.bin >"$WORK/one.json"
+                "$WORK/src.bin" 127.0.0.1::out.bin >"$WORK/one.json"
             t1=$(now)
             record "${NAME[$i]}" "$cfg" "$(awk "BEGIN {print $t1 - $t0}")" <"$WORK/one.json"
             rm -f "$WORK/root$i/out.bin"

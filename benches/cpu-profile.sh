@@ -94,7 +94,7 @@ for rep in $(seq "$REPS"); do
         # shellcheck disable=SC2046
         perf record -q -F 999 -a -o "$WORK/perf.data" -- \
             "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 $(args_of "$cfg") \
-            "$WORK/src.bin" 127.0.0.1:out.bin >"$WORK/run.json" 2>/dev/null
+            "$WORK/src.bin" 127.0.0.1::out.bin >"$WORK/run.json" 2>/dev/null
         gbps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum"]["bits_per_second"]/1e9)' "$WORK/run.json")
         engine=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["start"]["engines"]["receiver"])' "$WORK/run.json")
         perf script -i "$WORK/perf.data" -F comm,ip,sym 2>/dev/null |

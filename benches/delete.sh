@@ -39,7 +39,7 @@ EOF
 RPORT=$((PORT + 1))
 rsync --daemon --no-detach --config="$W/rsyncd.conf" --port="$RPORT" --address=127.0.0.1 &
 sleep 0.5
-zsend() { "$ZCP" send -q -r --key-file "$W/key" -p "$PORT" "$@" "$W/src/t" 127.0.0.1: ; }
+zsend() { "$ZCP" send -q -r --key-file "$W/key" -p "$PORT" "$@" "$W/src/t" 127.0.0.1:: ; }
 zsend
 rsync -r "$W/src/t/" "rsync://127.0.0.1:$RPORT/m/t/"
 stale() {

@@ -343,7 +343,7 @@ run_kind() { # kind
             TOOL=$WORK/zcp.json
             t0=$EPOCHREALTIME
             timeout -k 5 $TMO "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -J -i 0 "${args[@]}" \
-                "$SRC" 127.0.0.1:out.bin >"$TOOL" 2>"$WORK/client.err" || RC=$?
+                "$SRC" 127.0.0.1::out.bin >"$TOOL" 2>"$WORK/client.err" || RC=$?
             t1=$EPOCHREALTIME
             OUTF=$DST/zcp/out.bin
             ;;
@@ -402,7 +402,7 @@ run_kind() { # kind
 # One unrecorded zcp transfer, so that no recorded run is the first into the fresh tmpfs.
 echo "== warm-up (not recorded): one zcp transfer into the tmpfs"
 warm
-timeout -k 5 $TMO "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -q "$SRC" 127.0.0.1:warm-up.bin ||
+timeout -k 5 $TMO "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -q "$SRC" 127.0.0.1::warm-up.bin ||
     { echo "fast-target.sh: the warm-up transfer failed" >&2; exit 1; }
 find "$DST" -mindepth 2 -delete
 

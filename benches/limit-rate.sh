@@ -93,10 +93,10 @@ for rep in $(seq "$REPS"); do
                 t0=$(date +%s.%N)
                 if [ "$dir" = send ]; then
                     ZCP_PACING=$mode "$ZCP" send -p "${PORT[auto]}" "${common[@]}" \
-                        "$WORK/root/$r.bin" 127.0.0.1:out.bin >"$WORK/run.json"
+                        "$WORK/root/$r.bin" 127.0.0.1::out.bin >"$WORK/run.json"
                 else
                     "$ZCP" get -p "${PORT[$mode]}" "${common[@]}" \
-                        "127.0.0.1:$r.bin" "$WORK/got/" >"$WORK/run.json"
+                        "127.0.0.1::$r.bin" "$WORK/got/" >"$WORK/run.json"
                 fi
                 t1=$(date +%s.%N)
                 python3 - "$WORK/run.json" "$dir" "$r" "$mode" "$rep" "$t0" "$t1" "$(bits "${r/none/0}")" >>"$RAW" <<'EOF'

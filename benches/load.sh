@@ -110,7 +110,7 @@ one_send() {
     local t0 t1
     t0=$(date +%s.%N)
     timeout 300 "$ZCP" send -q -P 4 --recv-engine mem -p "$PORT" --key-file "$WORK/key" \
-        "$WORK/src/big.bin" 127.0.0.1:big.bin >>"$LOG" 2>&1 || { echo "load.sh: send failed" >&2; exit 1; }
+        "$WORK/src/big.bin" 127.0.0.1::big.bin >>"$LOG" 2>&1 || { echo "load.sh: send failed" >&2; exit 1; }
     t1=$(date +%s.%N)
     python3 -c "print(f'{$t1-$t0:.3f}')"
 }
@@ -147,7 +147,7 @@ t0=$(date +%s.%N)
 cpids=()
 for i in $(seq "$CLIENTS"); do
     timeout 600 "$ZCP" send -q --retry 8 --retry-wait 1 -p "$PORT" --key-file "$WORK/key" \
-        "$WORK/src/c$i.bin" "127.0.0.1:b/c$i.bin" >"$WORK/client-$i.log" 2>&1 &
+        "$WORK/src/c$i.bin" "127.0.0.1::b/c$i.bin" >"$WORK/client-$i.log" 2>&1 &
     cpids+=($!)
 done
 ok=0; failed=0

@@ -91,7 +91,7 @@ zcp_run() { # kind rep args...
     shift 2
     warm
     sync
-    "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 "$@" "$WORK/src.bin" 127.0.0.1:out.bin | record "$kind" "$rep"
+    "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 "$@" "$WORK/src.bin" 127.0.0.1::out.bin | record "$kind" "$rep"
     rm -f "$WORK/root/out.bin"
     sync
 }
@@ -134,7 +134,7 @@ tree_runs() { # rep: the same tree three ways, each into a fresh directory (no d
     cat $(find "$WORK/tree" -type f) >/dev/null
     sync
     t0=$(now)
-    "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 -r -P 2 "$WORK/tree" "127.0.0.1:tree-$rep" >"$WORK/tree.json"
+    "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 -r -P 2 "$WORK/tree" "127.0.0.1::tree-$rep" >"$WORK/tree.json"
     t1=$(now)
     record tree_zcp "$rep" <<<"{\"wall\": $(awk "BEGIN {print $t1 - $t0}"), \"zcp\": $(cat "$WORK/tree.json")}"
     sync
@@ -165,7 +165,7 @@ resume_run() { # rep: kill the sender once half the file is reported sent, then 
 import json, subprocess, sys
 zcp, port, key, src, half = sys.argv[1:6]
 p = subprocess.Popen([zcp, "send", "-p", port, "--key-file", key, "--json-stream", "-i", "0.05",
-                      src, "127.0.0.1:resume.bin"], stdout=subprocess.PIPE)
+                      src, "127.0.0.1::resume.bin"], stdout=subprocess.PIPE)
 sent = 0
 for line in p.stdout:
     d = json.loads(line)
@@ -179,7 +179,7 @@ print(sent)
 PY
 )
     warm
-    "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 "$WORK/src.bin" 127.0.0.1:resume.bin >"$WORK/resume.json"
+    "$ZCP" send -p "$PORT" --key-file "$WORK/key" -J -i 0 "$WORK/src.bin" 127.0.0.1::resume.bin >"$WORK/resume.json"
     lo1=$(lo_bytes)
     cmp -s "$WORK/src.bin" "$WORK/root/resume.bin" || { echo "transfer.sh: resumed file differs" >&2; exit 1; }
     record resume "$rep" <<<"{\"killed_at\": $killed_at, \"lo_bytes\": $((lo1 - lo0)), \"size\": $((half * 2)), \"second\": $(cat "$WORK/resume.json")}"

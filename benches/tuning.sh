@@ -73,7 +73,7 @@ for rep in $(seq 1 "$REPS"); do
                     "$j" "$off" "$mtu" "$p" >> "$RAW"
                 cat "$WORK/src" > /dev/null
                 j=$(timeout 120 "$TB" exec "$NAME" a "$ZCP" send -J -i 0 -P "$p" --recv-engine null \
-                    -p 5310 --key-file "$WORK/key" "$WORK/src" 10.231.0.2:src)
+                    -p 5310 --key-file "$WORK/key" "$WORK/src" 10.231.0.2::src)
                 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(json.dumps({"tool":"zcp","offloads":sys.argv[2],"mtu":int(sys.argv[3]),"streams":int(sys.argv[4]),"gbps":d["end"]["sum"]["bits_per_second"]/1e9}))' \
                     "$j" "$off" "$mtu" "$p" >> "$RAW"
             done

@@ -136,7 +136,7 @@ run_cell() {
     before=$(dropped)
     timeout -s TERM "$SECS" "$TB" exec "$NAME" a "$ZCP" send --json-stream -i 1 -P "$p" \
         --recv-engine "$ENGINE" "${extra[@]}" -p 5310 --key-file "$WORK/key" "$src" \
-        "10.231.0.2:$target" >"$WORK/out.jsonl" 2>"$WORK/err.txt" || rc=$?
+        "10.231.0.2::$target" >"$WORK/out.jsonl" 2>"$WORK/err.txt" || rc=$?
     after=$(dropped)
     rm -rf "${WORK:?}/root/"* "$WORK/root/".zcp-* 2>/dev/null || true
     python3 - "$WORK/out.jsonl" "$WORK/err.txt" "$rc" "${before:-0 0}" "${after:-0 0}" <<'PY'
@@ -206,7 +206,7 @@ run_fair() {
     local ip=$!
     timeout -s TERM "$SECS" "$TB" exec "$NAME" a "$ZCP" send --json-stream -i 1 \
         --recv-engine "$ENGINE" "${extra[@]}" -p 5310 --key-file "$WORK/key" "$src" \
-        "10.231.0.2:$target" >"$WORK/fair.jsonl" 2>"$WORK/err.txt" || true
+        "10.231.0.2::$target" >"$WORK/fair.jsonl" 2>"$WORK/err.txt" || true
     wait "$ip" || true
     rm -rf "${WORK:?}/root/"* "$WORK/root/".zcp-* 2>/dev/null || true
     python3 - "$WORK/fair.jsonl" "$WORK/iperf.json" "$WORK/err.txt" "$SECS" <<'PY'

@@ -96,7 +96,7 @@ for rep in $(seq "$REPS"); do
             sync
             # shellcheck disable=SC2086
             "$BIN" send -p "${PORT[$i]}" --key-file "$SRC_DIR/key" -J -i 0 --verify "$mode" \
-                $EXTRA "$SRC_DIR/src.bin" 127.0.0.1:out.bin |
+                $EXTRA "$SRC_DIR/src.bin" 127.0.0.1::out.bin |
                 python3 -c 'import json,sys; print(json.dumps({"dest": sys.argv[1], "mode": sys.argv[2], "data": json.load(sys.stdin)}))' \
                     "${DESTS[$i]}" "$mode" >>"$RAW"
             rm -f "${ROOTS[$i]}/out.bin"

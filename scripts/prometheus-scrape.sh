@@ -83,7 +83,7 @@ pids+=($!)
 api="http://127.0.0.1:$prom_port/api/v1"
 wait_for 300 curl -sf "$api/status/buildinfo" -o /dev/null || fail "Prometheus did not start"
 
-"$zcp" send -q --key-file "$work/key" -p "$port" "$work/src.bin" "127.0.0.1:src.bin" \
+"$zcp" send -q --key-file "$work/key" -p "$port" "$work/src.bin" "127.0.0.1::src.bin" \
     >"$work/send.out" 2>&1 || fail "zcp send failed"
 cmp -s "$work/src.bin" "$work/root/src.bin" || fail "the pushed file differs from its source"
 

@@ -145,6 +145,7 @@ pub(crate) fn run(a: DemoArgs) -> anyhow::Result<i32> {
         transfer: a.transfer.transfer()?,
         sources: vec![source.clone()],
         dest: b"demo.bin".to_vec(),
+        ssh: None,
     };
     let mut out = a.transfer.output();
     let result = std::thread::scope(|s| {

@@ -7,14 +7,14 @@ use clap::Args;
 use zcp_session::{ListOptions, Listed, exit};
 use zcp_wire::{ListEntry, ListKind, escape};
 
-use super::ConnArgs;
 use super::filter::FilterArgs;
+use super::{ConnArgs, usage};
 
 /// `zcp ls --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\
-  zcp ls dtn.example.org:                          # the root, or the exports this key may use
-  zcp ls -l dtn.example.org:archive/run42          # sizes, modes, times (UTC), link targets
-  zcp ls -r --include '*/' --include '*.h5' --exclude '*' dtn.example.org:archive
+  zcp ls dtn.example.org::                         # the root, or the exports this key may use
+  zcp ls -l dtn.example.org::archive/run42         # sizes, modes, times (UTC), link targets
+  zcp ls -r --include '*/' --include '*.h5' --exclude '*' dtn.example.org::archive
                                                    # every .h5 file beneath, as a get -r would
   zcp ls -J -r zcp://[2001:db8::7]:6000/run42      # one JSON document";
 
@@ -35,10 +35,11 @@ pub(crate) struct LsArgs {
     json: bool,
     #[command(flatten)]
     pub(super) filter: FilterArgs,
-    /// What to list: `HOST:PATH`, `[IPV6]:PATH` or `zcp://HOST[:PORT]/PATH`; `HOST:` alone
-    /// lists the root, or, on a server with exports, the exports this key may use (then
-    /// `HOST:EXPORT/PATH`). Several must name the same server.
-    #[arg(value_name = "HOST:PATH", required = true)]
+    /// What to list on a zcp serve daemon: `HOST::PATH`, `[IPV6]::PATH` or
+    /// `zcp://HOST[:PORT]/PATH`; `HOST::` alone lists the root, or, on a server with exports,
+    /// the exports this key may use (then `HOST::EXPORT/PATH`). Several must name the same
+    /// server.
+    #[arg(value_name = "HOST::PATH", required = true)]
     remote: Vec<OsString>,
 }
 
@@ -59,6 +60,12 @@ pub(crate) fn run(a: LsArgs) -> anyhow::Result<i32> {
         true => vec![".".into()],
         false => paths.iter().map(|p| escape(p)).collect(),
     };
+    if remote.ssh.is_some() {
+        usage!(
+            "zcp ls lists what a zcp serve daemon holds: write HOST::PATH or \
+             zcp://HOST[:PORT]/PATH (listing over ssh is not there yet: ssh HOST ls -l PATH)"
+        );
+    }
     let opts = ListOptions {
         conn: a.conn.connection(remote.host, remote.port)?,
         paths,

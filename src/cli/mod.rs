@@ -6,6 +6,7 @@ mod bench;
 mod clean;
 mod demo;
 mod doctor;
+mod far_side;
 mod filter;
 mod generate;
 mod get;
@@ -38,13 +39,17 @@ pub(crate) use version::print_version;
 /// `zcp --help`'s examples, each a command line the tests parse.
 const EXAMPLES: &str = "\
   zcp demo                                         # try it on loopback: 1 GiB, verified
-  zcp keygen -o ~/.config/zcp/key                  # once; copy the file to the other host
-  zcp serve --root /data/incoming                  # on the receiving host
-  zcp send -r -P 4 run42/ dtn.example.org:archive/ # a tree, 4 parallel streams
-  zcp get dtn.example.org:archive/run42/big.h5 .   # the other direction
+  zcp send big.h5 dtn2:/data/                      # over ssh: zcp started there for the
+                                                   # session, the data sent directly
+  zcp send -r -P 4 run42/ alice@dtn2:archive/      # a tree, 4 streams, into ~alice/archive
+  zcp get dtn2:/data/run42/big.h5 .                # the other direction
+  zcp keygen -o ~/.config/zcp/key                  # a daemon: once; copy the key over
+  zcp serve --root /data/incoming                  # ... on the receiving host
+  zcp send -r run42/ dtn2::run42/                  # ... and to it, with the key
   zcp clean --older-than 7d /data/incoming         # remove abandoned partial files
 
-Targets: HOST:PATH, [IPV6]:PATH or zcp://HOST[:PORT]/PATH, relative to the server's --root.
+Targets: [USER@]HOST:PATH over ssh (relative to the login directory, or absolute), HOST::PATH
+or zcp://HOST[:PORT]/PATH to a zcp serve daemon (relative to its --root or exports).
 `zcp COMMAND --help` has more examples.";
 
 const EXIT_CODES: &str = "\
@@ -187,6 +192,9 @@ enum Command {
     /// A chart from a benchmark script's CSV (`benches/udp.sh` runs it).
     #[command(hide = true)]
     BenchChart(bench::BenchChartArgs),
+    /// The far side of `zcp send/get HOST:PATH`, started over ssh.
+    #[command(hide = true)]
+    FarSide(far_side::FarSideArgs),
 }
 
 /// Runs the command; returns the process exit code.
@@ -207,6 +215,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Generate(a) => generate::run(a),
         Command::BenchSide(a) => bench::run_side(a),
         Command::BenchChart(a) => bench::run_chart(a),
+        Command::FarSide(a) => far_side::run(a),
     };
     match result {
         Ok(code) => code,
@@ -384,9 +393,125 @@ struct ConnArgs {
     /// Fail after this many seconds without progress or word from the peer.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     idle_timeout: u64,
+    /// The program (and its options) that reaches HOST in a [USER@]HOST:PATH target, as
+    /// rsync's -e: ~/.ssh/config applies [default: ssh].
+    #[arg(short = 'e', long, value_name = "CMD")]
+    ssh_command: Option<String>,
+    /// What runs zcp on the far side of ssh, as rsync's --rsync-path [default: zcp].
+    #[arg(long, value_name = "PATH")]
+    remote_zcp: Option<String>,
+    /// Ports the far side of ssh may listen on (A-B), for firewalls; any by default.
+    #[arg(long, value_name = "A-B", value_parser = parse_port_range)]
+    port_range: Option<(u16, u16)>,
+}
+
+/// `--port-range A-B`: 1 <= A <= B.
+fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("'{s}' is not a port range: write A-B, 1 <= A <= B <= 65535");
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let (a, b): (u16, u16) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
 }
 
 impl ConnArgs {
+    /// How to reach `target`: over ssh (its login, and the far side's root and path) or a
+    /// daemon. An old daemon-style call (`-p`/`--key-file` with `HOST:PATH`) is refused,
+    /// naming the new form; ssh's flags with a daemon's target too.
+    fn reach(
+        &self,
+        target: &target::Target,
+        allow_delete: bool,
+    ) -> anyhow::Result<(zcp_session::Connection, Option<zcp_session::Ssh>, Vec<u8>)> {
+        let Some(login) = &target.ssh else {
+            if self.ssh_command.is_some() || self.remote_zcp.is_some() || self.port_range.is_some()
+            {
+                usage!(
+                    "--ssh-command, --remote-zcp and --port-range are for [USER@]HOST:PATH \
+                     targets (one ':'), which go over ssh; this one names a zcp serve daemon"
+                );
+            }
+            let conn = self.connection(target.host.clone(), target.port)?;
+            return Ok((conn, None, target.path.clone()));
+        };
+        if self.port.is_some() || self.key_file.is_some() {
+            usage!(
+                "{host}:PATH now reaches {host} over ssh, where zcp is started for the session; \
+                 -p and --key-file are for a zcp serve daemon: write {host}::PATH or \
+                 zcp://{host}:PORT/PATH for the daemon, or leave out -p/--key-file to go over ssh",
+                host = zcp_wire::escape_text(&target.host)
+            );
+        }
+        let command = match &self.ssh_command {
+            None => vec!["ssh".to_string()],
+            Some(c) => match shell_words::split(c) {
+                Ok(w) if !w.is_empty() => w,
+                Ok(_) => usage!("--ssh-command is empty: name the program, e.g. 'ssh -p 2222'"),
+                Err(e) => usage!("--ssh-command: {e}"),
+            },
+        };
+        // Absolute paths start at `/` there, others at the login directory, as scp's do.
+        let (root, path) = match target.path.iter().position(|b| *b != b'/') {
+            _ if target.path.first() != Some(&b'/') => {
+                (zcp_session::RemoteRoot::Home, target.path.clone())
+            }
+            Some(at) => (zcp_session::RemoteRoot::Slash, target.path[at..].to_vec()),
+            None => (zcp_session::RemoteRoot::Slash, b".".to_vec()),
+        };
+        let ssh = zcp_session::Ssh {
+            command,
+            destination: login.clone(),
+            remote_zcp: self.remote_zcp.clone().unwrap_or_else(|| "zcp".into()),
+            root,
+            allow_delete,
+            port_range: self.port_range,
+        };
+        // The key and port come from the far side on each try.
+        let conn = self.timeouts(
+            target.host.clone(),
+            0,
+            zcp_wire::Psk::from_bytes([0x5a; 32]),
+        )?;
+        Ok((conn, Some(ssh), path))
+    }
+
+    /// [`ConnArgs::reach`] for a get's targets (one host, reached one way). Over ssh their
+    /// paths must all be absolute or all relative: the far side has one root.
+    fn reach_all(
+        &self,
+        remote: &get::Remote,
+    ) -> anyhow::Result<(
+        zcp_session::Connection,
+        Option<zcp_session::Ssh>,
+        Vec<Vec<u8>>,
+    )> {
+        let mut paths = Vec::with_capacity(remote.paths.len());
+        let mut first: Option<(zcp_session::Connection, Option<zcp_session::Ssh>)> = None;
+        for p in &remote.paths {
+            let t = target::Target {
+                host: remote.host.clone(),
+                port: remote.port,
+                path: p.clone(),
+                ssh: remote.ssh.clone(),
+            };
+            let (conn, ssh, path) = self.reach(&t, false)?;
+            if let (Some((_, Some(a))), Some(b)) = (&first, &ssh)
+                && a.root != b.root
+            {
+                usage!(
+                    "over ssh the paths of one get must be all absolute or all relative to the \
+                     login directory"
+                );
+            }
+            first.get_or_insert((conn, ssh));
+            paths.push(path);
+        }
+        let (conn, ssh) = first.expect("clap requires at least one HOST:PATH");
+        Ok((conn, ssh, paths))
+    }
+
     /// The connection to `host`; `url_port` is the port its zcp:// target named, if any.
     fn connection(
         &self,
@@ -405,13 +530,23 @@ impl ConnArgs {
                 zcp_session::DEFAULT_PORT
             );
         }
+        let psk = key_arg(&self.key_file)?;
+        self.timeouts(host, port, psk)
+    }
+
+    /// A connection to `host:port` with `psk` and the timeouts asked for.
+    fn timeouts(
+        &self,
+        host: String,
+        port: u16,
+        psk: zcp_wire::Psk,
+    ) -> anyhow::Result<zcp_session::Connection> {
         if self.connect_timeout == 0 {
             usage!("--connect-timeout must be at least 1 second");
         }
         if self.idle_timeout == 0 {
             usage!("--idle-timeout must be at least 1 second");
         }
-        let psk = key_arg(&self.key_file)?;
         Ok(zcp_session::Connection {
             host,
             port,

@@ -10,26 +10,29 @@ use super::{ConnArgs, TransferArgs};
 
 /// `zcp send --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\
-  zcp send big.h5 dtn.example.org:run42/           # stores ROOT/run42/big.h5 on the server
-  zcp send big.h5 dtn.example.org:run42/a.h5       # ... under a new name
-  zcp send -r -P 4 run42/ obs/ dtn.example.org:archive
+  zcp send big.h5 dtn.example.org:/data/run42/     # over ssh: stores /data/run42/big.h5
+  zcp send big.h5 alice@dtn.example.org:run42/a.h5 # ... as alice, in her home, a new name
+  zcp send -e 'ssh -p 2222' --remote-zcp /opt/zcp/bin/zcp big.h5 dtn.example.org:run42/
+                                                   # another ssh port, zcp not on the PATH
+  zcp send -r -P 4 run42/ obs/ dtn.example.org::archive
+                                                   # to a zcp serve daemon, with the key:
                                                    # two trees, 4 parallel streams
-  zcp send -r --delete-dry-run run42 dtn.example.org:archive/
+  zcp send -r --delete-dry-run run42 dtn.example.org::archive/
                                                    # what --delete would remove there
-  zcp send -r --delete run42 dtn.example.org:archive/
+  zcp send -r --delete run42 dtn.example.org::archive/
                                                    # mirror: remove what run42 no longer has
-  zcp send --key-file ~/keys/dtn.key -p 6000 big.h5 dtn.example.org:
+  zcp send --key-file ~/keys/dtn.key -p 6000 big.h5 dtn.example.org::
                                                    # another key and port; into the root
   zcp send big.h5 zcp://dtn.example.org:6000/run42/
                                                    # the same target as a URL
-  zcp send big.h5 '[2001:db8::7]:run42/'           # an IPv6 address goes in brackets
-  zcp send -J big.h5 dtn.example.org:run42/        # the report as one JSON document
+  zcp send big.h5 '[2001:db8::7]::run42/'          # an IPv6 address goes in brackets
+  zcp send -J big.h5 dtn.example.org::run42/       # the report as one JSON document
   zcp send -q --retry 5 big.h5 dtn.example.org:run42/
-                                                   # for cron: errors only; reconnects and
-                                                   # resumes up to 5 times
+                                                   # for cron: errors only; runs ssh again,
+                                                   # reconnects and resumes up to 5 times
   zcp send --raw big.h5 dtn.example.org:9000       # the bare bytes to any listener (nc -l):
                                                    # no key, nothing verified
-  zcp send --transport udp -P 4 big.h5 dtn.example.org:run42/
+  zcp send --transport udp -P 4 big.h5 dtn.example.org::run42/
                                                    # paced UDP datagrams: a long, lossy path
 
 Interrupted (Ctrl-C, a lost connection)? Run the same command again: chunks the server verified
@@ -52,8 +55,9 @@ pub(crate) struct SendArgs {
     /// Files (and with -r directories) to send.
     #[arg(value_name = "SRC", required = true)]
     sources: Vec<OsString>,
-    /// Where they go: `HOST:DEST`, `[IPV6]:DEST` or `zcp://HOST[:PORT]/DEST`, relative to the
-    /// server root. One file: DEST may name the file, or a directory (DEST/ or existing) that
+    /// Where they go: `[USER@]HOST:DEST` over ssh (DEST relative to the login directory, or
+    /// absolute), `HOST::DEST` or `zcp://HOST[:PORT]/DEST` to a zcp serve daemon (relative to
+    /// its root). One file: DEST may name the file, or a directory (DEST/ or existing) that
     /// receives it. Several sources or -r: DEST is a directory, made if missing; each source
     /// lands inside. With --raw: HOST:PORT of any TCP listener.
     #[arg(value_name = "HOST:DEST", required = true)]
@@ -71,11 +75,14 @@ pub(crate) fn run(a: SendArgs) -> anyhow::Result<i32> {
             return Ok(zcp_session::exit::USAGE);
         }
     };
+    let transfer = a.transfer.transfer()?;
+    let (conn, ssh, dest) = a.conn.reach(&target, transfer.delete.prunes())?;
     let opts = SendOptions {
-        conn: a.conn.connection(target.host, target.port)?,
-        transfer: a.transfer.transfer()?,
+        conn,
+        transfer,
         sources: a.sources.iter().map(PathBuf::from).collect(),
-        dest: target.path,
+        dest,
+        ssh,
     };
     let mut out = a.transfer.output();
     let r = send(&opts, out.reporter());

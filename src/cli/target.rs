@@ -1,48 +1,42 @@
-//! Remote targets as the user writes them: `HOST:PATH` and `[IPV6]:PATH` as scp writes them,
-//! and `zcp://HOST[:PORT]/PATH`. Forms that other tools read differently (`user@host:path`,
-//! rsync's `host::module`, an IPv6 address without brackets, other URL schemes) are refused
-//! with the spelling zcp wants, never guessed at.
+//! Remote targets as the user writes them, rsync's way: `[USER@]HOST:PATH` (and
+//! `[USER@][IPV6]:PATH`) goes over ssh; `HOST::PATH` (`HOST::EXPORT/PATH` on a server with
+//! exports) and `zcp://HOST[:PORT]/PATH` go to a `zcp serve` daemon. Forms other tools read
+//! differently (an IPv6 address without brackets, other URL schemes, a user for a daemon) are
+//! refused with the spelling zcp wants, never guessed at.
 
 use std::ffi::OsStr;
 use std::net::Ipv6Addr;
 use std::os::unix::ffi::OsStrExt;
 
-/// A remote target: the server and a path beneath its root.
+/// A remote target: the host and a path there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     /// Host name or address (an IPv6 address without its brackets).
     pub(crate) host: String,
-    /// The port a `zcp://` URL names; `None` for `HOST:PATH` and URLs without one.
+    /// The port a `zcp://` URL names; `None` for the other forms and URLs without one.
     pub(crate) port: Option<u16>,
-    /// The path's exact bytes (Linux names need not be UTF-8); `.` for the root.
+    /// The path's exact bytes (Linux names need not be UTF-8); `.` for the root (a daemon)
+    /// or the login directory (ssh).
     pub(crate) path: Vec<u8>,
+    /// Over ssh: the login ssh is given, `[USER@]HOST`. `None`: a daemon.
+    pub(crate) ssh: Option<String>,
 }
 
-/// Parses `HOST:PATH`, `[IPV6]:PATH` or `zcp://HOST[:PORT]/PATH`. `HOST:` and `zcp://HOST`
-/// alone mean the server root. A URL's path is percent-decoded (`%20` is a space, `%25` a
-/// literal `%`) and may not hold a raw `?` or `#`; the `HOST:PATH` form takes every byte
-/// after the first `:` literally. The error says what to write instead.
+/// Parses a target (see the module documentation). `HOST:`, `HOST::` and `zcp://HOST` alone
+/// mean the login directory or the server root. A URL's path is percent-decoded (`%20` is a
+/// space, `%25` a literal `%`) and may not hold a raw `?` or `#`; the other forms take every
+/// byte of the path literally. The error says what to write instead.
 pub(crate) fn parse_target(arg: &OsStr) -> Result<Target, String> {
     let raw = arg.as_bytes();
-    let (scheme, body) = match strip_scheme(raw, b"zcp://") {
-        Some(rest) => raw.split_at(raw.len() - rest.len()),
-        None => (&b""[..], raw),
-    };
-    // Where the host ends: a user name would come before it.
-    let host_end = if !scheme.is_empty() {
-        body.iter().position(|b| *b == b'/')
-    } else if body.starts_with(b"[") {
-        Some(0)
-    } else {
-        body.iter().position(|b| *b == b':')
-    };
-    let host_part = &body[..host_end.unwrap_or(body.len())];
-    let parsed = if let Some(at) = host_part.iter().rposition(|b| *b == b'@') {
-        Err(no_users(scheme, &body[at + 1..]))
-    } else if scheme.is_empty() {
-        parse_scp(raw)
-    } else {
-        parse_url(body)
+    let parsed = match strip_scheme(raw, b"zcp://") {
+        Some(rest) => {
+            let authority = &rest[..rest.iter().position(|b| *b == b'/').unwrap_or(rest.len())];
+            match authority.iter().rposition(|b| *b == b'@') {
+                Some(at) => Err(no_users(&rest[at + 1..])),
+                None => parse_url(rest),
+            }
+        }
+        None => parse_colon(raw),
     };
     parsed.map_err(|why| format!("{}: {why}", zcp_wire::escape(raw)))
 }
@@ -53,14 +47,51 @@ fn strip_scheme<'a>(raw: &'a [u8], scheme: &[u8]) -> Option<&'a [u8]> {
         .then(|| &raw[scheme.len()..])
 }
 
-/// `HOST:PATH` or `[IPV6]:PATH`.
-fn parse_scp(raw: &[u8]) -> Result<Target, String> {
+/// `[USER@]HOST:PATH` (ssh) or `HOST::PATH` (a daemon), the host perhaps `[IPV6]`.
+fn parse_colon(raw: &[u8]) -> Result<Target, String> {
     if let Some(scheme) = other_scheme(raw) {
         return Err(format!(
-            "zcp reads no {scheme}:// URLs; write zcp://HOST[:PORT]/PATH or HOST:PATH"
+            "zcp reads no {scheme}:// URLs; write [USER@]HOST:PATH (over ssh), HOST::PATH or \
+             zcp://HOST[:PORT]/PATH (a zcp serve daemon)"
         ));
     }
-    let (host, path) = if let Some(rest) = raw.strip_prefix(b"[") {
+    // A user comes before the host: the last `@` before the first `:` (or `[`).
+    let host_end = raw
+        .iter()
+        .position(|b| matches!(b, b':' | b'['))
+        .unwrap_or(raw.len());
+    let (user, rest) = match raw[..host_end].iter().rposition(|b| *b == b'@') {
+        Some(at) => (Some(&raw[..at]), &raw[at + 1..]),
+        None => (None, raw),
+    };
+    let (host, path) = split_host(rest)?;
+    let host = host_text(host)?;
+    let (daemon, path) = match path.strip_prefix(b":") {
+        Some(p) => (true, p),
+        None => (false, path),
+    };
+    let ssh = match (daemon, user) {
+        (true, Some(_)) => {
+            return Err(format!(
+                "a zcp daemon has no user names (its key file is what authenticates): write \
+                 {} for the daemon, or one ':' to go over ssh as that user",
+                zcp_wire::escape(&[rest, b""].concat())
+            ));
+        }
+        (true, None) => None,
+        (false, user) => Some(login(user, &host)?),
+    };
+    Ok(Target {
+        host,
+        port: None,
+        path: root_if_empty(path),
+        ssh,
+    })
+}
+
+/// `HOST:REST` or `[IPV6]:REST`: the host and what follows its `:`.
+fn split_host(raw: &[u8]) -> Result<(&[u8], &[u8]), String> {
+    if let Some(rest) = raw.strip_prefix(b"[") {
         let close = rest
             .iter()
             .position(|b| *b == b']')
@@ -68,34 +99,43 @@ fn parse_scp(raw: &[u8]) -> Result<Target, String> {
         let path = rest[close + 1..]
             .strip_prefix(b":")
             .ok_or("expected ':' after ']' (write [ADDR]:PATH)")?;
-        (&rest[..close], path)
-    } else {
-        if let Some(addr) = bare_ipv6(raw) {
-            let path = raw.get(addr.len() + 1..).unwrap_or_default();
-            let path = if path.is_empty() { &b"PATH"[..] } else { path };
-            return Err(format!(
-                "an IPv6 address goes in brackets: write {}",
-                zcp_wire::escape(&[b"[", addr, b"]:", path].concat())
-            ));
-        }
-        let colon = raw
-            .iter()
-            .position(|b| *b == b':')
-            .ok_or("not HOST:PATH (write host:dir/ or host:file, or zcp://host/dir/)")?;
-        (&raw[..colon], &raw[colon + 1..])
-    };
-    if let Some(module_path) = path.strip_prefix(b":") {
+        return Ok((&rest[..close], path));
+    }
+    if let Some(addr) = bare_ipv6(raw) {
+        let path = raw.get(addr.len() + 1..).unwrap_or_default();
+        let path = if path.is_empty() { &b"PATH"[..] } else { path };
         return Err(format!(
-            "'::' is rsync's daemon syntax, and zcp has no modules: write {} (a path beneath \
-             the server's --root)",
-            zcp_wire::escape(&[host, b":", module_path].concat())
+            "an IPv6 address goes in brackets: write {}",
+            zcp_wire::escape(&[b"[", addr, b"]:", path].concat())
         ));
     }
-    Ok(Target {
-        host: host_text(host)?,
-        port: None,
-        path: root_if_empty(path),
-    })
+    let colon = raw.iter().position(|b| *b == b':').ok_or(
+        "not HOST:PATH (write host:dir/ to go over ssh, host::dir/ or zcp://host/dir/ for a \
+         zcp serve daemon)",
+    )?;
+    Ok((&raw[..colon], &raw[colon + 1..]))
+}
+
+/// What ssh is given to log in: `USER@HOST` or `HOST`. Neither may start with `-` (ssh would
+/// take it for an option).
+fn login(user: Option<&[u8]>, host: &str) -> Result<String, String> {
+    if host.starts_with('-') {
+        return Err("a host may not start with '-'".into());
+    }
+    let Some(user) = user else {
+        return Ok(host.to_string());
+    };
+    let user = std::str::from_utf8(user).map_err(|_| "the user name is not text".to_string())?;
+    if user.is_empty()
+        || user.starts_with('-')
+        || user.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "'{}' is not a user name (write USER@HOST:PATH)",
+            zcp_wire::escape_text(user)
+        ));
+    }
+    Ok(format!("{user}@{host}"))
 }
 
 /// `HOST[:PORT]/PATH` or `[IPV6][:PORT]/PATH` (what follows `zcp://`).
@@ -135,6 +175,7 @@ fn parse_url(rest: &[u8]) -> Result<Target, String> {
         host: host_text(host)?,
         port,
         path: root_if_empty(&percent_decode(path)?),
+        ssh: None,
     })
 }
 
@@ -207,18 +248,17 @@ fn bare_ipv6(raw: &[u8]) -> Option<&[u8]> {
         .map(|end| &raw[..end])
 }
 
-/// The refusal for `user@host`: zcp authenticates with the key file alone. `rest` is what
-/// follows the `@`.
-fn no_users(scheme: &[u8], rest: &[u8]) -> String {
+/// The refusal for a user in a `zcp://` URL (a daemon): `rest` is what follows the `@`.
+fn no_users(rest: &[u8]) -> String {
     let host = if rest.is_empty() || rest.starts_with(b":") || rest.starts_with(b"/") {
         &b"HOST"[..]
     } else {
         &b""[..]
     };
     format!(
-        "zcp has no user names (the key file is what authenticates, and the server writes as \
-         the user it runs as): write {}",
-        zcp_wire::escape(&[scheme, host, rest].concat())
+        "a zcp daemon has no user names (its key file is what authenticates): write {} (or \
+         USER@HOST:PATH to go over ssh)",
+        zcp_wire::escape(&[b"zcp://", host, rest].concat())
     )
 }
 
@@ -226,7 +266,7 @@ fn no_users(scheme: &[u8], rest: &[u8]) -> String {
 fn host_text(host: &[u8]) -> Result<String, String> {
     let host = std::str::from_utf8(host).map_err(|_| "the host is not text".to_string())?;
     if host.is_empty() {
-        return Err("no host (write HOST:PATH or zcp://HOST/PATH)".into());
+        return Err("no host (write HOST:PATH, HOST::PATH or zcp://HOST/PATH)".into());
     }
     Ok(host.to_string())
 }
@@ -253,6 +293,15 @@ mod tests {
             host: host.into(),
             port,
             path: path.to_vec(),
+            ssh: None,
+        })
+    }
+
+    /// Over ssh as `login`.
+    fn ssh(login: &str, host: &str, path: &[u8]) -> Result<Target, String> {
+        Ok(Target {
+            ssh: Some(login.into()),
+            ..ok(host, None, path)?
         })
     }
 
@@ -263,47 +312,58 @@ mod tests {
     }
 
     #[test]
-    fn scp_forms() {
-        assert_eq!(t(b"host:dir/f"), ok("host", None, b"dir/f"));
-        assert_eq!(t(b"[::1]:x"), ok("::1", None, b"x"));
-        assert_eq!(t(b"[fe80::1%eth0]:x"), ok("fe80::1%eth0", None, b"x"));
-        assert_eq!(t(b"h:"), ok("h", None, b"."));
-        assert_eq!(t(b"h:a:b"), ok("h", None, b"a:b"));
-        assert_eq!(t(b"10.0.0.2:run42/"), ok("10.0.0.2", None, b"run42/"));
-        assert_eq!(t(b"h:odd\xffname"), ok("h", None, b"odd\xffname"));
-        // Not a URL: `%` is literal outside zcp://.
-        assert_eq!(t(b"h:100%25"), ok("h", None, b"100%25"));
-        // The path of the scp form is taken literally, `?` and `#` too.
-        assert_eq!(t(b"h:a?b#c"), ok("h", None, b"a?b#c"));
+    fn one_colon_goes_over_ssh() {
+        assert_eq!(t(b"host:dir/f"), ssh("host", "host", b"dir/f"));
+        assert_eq!(t(b"alice@dtn:run42/"), ssh("alice@dtn", "dtn", b"run42/"));
+        assert_eq!(t(b"[::1]:x"), ssh("::1", "::1", b"x"));
+        assert_eq!(t(b"bob@[::1]:x"), ssh("bob@::1", "::1", b"x"));
+        assert_eq!(
+            t(b"[fe80::1%eth0]:x"),
+            ssh("fe80::1%eth0", "fe80::1%eth0", b"x")
+        );
+        assert_eq!(t(b"h:"), ssh("h", "h", b"."));
+        assert_eq!(t(b"h:/abs/x"), ssh("h", "h", b"/abs/x"));
+        assert_eq!(t(b"h:a:b"), ssh("h", "h", b"a:b"));
+        assert_eq!(
+            t(b"10.0.0.2:run42/"),
+            ssh("10.0.0.2", "10.0.0.2", b"run42/")
+        );
+        assert_eq!(t(b"h:odd\xffname"), ssh("h", "h", b"odd\xffname"));
+        // `%`, `?` and `#` are literal outside zcp://, and so is an `@` in the path.
+        assert_eq!(t(b"h:100%25"), ssh("h", "h", b"100%25"));
+        assert_eq!(t(b"h:a?b#c"), ssh("h", "h", b"a?b#c"));
+        assert_eq!(t(b"dtn:mail@x"), ssh("dtn", "dtn", b"mail@x"));
+        assert_eq!(t(b"a@b@dtn:x"), ssh("a@b@dtn", "dtn", b"x"));
         // Hex-looking host names with ordinary paths stay host names.
-        assert_eq!(t(b"cafe:beef"), ok("cafe", None, b"beef"));
-        assert_eq!(t(b"abc:def:x"), ok("abc", None, b"def:x"));
+        assert_eq!(t(b"cafe:beef"), ssh("cafe", "cafe", b"beef"));
         refused(b"nocolon", "not HOST:PATH");
         refused(b":x", "no host");
+        refused(b"alice@:x", "no host");
         refused(b"[::1]x", "expected ':' after ']'");
         refused(b"[::1:x", "closing ']'");
         refused(b"h\xff:x", "not text");
+        // Nothing ssh would take for an option.
+        refused(b"-oProxyCommand=x:p", "may not start with '-'");
+        refused(b"-l@h:p", "not a user name");
+        refused(b"a b@h:p", "not a user name");
+        refused(b"@h:p", "not a user name");
     }
 
     #[test]
-    fn user_at_host_is_refused_with_the_spelling_to_use() {
-        refused(b"alice@dtn:run42/", "no user names");
-        refused(b"alice@dtn:run42/", "write dtn:run42/");
-        refused(b"alice@[::1]:x", "write [::1]:x");
-        refused(b"a@b@dtn:x", "write dtn:x");
-        refused(b"alice@:x", "write HOST:x");
+    fn two_colons_or_a_url_go_to_a_daemon() {
+        assert_eq!(t(b"dtn::archive/x"), ok("dtn", None, b"archive/x"));
+        assert_eq!(t(b"dtn::"), ok("dtn", None, b"."));
+        assert_eq!(t(b"[::1]::x"), ok("::1", None, b"x"));
+        assert_eq!(t(b"127.0.0.1::up/t"), ok("127.0.0.1", None, b"up/t"));
+        refused(b"alice@dtn::x", "no user names");
+        refused(b"alice@dtn::x", "write dtn::x");
         refused(b"zcp://alice@dtn/run42/", "write zcp://dtn/run42/");
         refused(b"zcp://alice@dtn:6000/x", "write zcp://dtn:6000/x");
-        // An `@` in the path is an ordinary name byte.
-        assert_eq!(t(b"dtn:mail@x"), ok("dtn", None, b"mail@x"));
+        refused(b"zcp://alice@/x", "write zcp://HOST/x");
     }
 
     #[test]
-    fn rsync_modules_are_refused_and_ipv6_gets_brackets() {
-        refused(b"dtn::archive/x", "rsync");
-        refused(b"dtn::archive/x", "write dtn:archive/x");
-        refused(b"dtn.example.org::m", "write dtn.example.org:m");
-        // Unbracketed IPv6: the hint is brackets, not rsync.
+    fn ipv6_gets_brackets() {
         refused(b"fe80::1:path", "write [fe80::1]:path");
         refused(b"::1:x", "write [::1]:x");
         refused(b"::1", "write [::1]:PATH");
@@ -311,14 +371,14 @@ mod tests {
         refused(b"2001:db8:0:0:0:0:0:7:x", "write [2001:db8:0:0:0:0:0:7]:x");
         refused(b"fe80::1%eth0:x", "write [fe80::1%eth0]:x");
         // `cafe::m` is not an address (`cafe::` would be, but nothing follows it with ':').
-        refused(b"cafe::m", "rsync");
+        assert_eq!(t(b"cafe::m"), ok("cafe", None, b"m"));
     }
 
     #[test]
     fn other_url_schemes_are_refused() {
         refused(b"rsync://dtn/m/x", "no rsync:// URLs");
         refused(b"scp://dtn/x", "no scp:// URLs");
-        refused(b"ssh://u@dtn/x", "write zcp://HOST[:PORT]/PATH");
+        refused(b"ssh://u@dtn/x", "write [USER@]HOST:PATH");
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn missing_key_names_the_cause_and_writes_nothing() {
         .env_remove("XDG_CONFIG_HOME")
         .args(["send", "-p", &srv.port.to_string()])
         .arg(&src)
-        .arg("127.0.0.1:f");
+        .arg("127.0.0.1::f");
     let o = run(c, 10);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("no key"), "{}", text(&o.stderr));
@@ -301,10 +301,10 @@ fn every_usage_mistake_exits_2_before_any_work() {
     assert_eq!(o.status.code(), Some(2), "-p 0: {}", both(&o));
     assert!(text(&o.stderr).contains("-p"), "{}", text(&o.stderr));
     for path in [
-        "127.0.0.1:.",
-        "127.0.0.1:",
-        "127.0.0.1:../x",
-        "127.0.0.1:/etc/passwd",
+        "127.0.0.1::.",
+        "127.0.0.1::",
+        "127.0.0.1::../x",
+        "127.0.0.1::/etc/passwd",
     ] {
         let mut c = zcp();
         c.args(["get", "-p", &port.to_string(), "--key-file"])
@@ -374,8 +374,8 @@ fn a_get_that_cannot_connect_leaves_no_destination_behind() {
     let mut c = zcp();
     c.args(["get", "-p", &port.to_string(), "--key-file"])
         .arg(&env.key)
-        .arg("127.0.0.1:a")
-        .arg("127.0.0.1:b")
+        .arg("127.0.0.1::a")
+        .arg("127.0.0.1::b")
         .arg(&dest);
     let o = run(c, 20);
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
@@ -626,8 +626,9 @@ fn targets_other_tools_read_differently_are_refused_before_any_work() {
     let port = probe.local_addr().unwrap().port();
     let p = port.to_string();
     let cases: Vec<(String, &str)> = vec![
-        ("alice@127.0.0.1:x".into(), "write 127.0.0.1:x"),
-        ("127.0.0.1::module/x".into(), "write 127.0.0.1:module/x"),
+        ("alice@127.0.0.1::x".into(), "write 127.0.0.1::x"),
+        // The old daemon-style call: HOST:PATH now goes over ssh.
+        ("127.0.0.1:module/x".into(), "write 127.0.0.1::PATH"),
         ("fe80::1:x".into(), "write [fe80::1]:x"),
         ("::1:x".into(), "write [::1]:x"),
         (format!("zcp://alice@127.0.0.1:{p}/x"), "no user names"),
@@ -686,7 +687,7 @@ fn a_refused_connection_says_what_to_check_not_resume() {
     let mut get = zcp();
     get.args(["get", "-p", &port.to_string(), "--key-file"])
         .arg(&env.key)
-        .arg("127.0.0.1:f")
+        .arg("127.0.0.1::f")
         .arg(env.path("back"));
     for (what, c) in [
         ("send", send_cmd(port, &env.key, &src, "f", &[])),
@@ -717,7 +718,7 @@ fn a_get_of_a_name_never_there_says_so() {
     let mut c = zcp();
     c.args(["get", "-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
-        .arg("127.0.0.1:nothere")
+        .arg("127.0.0.1::nothere")
         .arg(&dest);
     let o = run(c, 20);
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));

@@ -241,7 +241,7 @@ fn a_config_grants_delete_per_identity_and_export_and_ls_shows_it() {
         ])
         .arg(key)
         .arg(&t)
-        .arg(format!("127.0.0.1:{export}/"));
+        .arg(format!("127.0.0.1::{export}/"));
         run(c, 30)
     };
     let o = push(&site.lab, "archive");

@@ -149,7 +149,7 @@ fn a_bad_rule_or_rules_file_is_a_usage_error_before_connecting() {
         c.args(["get", "-p", &port.to_string(), "--key-file"])
             .arg(&env.key)
             .args(&args)
-            .arg("127.0.0.1:t")
+            .arg("127.0.0.1::t")
             .arg(&dest);
         let o = run(c, 30);
         assert_eq!(o.status.code(), Some(2), "{}", both(&o));

@@ -29,6 +29,7 @@ mod serve_config;
 mod serve_log;
 mod sessions;
 mod sparse;
+mod ssh;
 mod tree;
 mod udp;
 mod util;

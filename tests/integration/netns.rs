@@ -209,7 +209,7 @@ fn doctor_sees_jumbo_frames_end_to_end_or_not() {
         let src = env.path("f");
         make_file(&src, 1 << 20, 4096, 7);
         let mut c = tb.zcp('a', &["send", "-p", &server.port.to_string(), "--key-file"]);
-        c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:f"));
+        c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}::f"));
         let o = run(c, 60);
         assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
         assert!(same_file(&src, &root.join("f")));
@@ -241,7 +241,7 @@ fn streams_cross_a_rate_limited_veth_intact() {
             "--key-file",
         ],
     );
-    c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:big"));
+    c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}::big"));
     let o = run(c, 120);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     assert!(same_file(&src, &root.join("big")));
@@ -288,7 +288,7 @@ fn auto_into_memory_without_loopback_falls_back_at_once() {
     let port = server.port.to_string();
     let send = || {
         let mut c = tb.zcp('a', &["send", "-J", "-i", "0", "-p", &port, "--key-file"]);
-        c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:f"));
+        c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}::f"));
         let t = std::time::Instant::now();
         let o = run(c, 30);
         (o, t.elapsed())
@@ -384,7 +384,7 @@ fn loss_drops_packets_towards_b_only() {
     let src = env.path("f");
     make_file(&src, 8 << 20, 4096, 3);
     let mut c = tb.zcp('a', &["send", "-p", &server.port.to_string(), "--key-file"]);
-    c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}:f"));
+    c.arg(&env.key).arg(&src).arg(format!("{ADDR_B}::f"));
     let o = run(c, 60);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     assert!(same_file(&src, &root.join("f")));
@@ -474,7 +474,7 @@ fn the_connect_timeout_is_one_wait_whatever_the_name_resolves_to() {
         'a',
         &["send", "--connect-timeout", "3", "-p", "5310", "--key-file"],
     );
-    c.arg(&env.key).arg(&src).arg("zcp-two:f");
+    c.arg(&env.key).arg(&src).arg("zcp-two::f");
     let t0 = std::time::Instant::now();
     let o = run(c, 30);
     let took = t0.elapsed();

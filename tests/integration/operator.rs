@@ -541,7 +541,7 @@ fn the_server_listens_on_both_families_by_default_and_on_one_with_4_or_6() {
         c.args(["send", "-i", "0", "-p", &port.to_string(), "--key-file"])
             .arg(&env.key)
             .arg(&src)
-            .arg(format!("{host}:{name}"));
+            .arg(format!("{host}::{name}"));
         run(c, 30)
     };
     assert!(to("[::1]", server.port, "six").status.success());
@@ -592,7 +592,7 @@ fn get_cmd(
         .arg(key)
         .args(extra);
     for p in paths {
-        c.arg(format!("127.0.0.1:{p}"));
+        c.arg(format!("127.0.0.1::{p}"));
     }
     c.arg(dest);
     c
@@ -676,7 +676,7 @@ fn counting_a_wide_tree_holds_no_more_descriptors_than_its_depth() {
         ])
         .arg(&env.key)
         .arg(&tree)
-        .arg("127.0.0.1:in");
+        .arg("127.0.0.1::in");
     let o = run(c, 60);
     assert!(o.status.success(), "{}", both(&o));
     assert!(root.join("in/wide/d2499/f").exists());

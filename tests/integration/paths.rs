@@ -153,7 +153,7 @@ fn unusual_names_arrive_with_their_exact_bytes() {
         b"bad\xffutf8",
     ];
     for name in names {
-        let mut target = b"127.0.0.1:".to_vec();
+        let mut target = b"127.0.0.1::".to_vec();
         target.extend_from_slice(name);
         let mut c = zcp();
         c.args(["send", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])

@@ -146,7 +146,7 @@ fn a_get_is_capped_by_the_server_which_says_how_it_paces() {
         .args(["--limit-rate", "200M", "-p", &srv.port.to_string()])
         .arg("--key-file")
         .arg(&env.key)
-        .arg("127.0.0.1:want.bin")
+        .arg("127.0.0.1::want.bin")
         .arg(env.path("got"));
     let o = run(get, 60);
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
@@ -170,7 +170,7 @@ fn the_largest_cap_is_taken_and_moves_the_file_whole() {
     get.args(["get", "-i", "0", "-P", "3", "--limit-rate", "10T"])
         .args(["-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
-        .arg("127.0.0.1:f.bin")
+        .arg("127.0.0.1::f.bin")
         .arg(env.path("f.bin"));
     let o = run(get, 30);
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());
@@ -203,9 +203,9 @@ fn a_bad_rate_is_a_usage_error_before_anything_moves() {
                 .arg("--key-file")
                 .arg(&env.key);
             if cmd == "send" {
-                c.arg(&src).arg("127.0.0.1:x");
+                c.arg(&src).arg("127.0.0.1::x");
             } else {
-                c.arg("127.0.0.1:x").arg(env.path("got"));
+                c.arg("127.0.0.1::x").arg(env.path("got"));
             }
             let o = run(c, 10);
             assert_eq!(o.status.code(), Some(2), "{cmd} {rate}: {}", both(&o));

@@ -88,7 +88,7 @@ pub fn get_cmd(port: u16, key: &Path, path: &str, dest: &Path) -> std::process::
     let mut c = zcp();
     c.args(["get", "-q", "-p", &port.to_string(), "--key-file"])
         .arg(key)
-        .arg(format!("127.0.0.1:{path}"))
+        .arg(format!("127.0.0.1::{path}"))
         .arg(dest);
     c
 }

@@ -220,7 +220,7 @@ fn each_file_is_timed_from_its_first_byte_not_its_announcement() {
     get.args(["get", "-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
         .args(cap)
-        .arg("127.0.0.1:up/t")
+        .arg("127.0.0.1::up/t")
         .arg(env.path("down"));
     let o = run(get, 60);
     assert!(o.status.success(), "{}", both(&o));

@@ -281,7 +281,7 @@ fn serve_once_exits_with_its_sessions_outcome() {
             ])
             .arg(&env.key)
             .arg(&src)
-            .arg("127.0.0.1:.");
+            .arg("127.0.0.1::.");
             run(c, 30)
         };
         assert_eq!(o.status.code(), Some(want), "{case} client: {}", both(&o));

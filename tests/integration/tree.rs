@@ -162,7 +162,7 @@ fn several_sources_land_in_one_directory() {
     .arg(&env.key)
     .arg(&a)
     .arg(&b)
-    .arg("127.0.0.1:in");
+    .arg("127.0.0.1::in");
     let o = run(c, 30);
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&a, &root.join("in/a.bin")));
@@ -200,7 +200,7 @@ fn get_mirrors_a_tree_and_never_leaves_the_server_root() {
         "--key-file",
     ])
     .arg(&env.key)
-    .arg("127.0.0.1:data/tree")
+    .arg("127.0.0.1::data/tree")
     .arg(format!("{}/", local.display()));
     let o = run(c, 60);
     assert!(o.status.success(), "{}", both(&o));
@@ -213,7 +213,7 @@ fn get_mirrors_a_tree_and_never_leaves_the_server_root() {
     let mut c = zcp();
     c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
-        .arg("127.0.0.1:data/tree/a/one.bin")
+        .arg("127.0.0.1::data/tree/a/one.bin")
         .arg(env.path("renamed.bin"));
     let o = run(c, 30);
     assert!(o.status.success(), "{}", both(&o));
@@ -230,7 +230,7 @@ fn get_mirrors_a_tree_and_never_leaves_the_server_root() {
         let mut c = zcp();
         c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
             .arg(&env.key)
-            .arg(format!("127.0.0.1:{path}"))
+            .arg(format!("127.0.0.1::{path}"))
             .arg(&dest);
         let o = run(c, 30);
         assert_eq!(o.status.code(), Some(code), "{path}: {}", both(&o));
@@ -254,7 +254,7 @@ fn get_mirrors_a_tree_and_never_leaves_the_server_root() {
         let mut c = zcp();
         c.args(["get", "-i", "0", "-p", &srv.port.to_string(), "--key-file"])
             .arg(&env.key)
-            .arg(format!("127.0.0.1:{path}"))
+            .arg(format!("127.0.0.1::{path}"))
             .arg(&dest);
         let o = run(c, 30);
         assert_eq!(o.status.code(), Some(1), "{path}: {}", both(&o));
@@ -672,7 +672,7 @@ fn a_tree_with_an_unreadable_entry_is_partial() {
     ])
     .arg(&key)
     .arg(&src)
-    .arg("127.0.0.1:.");
+    .arg("127.0.0.1::.");
     let o = run(c, 30);
     std::fs::set_permissions(src.join("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_eq!(o.status.code(), Some(23), "{}", both(&o));
@@ -751,7 +751,7 @@ fn a_tree_of_many_directories_is_answered_without_deadlock() {
     let mut c = zcp();
     c.args(["get", "-q", "-r", "-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
-        .arg("127.0.0.1:in/many")
+        .arg("127.0.0.1::in/many")
         .arg(&back);
     let o = run(c, 600);
     assert!(o.status.success(), "{}", both(&o));

@@ -262,17 +262,17 @@ pub fn send_cmd(port: u16, key: &Path, src: &Path, dest: &str, extra: &[&str]) -
         .arg(key)
         .args(extra)
         .arg(src)
-        .arg(format!("127.0.0.1:{dest}"));
+        .arg(format!("127.0.0.1::{dest}"));
     c
 }
 
-/// `zcp ls` with `extra` flags of `paths` (each `127.0.0.1:PATH`) on the server at `port`.
+/// `zcp ls` with `extra` flags of `paths` (each `127.0.0.1::PATH`) on the server at `port`.
 pub fn ls_cmd(port: u16, key: &Path, extra: &[&str], paths: &[&str]) -> Command {
     let mut c = zcp();
     c.args(["ls", "-p", &port.to_string(), "--key-file"])
         .arg(key)
         .args(extra)
-        .args(paths.iter().map(|p| format!("127.0.0.1:{p}")));
+        .args(paths.iter().map(|p| format!("127.0.0.1::{p}")));
     c
 }
 
@@ -297,7 +297,7 @@ pub fn get_json(
     ])
     .arg(key)
     .args(extra)
-    .arg(format!("127.0.0.1:{path}"))
+    .arg(format!("127.0.0.1::{path}"))
     .arg(dest);
     let o = run(c, secs);
     let v = serde_json::from_slice(&o.stdout)
@@ -678,7 +678,7 @@ pub fn mkfifo(p: &Path) {
     assert!(p.symlink_metadata().unwrap().file_type().is_fifo());
 }
 
-/// A free TCP port on 127.0.0.1: the kernel hands one out and the listener lets it go (free
+/// A free TCP port on 127.0.0.1:: the kernel hands one out and the listener lets it go (free
 /// for the test only in that sense).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -16,7 +16,7 @@ fn get_cmd(port: u16, key: &Path, path: &str, dest: &Path, extra: &[&str]) -> Co
     c.args(["get", "-p", &port.to_string(), "--key-file"])
         .arg(key)
         .args(extra)
-        .arg(format!("127.0.0.1:{path}"))
+        .arg(format!("127.0.0.1::{path}"))
         .arg(dest);
     c
 }

@@ -36,6 +36,16 @@ pub enum SessionError {
         /// Why.
         source: io::Error,
     },
+    /// Reaching the host over ssh, or starting zcp there, failed.
+    #[error("ssh to {host}: {reason}")]
+    Ssh {
+        /// `[USER@]HOST`, as given.
+        host: String,
+        /// What failed, and how to fix it.
+        reason: String,
+        /// Whether another try may mend it (ssh itself failed, or the far side was slow).
+        retry: bool,
+    },
     /// The request cannot be made as given (found before connecting).
     #[error("{0}")]
     Usage(String),
@@ -283,6 +293,7 @@ impl SessionError {
     pub fn retryable(&self) -> bool {
         match self {
             SessionError::Connect { .. } | SessionError::Connection { .. } => true,
+            SessionError::Ssh { retry, .. } => *retry,
             SessionError::Refused { code, .. } => *code == ErrorCode::Busy,
             SessionError::Engine(e) => matches!(
                 e,

@@ -82,6 +82,9 @@ pub struct ServerConfig {
     pub v6only: bool,
     /// Longest a stopping server waits for its sessions to end.
     pub drain_timeout: Duration,
+    /// Count the partial files beneath each export at start (a standing server; not the far
+    /// side of ssh, whose root may be `/`).
+    pub count_leftovers: bool,
 }
 
 impl ServerConfig {
@@ -103,6 +106,7 @@ impl ServerConfig {
             idle_timeout: Duration::from_secs(60),
             v6only: false,
             drain_timeout: Duration::from_secs(10),
+            count_leftovers: true,
         }
     }
 }
@@ -231,7 +235,9 @@ impl Server {
                 root: served.clone(),
             });
         }
-        self.count_leftovers();
+        if self.ctx.cfg.count_leftovers {
+            self.count_leftovers();
+        }
         let (ended_tx, ended_rx) = mpsc::channel::<i32>();
         // Made at bind (where its failure is an error); a second run makes its own.
         let poller = self.poller.locked().take();

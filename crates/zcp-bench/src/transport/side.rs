@@ -150,6 +150,7 @@ pub fn send(spec: &SideSpec) -> Result<SideReport, BenchError> {
         },
         sources: vec![spec.path.clone()],
         dest: DEST.as_bytes().to_vec(),
+        ssh: None,
     };
     let (start, u0) = (Instant::now(), process_usage());
     let s = zcp_session::send(&opts, &mut Collect::default())?;

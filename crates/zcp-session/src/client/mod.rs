@@ -9,8 +9,10 @@
 mod list;
 mod observer;
 mod open;
+mod ssh;
 
 pub use list::{ListOptions, ListOutcome, Listed, list};
+pub use ssh::{READY, RemoteRoot, SECRET, Ssh};
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -197,7 +199,7 @@ fn observe<'a, R: Role>(
     reporter: &'a mut dyn Reporter,
     (start, capped): (crate::event::Start, Option<String>),
     t: &Transfer,
-    (socks, counters): (&[std::net::TcpStream], Vec<Arc<AtomicU64>>),
+    (socks, counters): (Vec<std::net::TcpStream>, Vec<Arc<AtomicU64>>),
     wired: &Wired<R>,
 ) -> ClientObserver<'a> {
     let mut obs = ClientObserver::new(reporter, start, t.interval, socks, counters, t.stop.clone());
@@ -216,6 +218,22 @@ fn clones(data: &[std::net::TcpStream]) -> Vec<std::net::TcpStream> {
 /// A byte counter for each of `streams` data streams.
 fn stream_counters(streams: u16) -> Vec<Arc<AtomicU64>> {
     (0..streams).map(|_| Arc::new(AtomicU64::new(0))).collect()
+}
+
+/// A remote path as the user wrote it: over ssh an absolute one has its `/` again.
+fn shown_remote(ssh: &Option<Ssh>, path: &[u8]) -> String {
+    match ssh.as_ref().map(|s| s.root) {
+        Some(RemoteRoot::Slash) if path == b"." => "/".into(),
+        Some(RemoteRoot::Slash) => escape(&[b"/", path].concat()),
+        _ => escape(path),
+    }
+}
+
+/// Over ssh, zcp started on the far side for one try (ended when dropped).
+fn reach(ssh: &Option<Ssh>, conn: &Connection) -> Result<Option<ssh::FarSide>, SessionError> {
+    ssh.as_ref()
+        .map(|s| s.start(conn.connect_timeout, conn.idle_timeout))
+        .transpose()
 }
 
 /// Shows that the session is connecting (before anything else is known).
@@ -241,6 +259,9 @@ pub struct SendOptions {
     pub sources: Vec<PathBuf>,
     /// Destination relative to the server root (raw bytes).
     pub dest: Vec<u8>,
+    /// Reach the host over ssh (`[USER@]HOST:PATH`): each try starts zcp there, and `conn`
+    /// gives only the timeouts.
+    pub ssh: Option<Ssh>,
 }
 
 /// `zcp get`: what to fetch and where to put it.
@@ -254,6 +275,9 @@ pub struct GetOptions {
     pub paths: Vec<Vec<u8>>,
     /// Local destination: a directory (created if missing), or for one path a new name.
     pub dest: PathBuf,
+    /// Reach the host over ssh (`[USER@]HOST:PATH`): each try starts zcp there, and `conn`
+    /// gives only the timeouts.
+    pub ssh: Option<Ssh>,
 }
 
 /// Where the walk of a send starts: one regular file is sent scp-style (the destination may
@@ -301,7 +325,9 @@ pub(crate) fn compile_filter(t: &Transfer) -> Result<zcp_wire::Filter, SessionEr
 /// has ended (tried again as `--retry` allows). The summary is also pushed to `reporter`.
 pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
     retrying(&opts.transfer, reporter, |r, retries| {
-        send_once(opts, r, retries)
+        let far = reach(&opts.ssh, &opts.conn)?;
+        let conn = far.as_ref().map(|f| f.connection(&opts.conn));
+        send_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries)
     })
 }
 
@@ -341,12 +367,13 @@ fn check_sources(opts: &SendOptions) -> Result<(), SessionError> {
 
 fn send_once(
     opts: &SendOptions,
+    conn: &Connection,
     reporter: &mut dyn Reporter,
     retries: u32,
 ) -> Result<Summary, SessionError> {
     let t = &opts.transfer;
-    check_sources(opts)?;
     let filter = compile_filter(t)?;
+    check_sources(opts)?;
     let (_, lone_file) = send_tops(&opts.sources, &opts.dest);
     let size = if lone_file {
         std::fs::metadata(&opts.sources[0]).ok().map(|m| m.len())
@@ -370,8 +397,8 @@ fn send_once(
         paths,
         ..
     } = open_session(
-        &opts.conn,
-        open_message(t, false, opts.conn.idle_timeout),
+        conn,
+        open_message(t, false, conn.idle_timeout),
         std::slice::from_ref(&opts.dest),
     )?;
     // Beneath the export, when the server has them.
@@ -381,7 +408,7 @@ fn send_once(
         &cs,
         "send",
         source_shown.join(" "),
-        escape(&opts.dest),
+        shown_remote(&opts.ssh, &opts.dest),
         size,
         t,
         streams,
@@ -406,7 +433,7 @@ fn send_once(
             recv_engine: t.recv_engine,
         },
         walker: Walker::new(tops, t.recursive).filtered(Arc::new(filter)),
-        psk: opts.conn.psk.clone(),
+        psk: conn.psk.clone(),
         peer,
         plan: None,
     };
@@ -414,7 +441,10 @@ fn send_once(
     let wired = wire(ctl, (rx, keys, nonces), t, (data, &counters), role);
     let limit_rate = wired.limit();
     start.limit_rate = limit_rate.clone();
-    let mut obs = observe(reporter, (start, capped), t, (&socks, counters), &wired);
+    let mut obs = observe(reporter, (start, capped), t, (socks, counters), &wired);
+    if opts.ssh.is_some() {
+        obs.notice(None, Some(ssh::IN_THE_CLEAR.into()));
+    }
     let (totals, reader_usage) = wired.run(&mut obs).map_err(|e| with_committed(e, &obs))?;
     obs.flush_start();
     obs.done();
@@ -438,8 +468,8 @@ fn send_once(
         sender_max_rss: process_usage().max_rss_bytes,
         receiver_max_rss: peer.max_rss_bytes,
         target: match (&totals.stored_as, lone_file) {
-            (Some(t), true) => escape(t),
-            _ => escape(&opts.dest),
+            (Some(t), true) => shown_remote(&opts.ssh, t),
+            _ => shown_remote(&opts.ssh, &opts.dest),
         },
         retries,
         limit_rate,
@@ -564,12 +594,15 @@ fn ask(ctl: &ControlWriter, paths: &[Vec<u8>], names: Vec<Vec<u8>>) -> Result<()
 /// `reporter`.
 pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
     retrying(&opts.transfer, reporter, |r, retries| {
-        get_once(opts, r, retries)
+        let far = reach(&opts.ssh, &opts.conn)?;
+        let conn = far.as_ref().map(|f| f.connection(&opts.conn));
+        get_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries)
     })
 }
 
 fn get_once(
     opts: &GetOptions,
+    conn: &Connection,
     reporter: &mut dyn Reporter,
     retries: u32,
 ) -> Result<Summary, SessionError> {
@@ -600,11 +633,7 @@ fn get_once(
         capped,
         pacing,
         paths,
-    } = open_session(
-        &opts.conn,
-        open_message(t, true, opts.conn.idle_timeout),
-        &opts.paths,
-    )?;
+    } = open_session(conn, open_message(t, true, conn.idle_timeout), &opts.paths)?;
     // The server holds the cap, and said how.
     let limit_rate = t.link.limit(pacing);
     let root = Arc::new(match early {
@@ -618,7 +647,11 @@ fn get_once(
         }
     });
     let counters = stream_counters(streams);
-    let shown: Vec<String> = opts.paths.iter().map(|p| escape(p)).collect();
+    let shown: Vec<String> = opts
+        .paths
+        .iter()
+        .map(|p| shown_remote(&opts.ssh, p))
+        .collect();
     let mut start = start_event(
         &cs,
         "get",
@@ -653,7 +686,10 @@ fn get_once(
     };
     let socks = clones(&data);
     let wired = wire(ctl.clone(), (rx, keys, nonces), t, (data, &counters), role);
-    let mut obs = observe(reporter, (start, capped), t, (&socks, counters), &wired);
+    let mut obs = observe(reporter, (start, capped), t, (socks, counters), &wired);
+    if opts.ssh.is_some() {
+        obs.notice(None, Some(ssh::IN_THE_CLEAR.into()));
+    }
     let stored = stored_as(&root_path, &names);
     ask(&ctl, &paths, names)?;
     let (totals, mut reader_usage) = wired.run(&mut obs).map_err(|e| with_committed(e, &obs))?;

@@ -98,11 +98,10 @@ impl<'a> ClientObserver<'a> {
         reporter: &'a mut dyn Reporter,
         start: Start,
         interval: Option<Duration>,
-        streams: &[TcpStream],
+        socks: Vec<TcpStream>,
         counters: Vec<Arc<AtomicU64>>,
         stop: Option<crate::client::StopFlag>,
     ) -> Self {
-        let socks: Vec<TcpStream> = streams.iter().filter_map(|s| s.try_clone().ok()).collect();
         let first_retrans: Vec<u32> = socks
             .iter()
             .map(|s| tcp_info(s).map_or(0, |t| t.total_retrans))
@@ -529,7 +528,7 @@ mod tests {
                 &mut events,
                 start(mode, engine),
                 None,
-                &[],
+                Vec::new(),
                 Vec::new(),
                 None,
             );

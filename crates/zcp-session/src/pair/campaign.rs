@@ -1,7 +1,8 @@
 //! The fault campaign: many trials, each a small random tree sent through the pair harness
-//! (pushed or pulled, over TCP or UDP) with one fault injected (a side "killed" at a random byte, a reset, a full disk, EIO on a
-//! read or a write, a stall past the idle timeout, a flipped byte on a data stream or on the
-//! control connection, the source changed or truncated mid-file), then a run without faults.
+//! (pushed or pulled, over TCP or UDP) with one fault injected (a side "killed" at a random
+//! byte, a reset, a full disk, EIO on a read or a write, a stall past the idle timeout, a
+//! flipped byte on a data stream or on the control connection, the source changed or
+//! truncated mid-file), then a run without faults over the same link.
 //! After the faulty run: no file under its final name differs from its source, nothing is
 //! outside the root. After the second run: everything arrived, no part file is left, and
 //! nothing that was durable was sent again.
@@ -205,6 +206,8 @@ fn link(i: usize, rng: &mut fastrand::Rng) -> Opts {
     });
     Opts {
         pull: i % 2 == 1,
+        // A push's streams join its running role, as on a server, half the time.
+        join_late: i.is_multiple_of(2) && rng.bool(),
         udp,
         ..Opts::default()
     }

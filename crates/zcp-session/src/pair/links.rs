@@ -7,14 +7,27 @@ use super::faulty::DiskFault;
 use super::udp::udp;
 use super::{Opts, Pair};
 
-/// The four ways a session's data can move: push or pull, TCP or UDP.
+/// The four ways a session's data can move: push or pull, TCP or UDP; a push's receiving
+/// streams join after its role started, as on a server.
 fn links() -> Vec<(&'static str, Opts)> {
     let tcp = Opts::default();
     let udp = udp(Some((10, 5)));
     vec![
-        ("push tcp", tcp.clone()),
+        (
+            "push tcp",
+            Opts {
+                join_late: true,
+                ..tcp.clone()
+            },
+        ),
         ("pull tcp", Opts { pull: true, ..tcp }),
-        ("push udp", udp.clone()),
+        (
+            "push udp",
+            Opts {
+                join_late: true,
+                ..udp.clone()
+            },
+        ),
         ("pull udp", Opts { pull: true, ..udp }),
     ]
 }

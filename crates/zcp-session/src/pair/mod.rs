@@ -81,6 +81,8 @@ pub(crate) struct Opts {
     pub(crate) pull: bool,
     /// The rate cap (`--limit-rate`), bits per second.
     pub(crate) limit_rate: Option<u64>,
+    /// The receiver's data streams join after its role started (a server's push).
+    pub(crate) join_late: bool,
 }
 
 impl Default for Opts {
@@ -102,6 +104,7 @@ impl Default for Opts {
             delete: zcp_wire::DeleteMode::Off,
             pull: false,
             limit_rate: None,
+            join_late: false,
         }
     }
 }
@@ -369,22 +372,15 @@ impl Pair {
         };
         let (tops, scope, root) = self.tops(sources, dest, o);
         let sender = wiring(&c_s, s_side, s_socks, s_counters.clone())
-            .wire(Sender {
-                cfg: SenderConfig {
-                    engine: o.send_engine,
-                    block: 0,
-                    chunk_size: o.chunk_size,
-                    idle: o.idle,
-                    verify: o.verify,
-                    delete: o.delete,
-                    recv_engine: o.recv_engine,
-                },
-                walker: Walker::new(tops, o.recursive),
-                psk: self.psk.clone(),
-                peer: "the receiver".into(),
-                plan: None,
-            })
+            .wire(self.sender(o, tops, &link_of))
             .wrap(faulty(&cutter.fired));
+        // Streams that join while the role runs, each landing on a thread of its own, as
+        // on a server taking a push; or handed over at the start, as a pulling client does.
+        let late: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
+        let (r_socks, joins) = match o.join_late {
+            false => (r_socks, None),
+            true => (Vec::new(), Some(join_later(r_socks, late.clone()))),
+        };
         let receiver = wiring(&c_r, r_side, r_socks, counters(o.streams))
             .wire(Receiver {
                 cfg: RxConfig {
@@ -398,7 +394,7 @@ impl Pair {
                 },
                 root: Arc::new(Root::open(&root).expect("the root opens")),
                 scope,
-                joins: None,
+                joins,
             })
             .wrap(faulty(&cutter.fired));
         drop((c_s, c_r));
@@ -416,6 +412,9 @@ impl Pair {
         });
         let (sender, sent) = sender.join().expect("the sending role does not panic");
         let (receiver, received) = receiver.join().expect("the receiving role does not panic");
+        for t in std::mem::take(&mut *late.lock().expect("not poisoned")) {
+            let _ = t.join();
+        }
         let fired = cutter.fired.load(Ordering::Relaxed);
         cutter.cut();
         for t in relays {
@@ -435,6 +434,26 @@ impl Pair {
             udp: report(&udp_stats.0).zip(report(&udp_stats.1)),
             udp_memory: (peak(&udp_stats.0), peak(&udp_stats.1)),
             limit,
+        }
+    }
+
+    /// The sending role as `o` asks; in a pull holding the cap as a server plans it for
+    /// `Opened`.
+    fn sender(&self, o: &Opts, tops: Vec<crate::manifest::Top>, link: &Link) -> Sender {
+        Sender {
+            cfg: SenderConfig {
+                engine: o.send_engine,
+                block: 0,
+                chunk_size: o.chunk_size,
+                idle: o.idle,
+                verify: o.verify,
+                delete: o.delete,
+                recv_engine: o.recv_engine,
+            },
+            walker: Walker::new(tops, o.recursive),
+            psk: self.psk.clone(),
+            peer: "the receiver".into(),
+            plan: o.pull.then(|| link.plan(usize::from(o.streams), None)),
         }
     }
 
@@ -510,6 +529,21 @@ impl Pair {
         });
         out
     }
+}
+
+/// Hands `socks` to the receiving role once it runs, each landing on a thread of its own
+/// (kept in `late`), as a server's connection threads land a push's streams.
+fn join_later(
+    socks: Vec<TcpStream>,
+    late: Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>,
+) -> crate::transport::Joins {
+    Box::new(move |lander| {
+        for (i, sock) in (0..).zip(socks) {
+            let lander = lander.clone();
+            let t = std::thread::spawn(move || lander.land(i, sock));
+            late.lock().expect("not poisoned").push(t);
+        }
+    })
 }
 
 fn control_tx(s: &TcpStream, keys: &SessionKeys, side: Side) -> ControlWriter {

@@ -65,7 +65,7 @@ pub(crate) struct Mirror {
     /// Failures this role reported: with any, nothing is removed.
     pub(crate) flaws: u64,
     /// The sender's `Prune` came.
-    pub(crate) asked: bool,
+    asked: bool,
 }
 
 /// The work a `Prune` asks for.
@@ -167,7 +167,6 @@ impl Mirror {
         }
     }
 
-    /// Why nothing may be removed now, if so.
     /// What `--delete` asked for.
     pub(crate) fn mode(&self) -> DeleteMode {
         self.mode

@@ -100,8 +100,9 @@ impl Link {
     }
 
     /// The sending end over the connected data streams `socks` (each counting into its
-    /// counter), with the cap in force as `plan` says (planned from the sockets when `None`);
-    /// UDP streams run with `udp`'s knobs where given (tests: loss, MTU).
+    /// counter) with the cap in force: TCP's as `plan` says (planned from the sockets when
+    /// `None`), UDP's in each stream's own bucket; UDP streams run with `udp`'s knobs where
+    /// given (tests: loss, MTU).
     pub(crate) fn sender(
         &self,
         socks: Vec<TcpStream>,

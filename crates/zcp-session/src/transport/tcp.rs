@@ -28,7 +28,8 @@ use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
 use crate::error::SessionError;
 use crate::recv::Placement;
 
-/// The data streams of a session: connected TCP sockets, each with its byte counter.
+/// The data streams of a session: connected TCP sockets and a byte counter per stream (the
+/// streams not connected yet join through [`Transport::land`]).
 #[derive(Debug)]
 pub(crate) struct TcpStreams {
     socks: Vec<TcpStream>,

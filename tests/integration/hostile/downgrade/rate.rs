@@ -76,7 +76,7 @@ fn get_cmd(srv: &ServerProc, env: &Env, rate: &str) -> std::process::Command {
     ])
     .arg("--key-file")
     .arg(&env.key)
-    .arg("127.0.0.1:want.bin")
+    .arg("127.0.0.1::want.bin")
     .arg(env.path("got"));
     c
 }

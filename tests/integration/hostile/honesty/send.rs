@@ -40,7 +40,7 @@ fn start_send(env: &Env, l: &TcpListener, srcs: &[&Path], dest: &str, extra: &[&
         .arg(&env.key)
         .args(extra)
         .args(srcs)
-        .arg(format!("127.0.0.1:{dest}"))
+        .arg(format!("127.0.0.1::{dest}"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -623,7 +623,7 @@ fn a_pulling_client_naming_an_engine_it_did_not_ask_for_gets_nothing() {
         let mut c = zcp();
         c.args(["get", "-p", &srv.port.to_string(), "--key-file"])
             .arg(&env.key)
-            .arg("127.0.0.1:want.bin")
+            .arg("127.0.0.1::want.bin")
             .arg(&out);
         let o = run(c, 30);
         assert!(o.status.success(), "{}\n{}", both(&o), srv.log());

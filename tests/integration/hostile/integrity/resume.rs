@@ -158,7 +158,7 @@ fn planted_part_and_journal_poison_a_later_honest_pull() {
                 .arg(srv.port.to_string())
                 .arg("--key-file")
                 .arg(&env.key)
-                .arg("127.0.0.1:run42")
+                .arg("127.0.0.1::run42")
                 .arg(&dest);
             c
         },

@@ -288,7 +288,7 @@ fn bad_feedback_in_a_get(junk: Option<Vec<u8>>, why: &str) {
     let mut c = zcp();
     c.args(["get", "-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
-        .args(["--transport", "udp", "127.0.0.1:want.bin"])
+        .args(["--transport", "udp", "127.0.0.1::want.bin"])
         .arg(&out);
     let o = run(c, 30);
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());

@@ -340,7 +340,7 @@ pub fn get(port: u16, key: &Path, paths: &[&str], dest: &Path, extra: &[&str]) -
         .arg(key)
         .args(extra);
     for p in paths {
-        c.arg(format!("127.0.0.1:{p}"));
+        c.arg(format!("127.0.0.1::{p}"));
     }
     c.arg(dest)
         .stdin(Stdio::null())

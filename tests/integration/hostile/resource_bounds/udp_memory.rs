@@ -208,7 +208,7 @@ fn a_pull_that_never_readies_its_chunks_holds_the_server_to_its_budget() {
     let mut c = zcp();
     c.args(["get", "-p", &srv.port.to_string(), "--key-file"])
         .arg(&env.key)
-        .args(["--transport", "udp", "127.0.0.1:small.bin"])
+        .args(["--transport", "udp", "127.0.0.1::small.bin"])
         .arg(&out);
     let o = run(c, 30);
     assert!(o.status.success(), "{}\n{}", both(&o), srv.log());

@@ -109,7 +109,7 @@ impl Receiving {
     /// Handles one message from the sender. Only real work restarts the idle clock: here,
     /// the first `Finish`; chunks verified and files committed restart it where they happen.
     pub(crate) fn handle_frame(&mut self, m: Message, now: Instant) -> Result<Step, SessionError> {
-        if self.mirror.asked
+        if self.mirror.asked()
             && matches!(
                 m,
                 Message::PutFile(_) | Message::MakeDir { .. } | Message::MakeLink { .. }

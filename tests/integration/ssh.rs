@@ -1,0 +1,337 @@
+//! Over ssh (`[USER@]HOST:PATH`): a real OpenSSH `sshd` on loopback with throwaway host and
+//! user keys (root only, as sshd needs; skipped with a printed reason elsewhere), the client's
+//! ssh pointed at it with `-e`, and zcp started there by path (`--remote-zcp`). Stand-ins
+//! for ssh (`-e 'sh -c ...'`) play a far side that lies.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// An sshd of its own on a free loopback port; stopped when dropped.
+struct Sshd {
+    child: Child,
+    port: u16,
+    /// The user's private key, which sshd's authorized_keys lets in.
+    key: PathBuf,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sshd {
+    /// Starts sshd in `dir`, or says why it cannot (and skips).
+    fn start(dir: &Path) -> Option<Sshd> {
+        if !is_root() {
+            skip("sshd needs root (it logs in as root here)");
+            return None;
+        }
+        let sshd = Path::new("/usr/sbin/sshd");
+        if !sshd.exists() || !has("ssh-keygen") || !has("ssh") {
+            skip("needs OpenSSH's sshd, ssh and ssh-keygen (apt-get install openssh-server)");
+            return None;
+        }
+        // Privilege separation needs its empty directory.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let keygen = |path: &Path| {
+            let o = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(path)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "ssh-keygen: {}", both(&o));
+        };
+        let (host_key, key) = (dir.join("host_key"), dir.join("id"));
+        keygen(&host_key);
+        keygen(&key);
+        std::fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).unwrap();
+        let port = free_port();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\n\
+                 AuthorizedKeysFile {}\nPermitRootLogin prohibit-password\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
+                 StrictModes no\nPrintMotd no\n",
+                host_key.display(),
+                dir.join("sshd.pid").display(),
+                dir.join("authorized_keys").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let s = Sshd { child, port, key };
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "sshd did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(s)
+    }
+
+    /// `-e` for this sshd: its port, the user's key, no known-hosts file, no prompts.
+    fn ssh_command(&self) -> String {
+        format!(
+            "ssh -F /dev/null -p {} -i {} -o StrictHostKeyChecking=no \
+             -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR",
+            self.port,
+            self.key.display()
+        )
+    }
+}
+
+/// Whether `tool` is on the PATH.
+fn has(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The zcp under test, as the far side runs it.
+fn zcp_path() -> String {
+    env!("CARGO_BIN_EXE_zcp").to_string()
+}
+
+/// `zcp ARGS` reaching 127.0.0.1 through `sshd`.
+fn over_ssh<S: AsRef<std::ffi::OsStr>>(sshd: &Sshd, command: &str, args: &[S]) -> Command {
+    let mut c = zcp();
+    c.arg(command)
+        .args(["-e", &sshd.ssh_command(), "--remote-zcp", &zcp_path()])
+        .args(args);
+    c
+}
+
+/// Far sides still running (none once a transfer ended).
+fn far_sides() -> usize {
+    let o = Command::new("pgrep")
+        .args(["-f", "zcp far-side"])
+        .output()
+        .unwrap();
+    text(&o.stdout).lines().count()
+}
+
+/// No far side left, within a few seconds (ssh and sshd tear down after the client).
+fn no_far_side_left() {
+    let until = Instant::now() + Duration::from_secs(10);
+    while far_sides() > 0 {
+        assert!(Instant::now() < until, "a far side is still running");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn files_and_trees_go_both_ways_over_ssh_and_nothing_stays_running() {
+    let env = Env::new();
+    let Some(sshd) = Sshd::start(env.dir.path()) else {
+        return;
+    };
+    let there = env.mkdir("there");
+    let src = env.path("big.bin");
+    make_dense(&src, 5 << 20, 1);
+    for i in 0..5 {
+        let f = env.path(&format!("tree/d{}/f{i}", i % 2));
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        make_dense(&f, 70_000 * i, i);
+    }
+    let target = |p: &str| format!("127.0.0.1:{}/{p}", there.display());
+    let path = |p: PathBuf| p.display().to_string();
+
+    let args = ["-P".into(), "2".into(), path(src.clone()), target("in/")];
+    let o = run(over_ssh(&sshd, "send", &args), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &there.join("in/big.bin")));
+    let args = [
+        "-r".into(),
+        "-J".into(),
+        path(env.path("tree")),
+        target("in/"),
+    ];
+    let o = run(over_ssh(&sshd, "send", &args), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["end"]["files"]["committed"], 5, "{v}");
+    for i in 0..5 {
+        let rel = format!("tree/d{}/f{i}", i % 2);
+        assert!(
+            same_file(&env.path(&rel), &there.join("in").join(&rel)),
+            "{rel}"
+        );
+    }
+
+    // Mirroring, over UDP: what the source no longer has goes there too.
+    std::fs::remove_file(env.path("tree/d0/f2")).unwrap();
+    let args = [
+        "-r".into(),
+        "--delete".into(),
+        "--transport".into(),
+        "udp".into(),
+        path(env.path("tree")),
+        target("in/"),
+    ];
+    let o = run(over_ssh(&sshd, "send", &args), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(!there.join("in/tree/d0/f2").exists(), "{}", both(&o));
+    assert!(there.join("in/tree/d0/f4").exists());
+    let back = env.path("back");
+    let args = [
+        "-r".into(),
+        "-P".into(),
+        "3".into(),
+        target("in/big.bin"),
+        target("in/tree"),
+        path(back.clone()),
+    ];
+    let o = run(over_ssh(&sshd, "get", &args), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &back.join("big.bin")));
+    assert!(same_file(&env.path("tree/d1/f3"), &back.join("tree/d1/f3")));
+    assert!(!back.join("tree/d0/f2").exists());
+    no_far_side_left();
+}
+
+#[test]
+fn login_noise_is_skipped_and_a_relative_path_starts_at_the_home_directory() {
+    let env = Env::new();
+    let Some(sshd) = Sshd::start(env.dir.path()) else {
+        return;
+    };
+    let src = env.path("f.bin");
+    make_dense(&src, 300_000, 2);
+    // What a login script might print before zcp's first line.
+    let noisy = format!(
+        "echo 'Welcome to the cluster'; echo; printf 'motd\\n'; {}",
+        zcp_path()
+    );
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
+    let name = format!("zcp-ssh-test-{}", std::process::id());
+    let mut c = zcp();
+    c.args(["send", "-e", &sshd.ssh_command(), "--remote-zcp", &noisy])
+        .arg(&src)
+        .arg(format!("127.0.0.1:{name}/"));
+    let o = run(c, 60);
+    let landed = home.join(&name).join("f.bin");
+    let ok = same_file(&src, &landed);
+    let _ = std::fs::remove_dir_all(home.join(&name));
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(ok, "not in {}", landed.display());
+    assert!(!text(&o.stdout).contains("Welcome"), "{}", both(&o));
+    no_far_side_left();
+}
+
+#[test]
+fn what_keeps_the_far_side_from_starting_is_said_with_its_fix() {
+    let env = Env::new();
+    let Some(sshd) = Sshd::start(env.dir.path()) else {
+        return;
+    };
+    let src = env.path("f.bin");
+    make_dense(&src, 1000, 3);
+    let there = env.mkdir("there");
+    let target = format!("127.0.0.1:{}/", there.display());
+    // zcp is not there.
+    let mut c = zcp();
+    c.args(["send", "-e", &sshd.ssh_command()])
+        .args(["--remote-zcp", "/nonexistent/zcp"])
+        .arg(&src)
+        .arg(&target);
+    let o = run(c, 60);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(text(&o.stderr).contains("install zcp"), "{}", both(&o));
+    // ssh cannot reach the host: its own message, then ours.
+    let closed = free_port();
+    let mut c = zcp();
+    c.args(["send", "-e"])
+        .arg(
+            sshd.ssh_command()
+                .replace(&format!("-p {}", sshd.port), &format!("-p {closed}")),
+        )
+        .args(["--remote-zcp", &zcp_path()])
+        .arg(&src)
+        .arg(&target);
+    let o = run(c, 60);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("ssh failed") && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&there).unwrap().count(), 0);
+}
+
+#[test]
+fn a_daemon_style_call_with_one_colon_is_refused_naming_the_new_form() {
+    let env = Env::new();
+    let src = env.path("f.bin");
+    make_dense(&src, 10, 4);
+    for flags in [&["-p", "5310"][..], &["--key-file", "/nonexistent/key"]] {
+        let mut c = zcp();
+        c.arg("send")
+            .args(flags)
+            .arg(&src)
+            .arg("dtn.invalid:run42/");
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", both(&o));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("dtn.invalid::PATH") && err.contains("over ssh"),
+            "{err}"
+        );
+    }
+    let mut c = zcp();
+    c.args(["get", "--ssh-command", "ssh", "dtn.invalid::x", "."]);
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("over ssh"), "{}", both(&o));
+}
+
+#[test]
+fn a_far_side_that_points_elsewhere_or_talks_nonsense_stores_nothing() {
+    // A far side (a stand-in for ssh) that names a real zcp server holding another key: the
+    // session secret does not open it, so nothing moves; and one that prints garbage then
+    // nothing: given up on within the timeout.
+    let env = Env::new();
+    let root = env.mkdir("root");
+    let srv = ServerProc::start(&root, &env.key, &[]);
+    let src = env.path("f.bin");
+    make_dense(&src, 100_000, 5);
+    let elsewhere = format!(
+        "cat >/dev/null & echo 'zcp-ready {} 127.0.0.1 {}'; wait",
+        zcp_wire::PROTOCOL_VERSION,
+        srv.port
+    );
+    let garbage = "head -c 3000 /dev/urandom | tr -d '\\n'; echo; exec sleep 30";
+    for (script, says) in [
+        (elsewhere.as_str(), "authentication"),
+        (garbage, "did not answer"),
+    ] {
+        let mut c = zcp();
+        c.args(["send", "--connect-timeout", "2", "-e"])
+            .arg(format!("sh -c {}", shell_quote(script)))
+            .arg(&src)
+            .arg("far.invalid:x/");
+        let o = run(c, 60);
+        assert_ne!(o.status.code(), Some(0), "{script}: {}", both(&o));
+        assert!(text(&o.stderr).contains(says), "{script}: {}", both(&o));
+        // Nothing from the network reaches the terminal unescaped.
+        assert!(!o.stderr.contains(&0x1b), "{script}");
+    }
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+}
+
+/// `s` in single quotes for `sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
