@@ -3,9 +3,9 @@
 //! where `ps` would show it), listens on the address the ssh connection reached
 //! (`$SSH_CONNECTION`'s third field) at a port of its choosing (or of `--port-range`), says
 //! so on its stdout (`zcp-ready PROTOCOL ADDR PORT`), and serves that one session beneath
-//! its root as the ssh user. It exits when the session ends, when its stdin closes (the
-//! client or ssh went away), or when no client came in time; its warnings and errors go to
-//! stderr, which ssh shows the user.
+//! its root as the ssh user. It exits when the session ends or when its stdin closes (the
+//! client or ssh went away); its warnings and errors go to stderr, which ssh hands the client
+//! (which shows them escaped).
 
 use std::io::{BufRead, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +31,7 @@ pub(crate) struct FarSideArgs {
     #[arg(long)]
     allow_delete: bool,
     /// Ports to listen on, A-B (the first free one); any by default.
-    #[arg(long, value_name = "A-B", value_parser = super::parse_port_range)]
+    #[arg(long, value_name = "A-B", value_parser = super::conn::parse_port_range)]
     port_range: Option<(u16, u16)>,
     /// Seconds without progress before the session fails.
     #[arg(long, default_value_t = 60)]
@@ -76,16 +76,22 @@ fn read_secret() -> anyhow::Result<zcp_wire::Psk> {
             let r = std::io::stdin().lock().read_line(&mut line);
             let _ = tx.send(r.map(|_| line));
         })?;
-    let line = rx
-        .recv_timeout(WAIT)
-        .map_err(|_| anyhow::anyhow!("no session secret on stdin within {} s", WAIT.as_secs()))??;
+    let line = rx.recv_timeout(WAIT).map_err(|_| {
+        anyhow::anyhow!(
+            "no session secret on stdin within {} s: ssh must pass stdin through (no -n, no \
+             StdinNull, no login script that reads it)",
+            WAIT.as_secs()
+        )
+    })??;
     let hex = line
         .trim_end()
         .strip_prefix(SECRET)
         .map(str::trim)
         .ok_or_else(|| {
             anyhow::anyhow!(
-                "zcp far-side is started by `zcp send/get HOST:PATH` over ssh, not by hand"
+                "no session secret on stdin (zcp far-side is started by `zcp send/get \
+                 HOST:PATH` over ssh, which passes it there; not by hand, and not through an ssh \
+                 that gives it no stdin, such as ssh -n)"
             )
         })?;
     zcp_wire::Psk::parse(hex).map_err(|e| anyhow::anyhow!("the session secret: {e}"))

@@ -4,6 +4,7 @@
 
 mod bench;
 mod clean;
+mod conn;
 mod demo;
 mod doctor;
 mod far_side;
@@ -29,10 +30,11 @@ use transfer::TransferArgs;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use zcp_engine::{RecvEngine, SendEngine};
 use zcp_session::SessionError;
 
+use conn::ConnArgs;
 pub(crate) use target::parse_target;
 pub(crate) use version::print_version;
 
@@ -377,185 +379,6 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Most data streams one transfer may ask for.
 const MAX_STREAMS: u16 = 64;
-
-/// Connection flags shared by `send` and `get`.
-#[derive(Debug, Clone, Args)]
-struct ConnArgs {
-    /// Server port [default: 5310, or the port a zcp:// target names].
-    #[arg(short = 'p', long)]
-    port: Option<u16>,
-    /// Pre-shared key file (default: $ZCP_KEY_FILE, then ~/.config/zcp/key).
-    #[arg(long, value_name = "FILE")]
-    key_file: Option<PathBuf>,
-    /// Seconds allowed to connect and authenticate.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    connect_timeout: u64,
-    /// Fail after this many seconds without progress or word from the peer.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
-    idle_timeout: u64,
-    /// The program (and its options) that reaches HOST in a [USER@]HOST:PATH target, as
-    /// rsync's -e: ~/.ssh/config applies [default: ssh].
-    #[arg(short = 'e', long, value_name = "CMD")]
-    ssh_command: Option<String>,
-    /// What runs zcp on the far side of ssh, as rsync's --rsync-path [default: zcp].
-    #[arg(long, value_name = "PATH")]
-    remote_zcp: Option<String>,
-    /// Ports the far side of ssh may listen on (A-B), for firewalls; any by default.
-    #[arg(long, value_name = "A-B", value_parser = parse_port_range)]
-    port_range: Option<(u16, u16)>,
-}
-
-/// `--port-range A-B`: 1 <= A <= B.
-fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
-    let bad = || format!("'{s}' is not a port range: write A-B, 1 <= A <= B <= 65535");
-    let (a, b) = s.split_once('-').ok_or_else(bad)?;
-    let (a, b): (u16, u16) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-    if a == 0 || a > b {
-        return Err(bad());
-    }
-    Ok((a, b))
-}
-
-impl ConnArgs {
-    /// How to reach `target`: over ssh (its login, and the far side's root and path) or a
-    /// daemon. An old daemon-style call (`-p`/`--key-file` with `HOST:PATH`) is refused,
-    /// naming the new form; ssh's flags with a daemon's target too.
-    fn reach(
-        &self,
-        target: &target::Target,
-        allow_delete: bool,
-    ) -> anyhow::Result<(zcp_session::Connection, Option<zcp_session::Ssh>, Vec<u8>)> {
-        let Some(login) = &target.ssh else {
-            if self.ssh_command.is_some() || self.remote_zcp.is_some() || self.port_range.is_some()
-            {
-                usage!(
-                    "--ssh-command, --remote-zcp and --port-range are for [USER@]HOST:PATH \
-                     targets (one ':'), which go over ssh; this one names a zcp serve daemon"
-                );
-            }
-            let conn = self.connection(target.host.clone(), target.port)?;
-            return Ok((conn, None, target.path.clone()));
-        };
-        if self.port.is_some() || self.key_file.is_some() {
-            usage!(
-                "{host}:PATH now reaches {host} over ssh, where zcp is started for the session; \
-                 -p and --key-file are for a zcp serve daemon: write {host}::PATH or \
-                 zcp://{host}:PORT/PATH for the daemon, or leave out -p/--key-file to go over ssh",
-                host = zcp_wire::escape_text(&target.host)
-            );
-        }
-        let command = match &self.ssh_command {
-            None => vec!["ssh".to_string()],
-            Some(c) => match shell_words::split(c) {
-                Ok(w) if !w.is_empty() => w,
-                Ok(_) => usage!("--ssh-command is empty: name the program, e.g. 'ssh -p 2222'"),
-                Err(e) => usage!("--ssh-command: {e}"),
-            },
-        };
-        // Absolute paths start at `/` there, others at the login directory, as scp's do.
-        let (root, path) = match target.path.iter().position(|b| *b != b'/') {
-            _ if target.path.first() != Some(&b'/') => {
-                (zcp_session::RemoteRoot::Home, target.path.clone())
-            }
-            Some(at) => (zcp_session::RemoteRoot::Slash, target.path[at..].to_vec()),
-            None => (zcp_session::RemoteRoot::Slash, b".".to_vec()),
-        };
-        let ssh = zcp_session::Ssh {
-            command,
-            destination: login.clone(),
-            remote_zcp: self.remote_zcp.clone().unwrap_or_else(|| "zcp".into()),
-            root,
-            allow_delete,
-            port_range: self.port_range,
-        };
-        // The key and port come from the far side on each try.
-        let conn = self.timeouts(
-            target.host.clone(),
-            0,
-            zcp_wire::Psk::from_bytes([0x5a; 32]),
-        )?;
-        Ok((conn, Some(ssh), path))
-    }
-
-    /// [`ConnArgs::reach`] for a get's targets (one host, reached one way). Over ssh their
-    /// paths must all be absolute or all relative: the far side has one root.
-    fn reach_all(
-        &self,
-        remote: &get::Remote,
-    ) -> anyhow::Result<(
-        zcp_session::Connection,
-        Option<zcp_session::Ssh>,
-        Vec<Vec<u8>>,
-    )> {
-        let mut paths = Vec::with_capacity(remote.paths.len());
-        let mut first: Option<(zcp_session::Connection, Option<zcp_session::Ssh>)> = None;
-        for p in &remote.paths {
-            let t = target::Target {
-                host: remote.host.clone(),
-                port: remote.port,
-                path: p.clone(),
-                ssh: remote.ssh.clone(),
-            };
-            let (conn, ssh, path) = self.reach(&t, false)?;
-            if let (Some((_, Some(a))), Some(b)) = (&first, &ssh)
-                && a.root != b.root
-            {
-                usage!(
-                    "over ssh the paths of one get must be all absolute or all relative to the \
-                     login directory"
-                );
-            }
-            first.get_or_insert((conn, ssh));
-            paths.push(path);
-        }
-        let (conn, ssh) = first.expect("clap requires at least one HOST:PATH");
-        Ok((conn, ssh, paths))
-    }
-
-    /// The connection to `host`; `url_port` is the port its zcp:// target named, if any.
-    fn connection(
-        &self,
-        host: String,
-        url_port: Option<u16>,
-    ) -> anyhow::Result<zcp_session::Connection> {
-        let port = match (self.port, url_port) {
-            (Some(p), Some(u)) if p != u => {
-                usage!("-p {p} and the zcp:// target's port {u} disagree; give the port once")
-            }
-            (p, u) => u.or(p).unwrap_or(zcp_session::DEFAULT_PORT),
-        };
-        if port == 0 {
-            usage!(
-                "-p/--port 0 names no server; give the port zcp serve listens on (default {})",
-                zcp_session::DEFAULT_PORT
-            );
-        }
-        let psk = key_arg(&self.key_file)?;
-        self.timeouts(host, port, psk)
-    }
-
-    /// A connection to `host:port` with `psk` and the timeouts asked for.
-    fn timeouts(
-        &self,
-        host: String,
-        port: u16,
-        psk: zcp_wire::Psk,
-    ) -> anyhow::Result<zcp_session::Connection> {
-        if self.connect_timeout == 0 {
-            usage!("--connect-timeout must be at least 1 second");
-        }
-        if self.idle_timeout == 0 {
-            usage!("--idle-timeout must be at least 1 second");
-        }
-        Ok(zcp_session::Connection {
-            host,
-            port,
-            psk,
-            connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
-            idle_timeout: std::time::Duration::from_secs(self.idle_timeout),
-        })
-    }
-}
 
 /// Reports a finished transfer's outcome as an exit code: 0 only when every entry arrived.
 fn outcome(

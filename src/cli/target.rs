@@ -122,14 +122,24 @@ fn login(user: Option<&[u8]>, host: &str) -> Result<String, String> {
     if host.starts_with('-') {
         return Err("a host may not start with '-'".into());
     }
+    // What a host name or address is made of (an IPv6 address with its zone too): nothing
+    // a shell, or an ssh ProxyCommand's %h, would read as more than a name.
+    if let Some(c) = host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '%')))
+    {
+        return Err(format!(
+            "'{}' in a host name: write a host name or address",
+            zcp_wire::escape_text(&c.to_string())
+        ));
+    }
     let Some(user) = user else {
         return Ok(host.to_string());
     };
     let user = std::str::from_utf8(user).map_err(|_| "the user name is not text".to_string())?;
-    if user.is_empty()
-        || user.starts_with('-')
-        || user.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
+    // Likewise for a user name (and %u): letters, digits and `. _ - @ +`.
+    let odd = |c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@' | '+'));
+    if user.is_empty() || user.starts_with('-') || user.chars().any(odd) {
         return Err(format!(
             "'{}' is not a user name (write USER@HOST:PATH)",
             zcp_wire::escape_text(user)
@@ -346,6 +356,13 @@ mod tests {
         refused(b"-oProxyCommand=x:p", "may not start with '-'");
         refused(b"-l@h:p", "not a user name");
         refused(b"a b@h:p", "not a user name");
+        refused(b"$(id)@h:p", "not a user name");
+        refused(b"h;id:p", "in a host name");
+        refused(b"h$x:p", "in a host name");
+        assert_eq!(
+            t(b"first.last+x@h-1.example_a:p"),
+            ssh("first.last+x@h-1.example_a", "h-1.example_a", b"p")
+        );
         refused(b"@h:p", "not a user name");
     }
 

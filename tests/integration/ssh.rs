@@ -220,7 +220,7 @@ fn login_noise_is_skipped_and_a_relative_path_starts_at_the_home_directory() {
     let mut c = zcp();
     c.args(["send", "-e", &sshd.ssh_command(), "--remote-zcp", &noisy])
         .arg(&src)
-        .arg(format!("127.0.0.1:{name}/"));
+        .arg(format!("127.0.0.1:~/{name}/"));
     let o = run(c, 60);
     let landed = home.join(&name).join("f.bin");
     let ok = same_file(&src, &landed);
@@ -290,6 +290,29 @@ fn a_daemon_style_call_with_one_colon_is_refused_naming_the_new_form() {
             "{err}"
         );
     }
+    // A daemon's key from the environment counts as asking for the daemon.
+    let mut c = zcp();
+    c.env("ZCP_KEY_FILE", "/nonexistent/key")
+        .arg("send")
+        .arg(&src)
+        .arg("dtn.invalid:run42/");
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("$ZCP_KEY_FILE"), "{}", both(&o));
+    // Paths ssh would take but the far side could not: refused before ssh runs.
+    for (target, says) in [
+        ("dtn.invalid:../x", "absolute path"),
+        ("dtn.invalid:~bob/x", "~USER"),
+        ("h;id:x", "host name"),
+    ] {
+        let mut c = zcp();
+        c.args(["send", "-e", "/nonexistent/ssh"])
+            .arg(&src)
+            .arg(target);
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{target}: {}", both(&o));
+        assert!(text(&o.stderr).contains(says), "{target}: {}", both(&o));
+    }
     let mut c = zcp();
     c.args(["get", "--ssh-command", "ssh", "dtn.invalid::x", "."]);
     let o = run(c, 10);
@@ -312,13 +335,15 @@ fn a_far_side_that_points_elsewhere_or_talks_nonsense_stores_nothing() {
         zcp_wire::PROTOCOL_VERSION,
         srv.port
     );
-    let garbage = "head -c 3000 /dev/urandom | tr -d '\\n'; echo; exec sleep 30";
+    // Garbage on stdout, and on stderr escape sequences that would clear a terminal.
+    let garbage = "printf '\\033[2J\\033]0;owned\\007\\n' >&2; head -c 3000 /dev/urandom \
+                   | tr -d '\\n'; echo; exec sleep 30";
     for (script, says) in [
         (elsewhere.as_str(), "authentication"),
         (garbage, "did not answer"),
     ] {
         let mut c = zcp();
-        c.args(["send", "--connect-timeout", "2", "-e"])
+        c.args(["send", "--connect-timeout", "1", "-e"])
             .arg(format!("sh -c {}", shell_quote(script)))
             .arg(&src)
             .arg("far.invalid:x/");

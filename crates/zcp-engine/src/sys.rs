@@ -147,6 +147,16 @@ pub fn getrandom(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Asks process `pid` to end (SIGTERM): a child gets to restore what it changed (ssh, a
+/// terminal's echo) before a kill.
+pub fn terminate(pid: u32) -> io::Result<()> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).map_err(io::Error::from)
+}
+
 /// A fresh random array.
 pub fn random<const N: usize>() -> io::Result<[u8; N]> {
     let mut out = [0u8; N];

@@ -33,8 +33,8 @@ mod transport;
 mod wiring;
 
 pub use client::{
-    Connection, GetOptions, ListOptions, ListOutcome, Listed, MAX_RETRY_WAIT, READY, RemoteRoot,
-    SECRET, SendOptions, Ssh, StopFlag, Transfer, get, list, send,
+    Connection, GetOptions, LineSink, ListOptions, ListOutcome, Listed, MAX_RETRY_WAIT, READY,
+    Relay, RemoteRoot, SECRET, SendOptions, Ssh, StopFlag, Transfer, get, list, send,
 };
 pub use error::{SessionError, exit};
 pub use event::{

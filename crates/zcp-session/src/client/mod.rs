@@ -12,7 +12,7 @@ mod open;
 mod ssh;
 
 pub use list::{ListOptions, ListOutcome, Listed, list};
-pub use ssh::{READY, RemoteRoot, SECRET, Ssh};
+pub use ssh::{LineSink, READY, Relay, RemoteRoot, SECRET, Ssh};
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -229,6 +229,26 @@ fn shown_remote(ssh: &Option<Ssh>, path: &[u8]) -> String {
     }
 }
 
+/// Over ssh, a far side this host cannot connect to is said as such: the address it
+/// listens on is the one the ssh connection reached, which a NAT or a jump host hides.
+fn unreachable(
+    ssh: &Option<Ssh>,
+    ran: Result<Summary, SessionError>,
+) -> Result<Summary, SessionError> {
+    match (ssh, ran) {
+        (Some(s), Err(SessionError::Connect { addr, source })) => Err(SessionError::Ssh {
+            host: zcp_wire::escape_text(&s.destination),
+            reason: format!(
+                "zcp there listens on {addr}, the address the ssh connection reached, and this \
+                 host cannot connect to it ({source}): behind a NAT or a jump host the data \
+                 cannot flow directly (carrying it through ssh is not built yet)"
+            ),
+            retry: true,
+        }),
+        (_, ran) => ran,
+    }
+}
+
 /// Over ssh, zcp started on the far side for one try (ended when dropped).
 fn reach(ssh: &Option<Ssh>, conn: &Connection) -> Result<Option<ssh::FarSide>, SessionError> {
     ssh.as_ref()
@@ -327,7 +347,8 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
     retrying(&opts.transfer, reporter, |r, retries| {
         let far = reach(&opts.ssh, &opts.conn)?;
         let conn = far.as_ref().map(|f| f.connection(&opts.conn));
-        send_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries)
+        let ran = send_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries);
+        unreachable(&opts.ssh, ran)
     })
 }
 
@@ -596,7 +617,8 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
     retrying(&opts.transfer, reporter, |r, retries| {
         let far = reach(&opts.ssh, &opts.conn)?;
         let conn = far.as_ref().map(|f| f.connection(&opts.conn));
-        get_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries)
+        let ran = get_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries);
+        unreachable(&opts.ssh, ran)
     })
 }
 

@@ -9,7 +9,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use zcp_wire::{PROTOCOL_VERSION, Psk, escape_text};
@@ -54,6 +54,22 @@ pub struct Ssh {
     pub allow_delete: bool,
     /// Ports the far side may listen on (`--port-range`), for firewalls.
     pub port_range: Option<(u16, u16)>,
+    /// Where ssh's and the far side's standard error go, a line at a time as it came (the
+    /// caller escapes it before a terminal sees it); `None`: inherited as it is.
+    pub stderr: Option<Relay>,
+}
+
+/// What takes a line.
+pub type LineSink = dyn Fn(&[u8]) + Send + Sync;
+
+/// Takes the lines of ssh's standard error.
+#[derive(Clone)]
+pub struct Relay(pub Arc<LineSink>);
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Relay")
+    }
 }
 
 /// A started far side: the address it listens on, the session's key, and ssh itself.
@@ -77,11 +93,15 @@ impl FarSide {
 }
 
 impl FarSide {
-    /// Ends ssh now (the far side failed or never answered).
+    /// Ends ssh now (the far side failed or never answered): asked first (SIGTERM lets ssh
+    /// restore a terminal it set up for a password prompt), killed after a second.
     fn kill(&mut self) {
         drop(self.stdin.take());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = zcp_engine::sys::terminate(self.child.id());
+        if wait_for(&mut self.child, Duration::from_secs(1)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -90,15 +110,9 @@ impl Drop for FarSide {
     /// ssh to exit, then ends it.
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if wait_for(&mut self.child, Duration::from_secs(5)).is_none() {
+            self.kill();
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -131,8 +145,10 @@ impl Ssh {
         }
     }
 
-    /// Starts zcp on the far side and waits (up to `timeout`) until it listens.
+    /// Starts zcp on the far side and waits until it listens: three times `timeout` (ssh
+    /// logs in, perhaps asking for a password, and starts zcp there).
     pub(crate) fn start(&self, timeout: Duration, idle: Duration) -> Result<FarSide, SessionError> {
+        let timeout = timeout.saturating_mul(3);
         let Some((program, options)) = self.command.split_first() else {
             return Err(SessionError::Usage("--ssh-command names no program".into()));
         };
@@ -146,7 +162,10 @@ impl Ssh {
             .arg(self.remote_command(idle))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(match self.stderr {
+                Some(_) => Stdio::piped(),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .map_err(|e| {
                 self.fail(
@@ -164,6 +183,9 @@ impl Ssh {
             let _ = writeln!(s, "{SECRET} {}", hex::encode(secret)).and_then(|()| s.flush());
         }
         let lines = read_lines(child.stdout.take());
+        if let (Some(relay), Some(err)) = (self.stderr.clone(), child.stderr.take()) {
+            relay_lines(err, relay);
+        }
         let mut far = FarSide {
             child,
             stdin,
@@ -215,7 +237,7 @@ impl Ssh {
                         format!(
                             "zcp on the far side did not answer within {} s (ssh may be waiting \
                              for a password or a host key answer: set up key login, or raise \
-                             --connect-timeout)",
+                             --connect-timeout, of which this is three times)",
                             timeout.as_secs()
                         ),
                         true,
@@ -253,7 +275,11 @@ impl Ssh {
         }
         let ip: IpAddr = ip.parse().map_err(|_| bad())?;
         let port: u16 = port.parse().map_err(|_| bad())?;
-        if port == 0 {
+        let nowhere = match ip {
+            IpAddr::V4(v4) => v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast(),
+            IpAddr::V6(v6) => v6.is_unspecified() || v6.is_multicast(),
+        };
+        if port == 0 || nowhere {
             return Err(bad());
         }
         Ok(SocketAddr::new(ip, port))
@@ -261,7 +287,7 @@ impl Ssh {
 
     /// Why the far side ended before it was ready, from ssh's exit status.
     fn ended(&self, child: &mut Child) -> SessionError {
-        let status = wait_briefly(child);
+        let status = wait_for(child, Duration::from_secs(5)).and_then(|s| s.code());
         let zcp = escape_text(&self.remote_zcp);
         match status {
             Some(127) => self.fail(
@@ -273,6 +299,13 @@ impl Ssh {
             ),
             Some(126) => self.fail(
                 format!("'{zcp}' there cannot be run (not executable): check --remote-zcp"),
+                false,
+            ),
+            Some(2) => self.fail(
+                "zcp there refused how it was started (exit status 2): it may be older than \
+                 this one; install the same zcp release on both hosts (or name another with \
+                 --remote-zcp)"
+                    .into(),
                 false,
             ),
             Some(255) => self.fail(
@@ -292,6 +325,21 @@ impl Ssh {
             ),
         }
     }
+}
+
+/// Hands each line `err` prints to `relay`, from a thread of its own, until its end.
+fn relay_lines(err: std::process::ChildStderr, relay: Relay) {
+    let spawned = std::thread::Builder::new()
+        .name("zcp-ssh-err".into())
+        .spawn(move || {
+            let mut r = BufReader::new(err);
+            let mut buf = Vec::new();
+            while let Ok(1..) = std::io::Read::take(&mut r, 4096).read_until(b'\n', &mut buf) {
+                (relay.0)(&buf);
+                buf.clear();
+            }
+        });
+    drop(spawned);
 }
 
 /// The lines `out` prints, as they come, from a thread of their own (which then drains the
@@ -319,18 +367,16 @@ fn read_lines(out: Option<std::process::ChildStdout>) -> mpsc::Receiver<String> 
     rx
 }
 
-/// The child's exit code once it exits (within a few seconds); `None` if it does not, or
-/// was killed by a signal.
-fn wait_briefly(child: &mut Child) -> Option<i32> {
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
+/// The child's exit status once it exits within `limit`; `None` if it does not.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + limit;
+    loop {
         match child.try_wait() {
-            Ok(Some(s)) => return s.code(),
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => return None,
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => return None,
         }
     }
-    None
 }
 
 #[cfg(test)]
@@ -345,6 +391,7 @@ mod tests {
             root: RemoteRoot::Home,
             allow_delete: false,
             port_range: None,
+            stderr: None,
         }
     }
 
@@ -410,6 +457,19 @@ mod tests {
                 &*format!("echo '{READY} {PROTOCOL_VERSION} nowhere 1'"),
                 "malformed",
             ),
+            (
+                &*format!("echo '{READY} {PROTOCOL_VERSION} 0.0.0.0 7'"),
+                "malformed",
+            ),
+            (
+                &*format!("echo '{READY} {PROTOCOL_VERSION} 224.0.0.1 7'"),
+                "malformed",
+            ),
+            (
+                &*format!("echo '{READY} {PROTOCOL_VERSION} :: 7'"),
+                "malformed",
+            ),
+            ("exit 2", "older than this one"),
         ];
         for (script, says) in cases {
             let e = start(&fake(script)).err().expect(script).to_string();
