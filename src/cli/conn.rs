@@ -22,7 +22,7 @@ pub(crate) struct ConnArgs {
     /// Fail after this many seconds without progress or word from the peer.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     pub(super) idle_timeout: u64,
-    /// The program (and its options) that reaches HOST in a [USER@]HOST:PATH target, as
+    /// The program (and its options) that reaches HOST in a `[USER@]HOST:PATH` target, as
     /// rsync's -e: ~/.ssh/config applies [default: ssh].
     #[arg(short = 'e', long, value_name = "CMD")]
     ssh_command: Option<String>,
