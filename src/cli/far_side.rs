@@ -49,8 +49,10 @@ pub(crate) fn run(a: FarSideArgs) -> anyhow::Result<i32> {
     let mut cfg = ServerConfig::with_access(access);
     cfg.idle_timeout = Duration::from_secs(a.idle_timeout.max(1));
     cfg.handshake_timeout = WAIT;
-    // The root may be `/`: no walk of it at start.
+    // The root may be `/`: no walk of it at start. The session runs as the ssh user, who
+    // reaches what a symlinked directory reaches anyway: followed, as scp follows it.
     cfg.count_leftovers = false;
+    cfg.follow_dir_links = true;
     let log: Arc<dyn zcp_session::ServerReporter> =
         Arc::new(zcp_report::ServerTrace::new(std::io::sink(), false));
     let server = bind(ip, a.port_range, cfg, log)?;

@@ -185,6 +185,13 @@ fn files_and_trees_go_both_ways_over_ssh_and_nothing_stays_running() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(!there.join("in/tree/d0/f2").exists(), "{}", both(&o));
     assert!(there.join("in/tree/d0/f4").exists());
+    // An absolute path through a symlinked directory (`/scratch` -> `/gpfs/scratch`) is
+    // followed, as scp follows it: the far side runs as the user.
+    std::os::unix::fs::symlink(&there, env.path("scratch")).unwrap();
+    let via_link = format!("127.0.0.1:{}/in/linked.bin", env.path("scratch").display());
+    let o = run(over_ssh(&sshd, "send", &[path(src.clone()), via_link]), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &there.join("in/linked.bin")));
     let back = env.path("back");
     let args = [
         "-r".into(),

@@ -85,6 +85,9 @@ pub struct ServerConfig {
     /// Count the partial files beneath each export at start (a standing server; not the far
     /// side of ssh, whose root may be `/`).
     pub count_leftovers: bool,
+    /// Follow symlinks on the way to a directory beneath the exports (the far side of ssh,
+    /// run as the user: `/scratch` a link to `/gpfs/scratch`); a daemon never does.
+    pub follow_dir_links: bool,
 }
 
 impl ServerConfig {
@@ -107,6 +110,7 @@ impl ServerConfig {
             v6only: false,
             drain_timeout: Duration::from_secs(10),
             count_leftovers: true,
+            follow_dir_links: false,
         }
     }
 }
@@ -157,7 +161,7 @@ impl Server {
         cfg: ServerConfig,
         reporter: Arc<dyn ServerReporter>,
     ) -> Result<Server, crate::SessionError> {
-        let live = Arc::new(Live::open(&cfg.access)?);
+        let live = Arc::new(Live::open_with(&cfg.access, cfg.follow_dir_links)?);
         let mut listeners = Vec::with_capacity(addrs.len());
         for &addr in addrs {
             let listener = zcp_engine::sys::listen_tcp(addr, cfg.v6only).map_err(|source| {

@@ -43,6 +43,8 @@ fn show(name: &[u8]) -> String {
 pub struct Root {
     dir: OwnedFd,
     path: PathBuf,
+    /// Symlinks to directories on the way to a directory are followed ([`Root::following`]).
+    follow: bool,
 }
 
 /// What a name in a directory is, without following symlinks.
@@ -78,7 +80,19 @@ impl Root {
         Ok(Root {
             dir,
             path: path.to_path_buf(),
+            follow: false,
         })
+    }
+
+    /// This root, but following symlinks on the way to a directory (`/scratch` a link to
+    /// `/gpfs/scratch`), as a user's own tools do: for a session run as that user, who
+    /// reaches what the links reach anyway (the far side of ssh). Files, a directory's
+    /// entries and everything a walk or a removal opens still never follow one.
+    pub fn following(self) -> Root {
+        Root {
+            follow: true,
+            ..self
+        }
     }
 
     /// The root's path, for messages.
@@ -109,14 +123,14 @@ impl Root {
         let mut existed = components.len();
         for (i, comp) in components.iter().enumerate() {
             let shown = || show(&components[..=i].join(&b'/'));
-            let next = match open_beneath(&cur, comp, OFlags::RDONLY | OFlags::DIRECTORY) {
+            let next = match self.open_component(&cur, comp) {
                 Err(Errno::NOENT) if create => {
                     match rustix::fs::mkdirat(&cur, comp.as_slice(), Mode::from_raw_mode(0o755)) {
                         Ok(()) => existed = existed.min(i),
                         Err(Errno::EXIST) => {}
                         Err(e) => return Err(path_error(&shown(), "mkdirat", e)),
                     }
-                    open_beneath(&cur, comp, OFlags::RDONLY | OFlags::DIRECTORY)
+                    self.open_component(&cur, comp)
                 }
                 other => other,
             };
@@ -125,7 +139,7 @@ impl Root {
                 // O_DIRECTORY|O_NOFOLLOW reports a symlink as ENOTDIR: look at the entry
                 // itself so the message names the real cause.
                 Err(Errno::NOTDIR | Errno::LOOP)
-                    if entry_kind(&cur, comp)? == EntryKind::Symlink =>
+                    if !self.follow && entry_kind(&cur, comp)? == EntryKind::Symlink =>
                 {
                     return Err(path_error(&shown(), "openat2", Errno::LOOP));
                 }
@@ -133,6 +147,23 @@ impl Root {
             };
         }
         Ok((cur, existed))
+    }
+}
+
+impl Root {
+    /// Opens directory `name` in `dir`: refusing a symlink, or following one when the root
+    /// follows them.
+    fn open_component(&self, dir: &OwnedFd, name: &[u8]) -> Result<OwnedFd, Errno> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        if !self.follow {
+            return open_beneath(dir, name, flags);
+        }
+        loop {
+            match rustix::fs::openat(dir, name, flags | OFlags::CLOEXEC, Mode::empty()) {
+                Err(Errno::INTR) | Err(Errno::AGAIN) => continue,
+                other => return other,
+            }
+        }
     }
 }
 

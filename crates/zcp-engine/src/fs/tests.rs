@@ -29,6 +29,24 @@ fn open_dir_creates_and_refuses_symlinks() {
 }
 
 #[test]
+fn a_following_root_takes_a_symlinked_directory_on_the_way_and_nothing_else_changes() {
+    let (d, r) = root();
+    let real = tempfile::tempdir().unwrap();
+    symlink(real.path(), d.path().join("scratch")).unwrap();
+    let way = [b"scratch".to_vec(), b"run42".to_vec()];
+    assert!(r.open_dir(&way, true).is_err(), "a root refuses it");
+    let r = r.following();
+    r.open_dir(&way, true).unwrap();
+    assert!(real.path().join("run42").is_dir(), "made through the link");
+    // A symlink to a file is no directory to go through, and files are not followed.
+    std::fs::write(real.path().join("f"), b"x").unwrap();
+    symlink(real.path().join("f"), d.path().join("flink")).unwrap();
+    let e = r.open_dir(&[b"flink".to_vec()], false).unwrap_err();
+    assert!(e.to_string().contains("not a directory"), "{e}");
+    assert_eq!(entry_kind(r.fd(), b"scratch").unwrap(), EntryKind::Symlink);
+}
+
+#[test]
 fn a_second_open_waits_for_the_lock_and_never_takes_an_unlinked_file() {
     let (d, r) = root();
     for keep in [false, true] {

@@ -227,10 +227,17 @@ pub(crate) struct Granted {
 impl Live {
     /// Checks `cfg` and opens every export's directory.
     pub(crate) fn open(cfg: &AccessConfig) -> Result<Live, SessionError> {
+        Live::open_with(cfg, false)
+    }
+
+    /// [`Live::open`], the exports following symlinks on the way to a directory when
+    /// `follow` ([`Root::following`]).
+    pub(crate) fn open_with(cfg: &AccessConfig, follow: bool) -> Result<Live, SessionError> {
         cfg.check().map_err(SessionError::Usage)?;
         let mut exports = BTreeMap::new();
         for e in &cfg.exports {
             let root = Root::open(&e.path)?;
+            let root = if follow { root.following() } else { root };
             exports.insert(e.name.clone(), Arc::new(root));
         }
         Ok(Live {
