@@ -5,8 +5,9 @@
 #   small   a 1 KiB file: the time to start (ssh login, zcp's far side, the session) and finish
 #   big     SIZE bytes (default 1G), page-cached, into a fresh name on the same filesystem
 # Every run writes a new destination (removed before it), so nothing is resumed or skipped.
-# zcp stores durably and verifies every byte but does not encrypt the data (ssh carries its
-# key); scp and rsync encrypt through ssh and neither fsyncs nor proves the file.
+# zcp stores durably, verifies every byte and encrypts (the default over ssh; before issue 26
+# part 3 it did not); scp and rsync encrypt through ssh and neither fsyncs nor proves the file.
+# benches/encrypt.sh compares zcp encrypted and in clear, with CPU per GiB.
 # Usage: benches/ssh.sh [RUNS] ; needs hyperfine, openssh-server, rsync; uses
 # ./target/release/zcp.
 set -euo pipefail
@@ -19,28 +20,7 @@ done
 [ "$(id -u)" = 0 ] || { echo "ssh.sh: needs root (sshd)" >&2; exit 2; }
 W=$(mktemp -d /var/tmp/zcp-ssh-bench.XXXXXX)
 trap '[ -f "$W/sshd.pid" ] && kill "$(cat "$W/sshd.pid")" 2>/dev/null; rm -rf "$W"' EXIT
-ssh-keygen -q -t ed25519 -N "" -f "$W/host_key"
-ssh-keygen -q -t ed25519 -N "" -f "$W/id"
-cp "$W/id.pub" "$W/authorized_keys"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat >"$W/sshd_config" <<EOF
-Port $PORT
-ListenAddress 127.0.0.1
-HostKey $W/host_key
-PidFile $W/sshd.pid
-AuthorizedKeysFile $W/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PrintMotd no
-EOF
-mkdir -p /run/sshd
-/usr/sbin/sshd -f "$W/sshd_config"
-sleep 0.5
-OPTS="-F /dev/null -i $W/id -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-SSH="ssh $OPTS -p $PORT"
+. "$(dirname "$0")/sshd.sh"
 mkdir -p "$W/there"
 head -c 1024 /dev/urandom >"$W/small"
 head -c "$(numfmt --from=iec "$SIZE")" /dev/urandom >"$W/big"
@@ -51,7 +31,7 @@ for cell in small big; do
         --prepare "sh -c 'rm -f $W/there/z-$cell; cat $W/$cell >/dev/null'" \
         --prepare "sh -c 'rm -f $W/there/s-$cell; cat $W/$cell >/dev/null'" \
         --prepare "sh -c 'rm -f $W/there/r-$cell; cat $W/$cell >/dev/null'" \
-        -n "zcp (durable, verified, not encrypted)" \
+        -n "zcp (durable, verified, encrypted)" \
         "$ZCP send -q -e '$SSH' --remote-zcp $ZCP $W/$cell 127.0.0.1:$W/there/z-$cell" \
         -n "scp -O" \
         "scp -O -q $OPTS -P $PORT $W/$cell 127.0.0.1:$W/there/s-$cell" \

@@ -32,6 +32,20 @@ pub(crate) struct ConnArgs {
     /// Ports the far side of ssh may listen on (A-B), for firewalls; any by default.
     #[arg(long, value_name = "A-B", value_parser = parse_port_range)]
     port_range: Option<(u16, u16)>,
+    /// Encrypt the session: data, names and control (AES-256-GCM, keys agreed with X25519
+    /// for each session). On by default over ssh; a server that cannot is refused.
+    #[arg(long, conflicts_with = "no_encrypt")]
+    encrypt: bool,
+    /// Send in clear even over ssh (data is still authenticated and verified).
+    #[arg(long)]
+    no_encrypt: bool,
+}
+
+impl ConnArgs {
+    /// Whether to ask for encryption: as the flags say, else over ssh only.
+    pub(super) fn encrypts(&self, over_ssh: bool) -> bool {
+        self.encrypt || (over_ssh && !self.no_encrypt)
+    }
 }
 
 /// `--port-range A-B`: 1 <= A <= B.

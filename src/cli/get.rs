@@ -50,9 +50,14 @@ pub(crate) fn run(a: GetArgs) -> anyhow::Result<i32> {
         }
     };
     let (conn, ssh, paths) = a.conn.reach_all(&remote)?;
+    let mut transfer = a.transfer.transfer()?;
+    transfer.link.encrypt = a.conn.encrypts(ssh.is_some());
+    if let Some(problem) = transfer.link.problem() {
+        super::usage!("{problem}");
+    }
     let opts = GetOptions {
         conn,
-        transfer: a.transfer.transfer()?,
+        transfer,
         paths,
         dest: PathBuf::from(a.dest),
         ssh,

@@ -71,6 +71,7 @@ pub(crate) fn run(a: LsArgs) -> anyhow::Result<i32> {
         paths,
         recursive: a.recursive,
         filter: a.filter.rules()?,
+        encrypt: a.conn.encrypts(false),
     };
     let requests = asked.len() as u64;
     let mut out = Printer::new(&a, asked);

@@ -75,8 +75,12 @@ pub(crate) fn run(a: SendArgs) -> anyhow::Result<i32> {
             return Ok(zcp_session::exit::USAGE);
         }
     };
-    let transfer = a.transfer.transfer()?;
+    let mut transfer = a.transfer.transfer()?;
     let (conn, ssh, dest) = a.conn.reach(&target, transfer.delete.prunes())?;
+    transfer.link.encrypt = a.conn.encrypts(ssh.is_some());
+    if let Some(problem) = transfer.link.problem() {
+        super::usage!("{problem}");
+    }
     let opts = SendOptions {
         conn,
         transfer,

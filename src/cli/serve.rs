@@ -71,6 +71,11 @@ pub(crate) struct ServeArgs {
     /// export instead, as `read-write-delete`.
     #[arg(long, conflicts_with = "config")]
     allow_delete: bool,
+    /// Refuse every session that is not encrypted (the client's --encrypt), before it
+    /// stores a byte. A --config file says it as `require_encryption = true`, for the whole
+    /// server or per identity.
+    #[arg(long, conflicts_with = "config")]
+    require_encryption: bool,
     /// Run one session (later clients are refused as busy), then exit; the exit code says
     /// whether it succeeded.
     #[arg(long)]
@@ -155,6 +160,9 @@ fn settings_of(a: &ServeArgs, file: Option<serve_config::ServeConfig>) -> anyhow
             let mut access = AccessConfig::single(root.clone(), psk);
             if a.allow_delete {
                 access.allow_delete();
+            }
+            if a.require_encryption {
+                access.require_encryption();
             }
             Ok(Settings {
                 access,

@@ -141,6 +141,7 @@ impl TransferArgs {
             kind: self.transport,
             udp_mode: self.udp_mode,
             limit_rate: self.limit_rate,
+            encrypt: false,
         };
         if self.udp_mode == zcp_session::UdpMode::Fixed
             && self.transport != zcp_session::TransportKind::Udp

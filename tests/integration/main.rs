@@ -9,6 +9,7 @@ mod clean;
 mod cli;
 mod delete;
 mod doctor;
+mod encrypt;
 mod engines;
 mod existing;
 mod faults;

@@ -44,6 +44,7 @@ fn garbage_truncated_and_oversized_frames_are_refused() {
             role,
             nonce: [1; 32],
             identity: (role == Role::Control && version >= 2).then_some([2; 32]),
+            share: None,
         }
         .encode_frame()
     };

@@ -127,6 +127,9 @@ pub enum EngineError {
     /// Someone else holds what this needs (another transfer to the same destination).
     #[error("{0}")]
     Busy(String),
+    /// The peer's bytes were refused before use (an encrypted record that failed to open).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl EngineError {

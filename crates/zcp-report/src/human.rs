@@ -373,6 +373,13 @@ impl<W: Write> Human<W> {
             "Engines:  sender {}, receiver {}",
             s.sender_engine, s.receiver_engine
         )?;
+        if let Some(e) = &s.encryption {
+            writeln!(
+                o,
+                "Secrecy:  encrypted with {} (keys agreed with {} for this session); {:.2} s of CPU in the cipher on this side",
+                e.cipher, e.key_exchange, e.seconds
+            )?;
+        }
         if let Some(u) = &s.udp {
             writeln!(
                 o,

@@ -210,6 +210,11 @@ fn end(s: &Summary) -> Value {
         "retries": s.retries,
         "limit_rate": s.limit_rate.as_ref().map(limit_rate),
         "udp": s.udp.as_ref().map(udp),
+        "encryption": s.encryption.as_ref().map(|e| json!({
+            "cipher": e.cipher,
+            "key_exchange": e.key_exchange,
+            "seconds_this_side": e.seconds,
+        })),
     })
 }
 

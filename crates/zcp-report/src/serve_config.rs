@@ -84,6 +84,8 @@ struct FileToml {
     transfer_log: Option<Spanned<PathBuf>>,
     metrics: Option<Spanned<String>>,
     #[serde(default)]
+    require_encryption: bool,
+    #[serde(default)]
     export: BTreeMap<String, Spanned<ExportToml>>,
     #[serde(default)]
     identity: BTreeMap<String, Spanned<IdentityToml>>,
@@ -101,6 +103,8 @@ struct IdentityToml {
     key_file: Spanned<PathBuf>,
     #[serde(default)]
     access: BTreeMap<String, Spanned<String>>,
+    #[serde(default)]
+    require_encryption: bool,
 }
 
 /// What a config file says, checked: the limits it sets (the command line overrides each)
@@ -318,6 +322,7 @@ fn check(text: &str, path: &Path) -> Result<ServeConfig, String> {
             name: name.clone(),
             psk,
             access,
+            require_encryption: file.require_encryption || i.get_ref().require_encryption,
         });
         key_files.push(kf.get_ref().clone());
     }
@@ -428,12 +433,17 @@ pub fn summary(access: &AccessConfig, key_files: &[PathBuf]) -> String {
             .map(|f| format!(" (key file {})", f.display()))
             .unwrap_or_default();
         out.push_str(&format!(
-            "identity {}{file}: {}\n",
+            "identity {}{file}: {}{}\n",
             id.name,
             if grants.is_empty() {
                 "no access".to_string()
             } else {
                 grants.join(", ")
+            },
+            if id.require_encryption {
+                "; encryption required"
+            } else {
+                ""
             }
         ));
     }
@@ -486,6 +496,35 @@ mod tests {
         fn parse(&self, text: &str) -> Result<ServeConfig, String> {
             parse(text, Path::new("/etc/zcp/zcp.toml"))
         }
+    }
+
+    #[test]
+    fn encryption_is_required_for_the_server_or_per_identity() {
+        let f = Fixture::new();
+        let c = f.parse(&f.good()).unwrap();
+        assert!(c.access.identities.iter().all(|i| !i.require_encryption));
+        let one = f.good().replace(
+            "[identity.lab]\n",
+            "[identity.lab]\nrequire_encryption = true\n",
+        );
+        let c = f.parse(&one).unwrap();
+        let req: Vec<(&str, bool)> = (c.access.identities.iter())
+            .map(|i| (i.name.as_str(), i.require_encryption))
+            .collect();
+        assert_eq!(req, [("lab", true), ("observatory", false)]);
+        assert!(
+            summary(&c.access, &c.key_files).contains("archive read-write; encryption required")
+        );
+        let all = f
+            .good()
+            .replace("max_streams = 4", "require_encryption = true");
+        let c = f.parse(&all).unwrap();
+        assert!(c.access.identities.iter().all(|i| i.require_encryption));
+        // A value that is not a boolean is refused, by name.
+        let bad = f
+            .good()
+            .replace("max_streams = 4", "require_encryption = \"yes\"");
+        assert!(f.parse(&bad).unwrap_err().contains("require_encryption"));
     }
 
     #[test]

@@ -175,6 +175,11 @@ fn events(verify: bool) -> Vec<Event> {
             retries: 1,
             limit_rate: limit,
             udp,
+            encryption: verify.then(|| zcp_session::Encryption {
+                cipher: "AES-256-GCM".into(),
+                key_exchange: "X25519".into(),
+                seconds: 0.41,
+            }),
         }),
     ]
 }

@@ -145,11 +145,13 @@ pub(crate) struct ClientSession {
     pub(crate) local: SocketAddr,
 }
 
-/// Runs the client side of the control handshake on a connected stream.
+/// Runs the client side of the control handshake on a connected stream; with `share` (32
+/// fresh random bytes for an ephemeral key), asks for encryption and accepts nothing less.
 pub(crate) fn authenticate(
     mut stream: TcpStream,
     psk: Psk,
     nonce: zcp_wire::Nonce,
+    share: Option<[u8; 32]>,
 ) -> Result<ClientSession, SessionError> {
     let peer = stream.peer_addr().map_err(|source| SessionError::Io {
         what: "control connection".into(),
@@ -160,7 +162,10 @@ pub(crate) fn authenticate(
         source,
     })?;
     let shown = peer.to_string();
-    let hs = ClientHandshake::new(psk, nonce);
+    let mut hs = ClientHandshake::new(psk, nonce);
+    if let Some(secret) = share {
+        hs = hs.encrypting(secret);
+    }
     let io_err = |e: FrameIoError| e.into_session(&shown);
     stream
         .write_all(&hs.hello().encode_frame())

@@ -176,6 +176,10 @@ impl Refusal {
     /// the session's want ([`Refusal::out_of_descriptors`]), a full disk is `NoSpace`, and
     /// anything else `Io`.
     pub(crate) fn stream(e: &EngineError) -> Refusal {
+        if let EngineError::Refused(m) = e {
+            // Bytes that failed authentication (an encrypted record altered on the way).
+            return Refusal::new(ErrorCode::Verify, m.clone());
+        }
         Refusal::out_of_descriptors(e).unwrap_or_else(|| {
             let code = if e.is_no_space() {
                 ErrorCode::NoSpace
@@ -317,10 +321,20 @@ impl SessionError {
     }
 
     pub(crate) fn from_handshake(peer: &str, e: HandshakeError) -> SessionError {
+        const REQUIRES_ENCRYPTION: &str = "this server requires encryption";
         match e {
             HandshakeError::ServerProof
             | HandshakeError::ClientProof
-            | HandshakeError::JoinProof => SessionError::Auth(e.to_string()),
+            | HandshakeError::JoinProof
+            | HandshakeError::Downgrade => SessionError::Auth(e.to_string()),
+            // The server takes our key, but not in clear.
+            HandshakeError::Refused {
+                code: ErrorCode::Auth,
+                message,
+            } if message.starts_with(REQUIRES_ENCRYPTION) => SessionError::Auth(format!(
+                "the server refused a session in clear: {}",
+                zcp_wire::escape_text(&message)
+            )),
             HandshakeError::Refused {
                 code: ErrorCode::Auth,
                 message,

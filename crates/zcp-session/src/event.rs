@@ -268,6 +268,30 @@ pub struct Summary {
     pub limit_rate: Option<RateLimit>,
     /// Over `--transport udp`: what its streams counted.
     pub udp: Option<crate::UdpReport>,
+    /// How the session was encrypted (`None`: in clear, authenticated and verified only).
+    pub encryption: Option<Encryption>,
+}
+
+/// How a session was encrypted, and what it cost this side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encryption {
+    /// The cipher of data and control frames.
+    pub cipher: String,
+    /// The key agreement of each session.
+    pub key_exchange: String,
+    /// Seconds this side spent encrypting and decrypting (the peer's own are its own).
+    pub seconds: f64,
+}
+
+impl Encryption {
+    /// The report of a session under `keys`: `None` when it was not encrypted.
+    pub(crate) fn of(keys: &zcp_wire::SessionKeys) -> Option<Encryption> {
+        keys.encrypted().then(|| Encryption {
+            cipher: zcp_wire::crypt::CIPHER_NAME.into(),
+            key_exchange: zcp_wire::crypt::KEY_EXCHANGE_NAME.into(),
+            seconds: keys.crypto_time().as_secs_f64(),
+        })
+    }
 }
 
 /// What a client session reports.

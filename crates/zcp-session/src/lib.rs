@@ -38,9 +38,9 @@ pub use client::{
 };
 pub use error::{SessionError, exit};
 pub use event::{
-    Arrived, CLIENT_GAVE_UP, Collect, Cpu, Deleted, Event, Failure, Fanout, Interval, Phase,
-    Progress, Quiet, RateLimit, RawEnd, RawStart, Reporter, Retry, STOPPED_BY_CLIENT, ServerEvent,
-    ServerReporter, Start, StreamInterval, Summary, TcpStats,
+    Arrived, CLIENT_GAVE_UP, Collect, Cpu, Deleted, Encryption, Event, Failure, Fanout, Interval,
+    Phase, Progress, Quiet, RateLimit, RawEnd, RawStart, Reporter, Retry, STOPPED_BY_CLIENT,
+    ServerEvent, ServerReporter, Start, StreamInterval, Summary, TcpStats,
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{

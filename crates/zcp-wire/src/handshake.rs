@@ -1,11 +1,11 @@
 //! The handshake as typestate machines: each state is a value, each transition consumes it and
 //! takes the next received message, and returns the reply to send.
 //!
-//! Control connection:
+//! Control connection (`Sc`, `Ss`: X25519 key shares, present when encrypting):
 //! ```text
 //! client                                   server
-//!   Hello{version, Control, Nc}   ->
-//!                                 <-  Challenge{version, Ns, server proof}
+//!   Hello{version, Control, Nc, [Sc]}   ->
+//!                                 <-  Challenge{version, Ns, server proof, [Ss]}
 //!   (client checks the server proof: a server without the key is refused here)
 //!   Proof{client proof}           ->
 //!                                 <-  Welcome{session id, max streams}  (sealed)
@@ -21,6 +21,7 @@
 //! How long an unauthenticated connection may take is for the server's table of pending
 //! handshakes to decide (`zcp_session`'s `server::pending`), on its clock.
 
+use crate::crypt::{Ephemeral, KeyShare};
 use crate::message::{FrameHeader, Message, Role};
 use crate::seal::{OpenError, Opener, Sealer, Side};
 use crate::{ErrorCode, Nonce, PROTOCOL_VERSION, SessionId, SessionKeys, keys};
@@ -66,6 +67,20 @@ pub enum HandshakeError {
     /// A sealed frame failed to open.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The client asked for encryption and the server answered without it.
+    #[error(
+        "the server answered without encryption, which this side asked for: refused rather than sent in clear (a server older than zcp 0.1 with protocol 6, or someone on the path stripping it)"
+    )]
+    Downgrade,
+    /// The server answered with a key share the client did not ask for.
+    #[error("the server sent a key share this side did not ask for")]
+    UnaskedShare,
+    /// The server requires encryption of this client's identity, and the client did not ask.
+    #[error("this server requires encryption: run the client with --encrypt")]
+    EncryptionRequired,
+    /// A key share that yields no shared secret.
+    #[error("the peer's key share is not a usable X25519 public key")]
+    BadShare,
 }
 
 impl HandshakeError {
@@ -75,9 +90,14 @@ impl HandshakeError {
             HandshakeError::Version { .. } => ErrorCode::Version,
             HandshakeError::ServerProof
             | HandshakeError::ClientProof
-            | HandshakeError::JoinProof => ErrorCode::Auth,
+            | HandshakeError::JoinProof
+            | HandshakeError::Downgrade
+            | HandshakeError::EncryptionRequired => ErrorCode::Auth,
             HandshakeError::Refused { code, .. } => *code,
-            HandshakeError::Unexpected { .. } | HandshakeError::Open(_) => ErrorCode::Protocol,
+            HandshakeError::Unexpected { .. }
+            | HandshakeError::Open(_)
+            | HandshakeError::UnaskedShare
+            | HandshakeError::BadShare => ErrorCode::Protocol,
         }
     }
 }
@@ -119,12 +139,34 @@ pub struct Established {
 pub struct ClientHandshake {
     psk: crate::Psk,
     nonce: Nonce,
+    /// The ephemeral key when this side asks for encryption.
+    ephemeral: Option<Ephemeral>,
+}
+
+/// The transcript of key shares the proofs and the encryption secret cover: empty without
+/// encryption, else the client's share then the server's.
+fn shares(client: &KeyShare, server: &KeyShare) -> Vec<u8> {
+    [client.as_slice(), server.as_slice()].concat()
 }
 
 impl ClientHandshake {
     /// Starts a control handshake with a fresh random `nonce`.
     pub fn new(psk: crate::Psk, nonce: Nonce) -> ClientHandshake {
-        ClientHandshake { psk, nonce }
+        ClientHandshake {
+            psk,
+            nonce,
+            ephemeral: None,
+        }
+    }
+
+    /// Asks for encryption, with an ephemeral X25519 key made from `secret` (32 fresh random
+    /// bytes, for this handshake only). A server that answers without encryption is then
+    /// refused ([`HandshakeError::Downgrade`]).
+    pub fn encrypting(self, secret: [u8; 32]) -> ClientHandshake {
+        ClientHandshake {
+            ephemeral: Some(Ephemeral::new(secret)),
+            ..self
+        }
     }
 
     /// The `Hello` to send first.
@@ -134,6 +176,7 @@ impl ClientHandshake {
             role: Role::Control,
             nonce: self.nonce,
             identity: Some(keys::identity_tag(&self.psk, &self.nonce)),
+            share: self.ephemeral.as_ref().map(Ephemeral::share),
         }
     }
 
@@ -146,6 +189,7 @@ impl ClientHandshake {
             version,
             nonce,
             proof,
+            share,
         } = msg
         else {
             return Err(unexpected("Challenge", msg));
@@ -156,13 +200,27 @@ impl ClientHandshake {
                 ours: PROTOCOL_VERSION,
             });
         }
-        if !keys::verify_server_proof(&self.psk, &self.nonce, &nonce, &proof) {
+        let agreement = match (self.ephemeral, share) {
+            (None, None) => None,
+            (Some(_), None) => return Err(HandshakeError::Downgrade),
+            (None, Some(_)) => return Err(HandshakeError::UnaskedShare),
+            (Some(e), Some(theirs)) => Some((shares(&e.share(), &theirs), e, theirs)),
+        };
+        let transcript = agreement.as_ref().map_or(&[][..], |a| &a.0[..]);
+        let nonces = (&self.nonce, &nonce);
+        if !keys::verify_server_proof(&self.psk, nonces, transcript, &proof) {
             return Err(HandshakeError::ServerProof);
         }
         let reply = Message::Proof {
-            proof: keys::client_proof(&self.psk, &self.nonce, &nonce),
+            proof: keys::client_proof(&self.psk, &self.nonce, &nonce, transcript),
         };
-        let keys = SessionKeys::derive(&self.psk, &self.nonce, &nonce);
+        let keys = match agreement {
+            None => SessionKeys::derive(&self.psk, &self.nonce, &nonce),
+            Some((transcript, e, theirs)) => {
+                let agreed = e.agree(&theirs).map_err(|_| HandshakeError::BadShare)?;
+                SessionKeys::derive_encrypted(&self.psk, nonces, &transcript, &agreed)
+            }
+        };
         Ok((
             reply,
             ClientAwaitWelcome {
@@ -217,14 +275,36 @@ pub enum Accepted {
     Data(DataAwaitJoin),
 }
 
+/// What a server brings to a control handshake besides its keys.
+pub struct ServerOffer<'a> {
+    /// 32 fresh random bytes for this handshake's ephemeral X25519 key, used only if the
+    /// session is encrypted. `None`: this server cannot encrypt (it answers without a key
+    /// share, which a client that asked refuses).
+    pub secret: Option<[u8; 32]>,
+    /// Whether the identity with this index in the keys must encrypt: a client that does
+    /// not ask is refused before the server proves anything.
+    pub required: &'a dyn Fn(usize) -> bool,
+}
+
+impl std::fmt::Debug for ServerOffer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerOffer(<redacted>)")
+    }
+}
+
 /// Server: takes the first message of a connection and a fresh nonce; returns the next state
-/// and the reply to send. The one-key form of [`accept_any`].
+/// and the reply to send. The one-key form of [`accept_any`], for a server that cannot
+/// encrypt (tests and hand-made peers).
 pub fn accept(
     psk: &crate::Psk,
     hello: Message,
     nonce: Nonce,
 ) -> Result<(Accepted, Message), HandshakeError> {
-    accept_any(&[psk], hello, nonce).map(|(a, m, _)| (a, m))
+    let offer = ServerOffer {
+        secret: None,
+        required: &|_| false,
+    };
+    accept_any(&[psk], hello, nonce, &offer).map(|(a, m, _)| (a, m))
 }
 
 /// Server with several keys: takes the first message of a connection and a fresh nonce;
@@ -235,12 +315,14 @@ pub fn accept_any(
     keys: &[&crate::Psk],
     hello: Message,
     nonce: Nonce,
+    offer: &ServerOffer<'_>,
 ) -> Result<(Accepted, Message, Option<usize>), HandshakeError> {
     let Message::Hello {
         version,
         role,
         nonce: client,
         identity,
+        share,
     } = hello
     else {
         return Err(unexpected("Hello", hello));
@@ -255,16 +337,34 @@ pub fn accept_any(
         (Role::Control, Some(tag)) => {
             let i = keys::find_identity(keys, &client, &tag).ok_or(HandshakeError::ClientProof)?;
             let psk = keys[i];
+            // The client's share asks for encryption; a server that cannot answers without
+            // one (the client refuses that); an identity that must encrypt refuses a client
+            // that did not ask, before the server proves anything.
+            let agreement = match (share, offer.secret) {
+                (Some(theirs), Some(secret)) => {
+                    let e = Ephemeral::new(secret);
+                    let ours = e.share();
+                    let agreed = e.agree(&theirs).map_err(|_| HandshakeError::BadShare)?;
+                    Some((shares(&theirs, &ours), ours, agreed))
+                }
+                (None, _) if (offer.required)(i) => return Err(HandshakeError::EncryptionRequired),
+                _ => None,
+            };
+            let transcript = agreement.as_ref().map_or(&[][..], |a| &a.0[..]);
+            let proof = keys::server_proof(psk, &client, &nonce, transcript);
+            let share = agreement.as_ref().map(|a| a.1);
             (
                 Accepted::Control(ServerAwaitProof {
                     psk: psk.clone(),
                     client,
                     server: nonce,
+                    agreement: agreement.map(|(t, _, agreed)| (t, agreed)),
                 }),
                 Message::Challenge {
                     version: PROTOCOL_VERSION,
                     nonce,
-                    proof: keys::server_proof(psk, &client, &nonce),
+                    proof,
+                    share,
                 },
                 Some(i),
             )
@@ -292,6 +392,8 @@ pub struct ServerAwaitProof {
     psk: crate::Psk,
     client: Nonce,
     server: Nonce,
+    /// An encrypted session's share transcript and X25519 secret.
+    agreement: Option<(Vec<u8>, [u8; 32])>,
 }
 
 impl ServerAwaitProof {
@@ -317,10 +419,15 @@ impl ServerAwaitProof {
         let Message::Proof { proof } = msg else {
             return Err(unexpected("Proof", msg));
         };
-        if !keys::verify_client_proof(&self.psk, &self.client, &self.server, &proof) {
+        let nonces = (&self.client, &self.server);
+        let transcript = self.agreement.as_ref().map_or(&[][..], |a| &a.0[..]);
+        if !keys::verify_client_proof(&self.psk, nonces, transcript, &proof) {
             return Err(HandshakeError::ClientProof);
         }
-        let keys = SessionKeys::derive(&self.psk, &self.client, &self.server);
+        let keys = match &self.agreement {
+            None => SessionKeys::derive(&self.psk, &self.client, &self.server),
+            Some((t, agreed)) => SessionKeys::derive_encrypted(&self.psk, nonces, t, agreed),
+        };
         let mut sealer = Sealer::new(&keys, Side::Server);
         let welcome = sealer.seal(&Message::Welcome {
             session_id,
@@ -422,6 +529,7 @@ impl DataClient {
             role: Role::Data,
             nonce: self.nonce,
             identity: None,
+            share: None,
         }
     }
 
@@ -469,6 +577,104 @@ mod tests {
         (h, &frame[HEADER_LEN..])
     }
 
+    fn offer(secret: Option<[u8; 32]>, required: bool) -> ServerOffer<'static> {
+        ServerOffer {
+            secret,
+            required: if required { &|_| true } else { &|_| false },
+        }
+    }
+
+    /// Drives an encrypted control handshake: the client asks when `ask`, the server can
+    /// encrypt when `can`, and requires it when `must`.
+    fn encrypted(
+        ask: bool,
+        can: bool,
+        must: bool,
+    ) -> Result<(Established, Established), HandshakeError> {
+        let mut client = ClientHandshake::new(psk(5), [1; 32]);
+        if ask {
+            client = client.encrypting([3; 32]);
+        }
+        let server = offer(can.then_some([4; 32]), must);
+        let (acc, challenge, _) = accept_any(&[&psk(5)], client.hello(), [2; 32], &server)?;
+        let Accepted::Control(await_proof) = acc else {
+            panic!("control")
+        };
+        let (proof, await_welcome) = client.on_challenge(challenge)?;
+        let (server, welcome) = await_proof.on_proof(proof, [9; 16], 4)?;
+        let (h, p) = split(&welcome);
+        Ok((await_welcome.on_frame(h, p)?, server))
+    }
+
+    #[test]
+    fn encryption_is_agreed_only_when_asked_and_never_dropped() {
+        let (mut c, mut s) = encrypted(true, true, false).unwrap();
+        assert!(c.keys.encrypted() && s.keys.encrypted());
+        let f = c.sealer.seal(&Message::Finish);
+        let (h, p) = split(&f);
+        assert_eq!(s.opener.open(h, p).unwrap(), Message::Finish);
+        // Not asked: in clear, even on a server that could.
+        let (c, _) = encrypted(false, true, false).unwrap();
+        assert!(!c.keys.encrypted());
+        // Asked, and the server cannot: the client refuses rather than go on in clear.
+        assert_eq!(
+            encrypted(true, false, false).unwrap_err(),
+            HandshakeError::Downgrade
+        );
+        // Required by the server and not asked: refused before the server proves anything.
+        let e = encrypted(false, true, true).unwrap_err();
+        assert_eq!(e, HandshakeError::EncryptionRequired);
+        assert_eq!(e.code(), ErrorCode::Auth);
+        assert!(encrypted(true, true, true).unwrap().0.keys.encrypted());
+    }
+
+    #[test]
+    fn a_share_stripped_or_swapped_on_the_path_fails_the_proofs() {
+        let client = ClientHandshake::new(psk(5), [1; 32]).encrypting([3; 32]);
+        let Message::Hello {
+            version,
+            role,
+            nonce,
+            identity,
+            ..
+        } = client.hello()
+        else {
+            panic!()
+        };
+        // Someone on the path strips the client's share: the server answers in clear, and
+        // the client refuses.
+        let stripped = Message::Hello {
+            version,
+            role,
+            nonce,
+            identity,
+            share: None,
+        };
+        let (_, challenge, _) =
+            accept_any(&[&psk(5)], stripped, [2; 32], &offer(Some([4; 32]), false)).unwrap();
+        assert_eq!(
+            ClientHandshake::new(psk(5), [1; 32])
+                .encrypting([3; 32])
+                .on_challenge(challenge)
+                .unwrap_err(),
+            HandshakeError::Downgrade
+        );
+        // Or swaps it for a share of its own: the server's proof covers the shares it saw.
+        let swapped = Message::Hello {
+            version,
+            role,
+            nonce,
+            identity,
+            share: Some(Ephemeral::new([8; 32]).share()),
+        };
+        let (_, challenge, _) =
+            accept_any(&[&psk(5)], swapped, [2; 32], &offer(Some([4; 32]), false)).unwrap();
+        assert_eq!(
+            client.on_challenge(challenge).unwrap_err(),
+            HandshakeError::ServerProof
+        );
+    }
+
     /// Drives a whole control handshake in memory, both sides with their own keys.
     fn control(
         client_key: Psk,
@@ -507,7 +713,8 @@ mod tests {
         let challenge = Message::Challenge {
             version: PROTOCOL_VERSION,
             nonce: [2; 32],
-            proof: keys::server_proof(&psk(6), &[1; 32], &[2; 32]),
+            proof: keys::server_proof(&psk(6), &[1; 32], &[2; 32], &[]),
+            share: None,
         };
         assert_eq!(
             client.on_challenge(challenge).unwrap_err(),
@@ -520,7 +727,7 @@ mod tests {
         let err = control(psk(5), psk(6)).unwrap_err();
         assert_eq!(err, HandshakeError::ClientProof);
         let hello = ClientHandshake::new(psk(6), [1; 32]).hello();
-        assert!(accept_any(&[&psk(1), &psk(2)], hello, [2; 32]).is_err());
+        assert!(accept_any(&[&psk(1), &psk(2)], hello, [2; 32], &offer(None, false)).is_err());
     }
 
     #[test]
@@ -529,7 +736,8 @@ mod tests {
         let refs: Vec<&Psk> = keys.iter().collect();
         for (i, k) in keys.iter().enumerate() {
             let client = ClientHandshake::new(k.clone(), [i as u8; 32]);
-            let (acc, challenge, found) = accept_any(&refs, client.hello(), [7; 32]).unwrap();
+            let (acc, challenge, found) =
+                accept_any(&refs, client.hello(), [7; 32], &offer(None, false)).unwrap();
             assert_eq!(found, Some(i));
             let Accepted::Control(await_proof) = acc else {
                 panic!("control")
@@ -545,8 +753,9 @@ mod tests {
             role: Role::Control,
             nonce: [1; 32],
             identity: None,
+            share: None,
         };
-        assert!(accept_any(&refs, bare, [7; 32]).is_err());
+        assert!(accept_any(&refs, bare, [7; 32], &offer(None, false)).is_err());
     }
 
     #[test]
@@ -576,6 +785,7 @@ mod tests {
             role: Role::Control,
             nonce: [0; 32],
             identity: None,
+            share: None,
         };
         assert!(matches!(
             accept(&psk(1), bad, [2; 32]),

@@ -8,7 +8,10 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::crypt::{SALT_LEN, StreamKey};
 use crate::proof::ChunkHasher;
 use crate::{Nonce, SessionId};
 
@@ -94,6 +97,7 @@ const CLIENT_LABEL: &[u8] = b"zcp/1 client proof";
 const SESSION_LABEL: &[u8] = b"zcp/1 session secret";
 const JOIN_LABEL: &[u8] = b"zcp/1 data join";
 const IDENTITY_LABEL: &[u8] = b"zcp/2 identity";
+const ENCRYPTION_LABEL: &[u8] = b"zcp/6 encryption secret";
 
 /// `HMAC-SHA256(psk, "zcp/2 identity" || client nonce)`: what a control `Hello` carries so
 /// a server with several keys can tell which one the client holds. It proves nothing (a
@@ -119,32 +123,53 @@ pub fn find_identity(keys: &[&Psk], client: &Nonce, tag: &[u8; 32]) -> Option<us
     found
 }
 
-/// `HMAC-SHA256(psk, "zcp/1 server proof" || client nonce || server nonce)`.
-pub fn server_proof(psk: &Psk, client: &Nonce, server: &Nonce) -> [u8; 32] {
-    psk.mac(SERVER_LABEL, &[client, server])
+/// `HMAC-SHA256(psk, "zcp/1 server proof" || client nonce || server nonce || shares)`:
+/// `shares` is empty in a session without encryption, else the client's key share then the
+/// server's, so a share swapped or stripped on the way fails the proof.
+pub fn server_proof(psk: &Psk, client: &Nonce, server: &Nonce, shares: &[u8]) -> [u8; 32] {
+    psk.mac(SERVER_LABEL, &[client, server, shares])
         .finalize()
         .into_bytes()
         .into()
 }
 
-/// `HMAC-SHA256(psk, "zcp/1 client proof" || client nonce || server nonce)`.
-pub fn client_proof(psk: &Psk, client: &Nonce, server: &Nonce) -> [u8; 32] {
-    psk.mac(CLIENT_LABEL, &[client, server])
+/// `HMAC-SHA256(psk, "zcp/1 client proof" || client nonce || server nonce || shares)`.
+pub fn client_proof(psk: &Psk, client: &Nonce, server: &Nonce, shares: &[u8]) -> [u8; 32] {
+    psk.mac(CLIENT_LABEL, &[client, server, shares])
         .finalize()
         .into_bytes()
         .into()
 }
 
-pub(crate) fn verify_server_proof(psk: &Psk, client: &Nonce, server: &Nonce, proof: &[u8]) -> bool {
-    psk.mac(SERVER_LABEL, &[client, server])
+pub(crate) fn verify_server_proof(
+    psk: &Psk,
+    (client, server): (&Nonce, &Nonce),
+    shares: &[u8],
+    proof: &[u8],
+) -> bool {
+    psk.mac(SERVER_LABEL, &[client, server, shares])
         .verify_slice(proof)
         .is_ok()
 }
 
-pub(crate) fn verify_client_proof(psk: &Psk, client: &Nonce, server: &Nonce, proof: &[u8]) -> bool {
-    psk.mac(CLIENT_LABEL, &[client, server])
+pub(crate) fn verify_client_proof(
+    psk: &Psk,
+    (client, server): (&Nonce, &Nonce),
+    shares: &[u8],
+    proof: &[u8],
+) -> bool {
+    psk.mac(CLIENT_LABEL, &[client, server, shares])
         .verify_slice(proof)
         .is_ok()
+}
+
+/// The keys of an encrypted session: from a secret that takes in the X25519 agreement as
+/// well as the pre-shared key, so a key learned later does not open what was recorded.
+#[derive(Clone)]
+pub(crate) struct CipherKeys {
+    pub(crate) control_c2s: [u8; 32],
+    pub(crate) control_s2c: [u8; 32],
+    data: [u8; 32],
 }
 
 /// Keys of one authenticated session, derived from the pre-shared key and both nonces.
@@ -162,6 +187,10 @@ pub struct SessionKeys {
     udp: [u8; 32],
     /// Names the key's holder in resume journals ([`SessionKeys::journal_owner`]).
     owner: JournalOwner,
+    /// An encrypted session's keys ([`SessionKeys::derive_encrypted`]).
+    pub(crate) cipher: Option<CipherKeys>,
+    /// Nanoseconds this side spent encrypting and decrypting, shared by every clone.
+    crypto_ns: Arc<AtomicU64>,
 }
 
 /// Who wrote a journal's chunks: 16 bytes derived from the pre-shared key alone (the same in
@@ -193,7 +222,70 @@ impl SessionKeys {
             owner: blake3::derive_key("zcp/1 journal owner", &psk.0)[..16]
                 .try_into()
                 .expect("16 of 32 bytes"),
+            cipher: None,
+            crypto_ns: Arc::default(),
         }
+    }
+
+    /// Derives an encrypted session's keys: those of [`SessionKeys::derive`] (chunk MACs and
+    /// digests stay derived from the pre-shared key and nonces alone, so a resume can check a
+    /// journal's chunks), plus encryption keys from `E = HMAC-SHA256(psk, "zcp/6 encryption
+    /// secret" || client nonce || server nonce || shares || X25519 secret)`.
+    pub fn derive_encrypted(
+        psk: &Psk,
+        (client, server): (&Nonce, &Nonce),
+        shares: &[u8],
+        agreed: &[u8; 32],
+    ) -> SessionKeys {
+        let secret: [u8; 32] = psk
+            .mac(ENCRYPTION_LABEL, &[client, server, shares, agreed])
+            .finalize()
+            .into_bytes()
+            .into();
+        SessionKeys {
+            cipher: Some(CipherKeys {
+                control_c2s: blake3::derive_key(
+                    "zcp/6 encrypted control client to server",
+                    &secret,
+                ),
+                control_s2c: blake3::derive_key(
+                    "zcp/6 encrypted control server to client",
+                    &secret,
+                ),
+                data: blake3::derive_key("zcp/6 data stream", &secret),
+            }),
+            ..SessionKeys::derive(psk, client, server)
+        }
+    }
+
+    /// Whether the session is encrypted.
+    pub fn encrypted(&self) -> bool {
+        self.cipher.is_some()
+    }
+
+    /// The key of data stream `stream`, opened with `salt` (the stream's first bytes, drawn
+    /// at random by its sender): `BLAKE3-keyed(key_data, stream:u16 || salt)`. A data stream
+    /// carries records one way only (its receiver never sends on it), so one data key serves
+    /// both directions; the salt makes every stream connection's key its own. `None` in a
+    /// session without encryption.
+    pub fn stream_key(&self, stream: u16, salt: &[u8; SALT_LEN]) -> Option<StreamKey> {
+        let c = self.cipher.as_ref()?;
+        let mut h = blake3::Hasher::new_keyed(&c.data);
+        h.update(&stream.to_be_bytes());
+        h.update(salt);
+        Some(StreamKey(*h.finalize().as_bytes()))
+    }
+
+    /// Counts time spent encrypting or decrypting (the caller measures it: this crate reads
+    /// no clock).
+    pub fn add_crypto_time(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.crypto_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Time this side spent encrypting and decrypting so far, in every clone of these keys.
+    pub fn crypto_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.crypto_ns.load(Ordering::Relaxed))
     }
 
     /// The owner a resume journal records for the sessions of this key: a write-only
@@ -322,13 +414,18 @@ pub(crate) mod tests {
     #[test]
     fn proofs_depend_on_key_role_and_nonces() {
         let (a, b) = ([1u8; 32], [2u8; 32]);
-        let p = server_proof(&psk(9), &a, &b);
-        assert!(verify_server_proof(&psk(9), &a, &b, &p));
-        assert!(!verify_server_proof(&psk(8), &a, &b, &p));
-        assert!(!verify_server_proof(&psk(9), &b, &a, &p));
+        let p = server_proof(&psk(9), &a, &b, &[]);
+        assert!(verify_server_proof(&psk(9), (&a, &b), &[], &p));
+        assert!(!verify_server_proof(&psk(8), (&a, &b), &[], &p));
+        assert!(!verify_server_proof(&psk(9), (&b, &a), &[], &p));
         // A server proof is no client proof: no reflection.
-        assert!(!verify_client_proof(&psk(9), &a, &b, &p));
-        assert!(!verify_server_proof(&psk(9), &a, &b, &p[..31]));
+        assert!(!verify_client_proof(&psk(9), (&a, &b), &[], &p));
+        assert!(!verify_server_proof(&psk(9), (&a, &b), &[], &p[..31]));
+        // Key shares are part of what is proven: stripped or swapped, the proof fails.
+        let q = server_proof(&psk(9), &a, &b, &[3; 64]);
+        assert!(verify_server_proof(&psk(9), (&a, &b), &[3; 64], &q));
+        assert!(!verify_server_proof(&psk(9), (&a, &b), &[], &q));
+        assert!(!verify_server_proof(&psk(9), (&a, &b), &[4; 64], &q));
     }
 
     #[test]
@@ -342,6 +439,40 @@ pub(crate) mod tests {
         assert!(!keys.verify_join(&sid, 2, &[7; 32], &[9; 32], &p));
         let other = SessionKeys::derive(&psk(3), &[1; 32], &[3; 32]);
         assert!(!other.verify_join(&sid, 2, &[7; 32], &[8; 32], &p));
+    }
+
+    fn c_data(k: &SessionKeys) -> [u8; 32] {
+        k.cipher.as_ref().unwrap().data
+    }
+
+    #[test]
+    fn encrypted_keys_keep_the_proof_keys_and_split_streams() {
+        let plain = SessionKeys::derive(&psk(3), &[1; 32], &[2; 32]);
+        let enc = SessionKeys::derive_encrypted(&psk(3), (&[1; 32], &[2; 32]), &[5; 64], &[6; 32]);
+        assert!(!plain.encrypted() && enc.encrypted());
+        // Chunk MACs are the same: a resume checks a journal written by either.
+        let mac = |k: &SessionKeys| {
+            let mut h = k.chunk_hasher(0, 0, 4);
+            h.update(b"data");
+            *h.finalize().as_bytes()
+        };
+        assert_eq!(mac(&plain), mac(&enc));
+        assert!(plain.stream_key(0, &[0; 32]).is_none());
+        let key = |stream, salt: u8| enc.stream_key(stream, &[salt; 32]).unwrap().0;
+        let other =
+            SessionKeys::derive_encrypted(&psk(3), (&[1; 32], &[2; 32]), &[5; 64], &[7; 32]);
+        assert_ne!(key(0, 1), key(1, 1));
+        assert_ne!(key(0, 1), key(0, 2));
+        assert_ne!(key(0, 1), other.stream_key(0, &[1; 32]).unwrap().0);
+        assert_ne!(key(0, 1), c_data(&enc));
+        let c = enc.cipher.as_ref().unwrap();
+        assert_ne!(c.control_c2s, c.control_s2c);
+        assert_ne!(c.control_c2s, c.data);
+        assert_ne!(c.control_c2s, plain.control_c2s);
+        // The time counter is shared by clones.
+        enc.clone()
+            .add_crypto_time(std::time::Duration::from_millis(3));
+        assert_eq!(enc.crypto_time(), std::time::Duration::from_millis(3));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 mod chunk;
 mod codec;
+pub mod crypt;
 mod extents;
 mod filter;
 mod handshake;
@@ -29,13 +30,14 @@ pub use chunk::{
     CHUNK_ALIGN, CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkHeader, ChunkKind, ChunkPlan, MAX_CHUNK,
     MIN_CHUNK, PlanError,
 };
+pub use crypt::{CryptError, Ephemeral, KeyShare, RecordOpener, RecordSealer, StreamKey};
 pub use extents::{EXTENT_ALIGN, EXTENT_ENTRY_LEN, Extents, MAX_EXTENTS};
 pub use filter::{
     Filter, FilterError, FilterRule, MAX_FILTER_BYTES, MAX_FILTER_RULE, MAX_FILTER_RULES,
 };
 pub use handshake::{
     Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Established,
-    HandshakeError, JoinRequest, ServerAwaitProof, accept, accept_any,
+    HandshakeError, JoinRequest, ServerAwaitProof, ServerOffer, accept, accept_any,
 };
 pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys};
 pub use message::{
@@ -49,7 +51,7 @@ pub use seal::{OpenError, Opener, Sealer, Side, TAG_LEN};
 pub use units::{scaled_text, size_text, three_digits};
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 /// Length of a nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of a session id.

@@ -1,13 +1,16 @@
 //! Sealed control frames: integrity and ordering for every control message after the handshake.
 //!
 //! Each direction has its own key and a sequence number that starts at 0 and rises by one per
-//! sealed frame. The tag is the first 16 bytes of `BLAKE3-keyed(key, seq || type || body)`, so a
-//! frame that is altered, replayed, reordered, dropped or reflected back fails to open. Frames
-//! are not encrypted: zcp promises integrity and authentication, not secrecy (see PROTOCOL.md).
+//! sealed frame. Without encryption the tag is the first 16 bytes of `BLAKE3-keyed(key, seq ||
+//! type || body)` and the body is in clear; in an encrypted session the body is encrypted
+//! with AES-256-GCM (nonce `seq`, associated data the type) and the tag is its GCM tag, and an
+//! `Error` is sealed too. Either way a frame that is altered, replayed, reordered, dropped or
+//! reflected back fails to open.
 
 use subtle::ConstantTimeEq;
 
-use crate::message::{FrameHeader, Message, frame};
+use crate::crypt::Aead;
+use crate::message::{FrameHeader, Message, code, frame};
 use crate::{DecodeError, SessionKeys};
 
 /// Length of the tag at the end of a sealed payload.
@@ -36,29 +39,54 @@ pub enum Side {
 #[derive(Debug)]
 pub struct Sealer {
     key: [u8; 32],
+    aead: Option<Box<Aead>>,
     seq: u64,
+}
+
+/// The control key of frames `sender` sends, and the cipher when the session is encrypted.
+fn control_key(keys: &SessionKeys, sender: Side) -> ([u8; 32], Option<Box<Aead>>) {
+    let key = match sender {
+        Side::Client => keys.control_c2s,
+        Side::Server => keys.control_s2c,
+    };
+    let aead = keys.cipher.as_ref().map(|c| {
+        Box::new(Aead::new(match sender {
+            Side::Client => &c.control_c2s,
+            Side::Server => &c.control_s2c,
+        }))
+    });
+    (key, aead)
 }
 
 impl Sealer {
     /// The sealer for frames that `side` sends.
     pub fn new(keys: &SessionKeys, side: Side) -> Sealer {
-        let key = match side {
-            Side::Client => keys.control_c2s,
-            Side::Server => keys.control_s2c,
-        };
-        Sealer { key, seq: 0 }
+        let (key, aead) = control_key(keys, side);
+        Sealer { key, aead, seq: 0 }
     }
 
     /// A whole frame for `msg`. Sealed types get a tag and use up a sequence number; an
-    /// unsealed type (only `Error` is sent after the handshake) is framed as is.
+    /// unsealed type (only `Error` is sent after the handshake) is framed as is, except in
+    /// an encrypted session, where an `Error` is sealed too (its text may name files).
     pub fn seal(&mut self, msg: &Message) -> Vec<u8> {
-        if !msg.is_sealed() {
-            return msg.encode_frame();
-        }
-        let body = msg.encode_body();
-        let t = tag(&self.key, self.seq, msg.kind(), &body);
+        let Some(aead) = &self.aead else {
+            if !msg.is_sealed() {
+                return msg.encode_frame();
+            }
+            let body = msg.encode_body();
+            let t = tag(&self.key, self.seq, msg.kind(), &body);
+            self.seq += 1;
+            return frame(msg.kind(), &body, &t);
+        };
+        let kind = match msg {
+            Message::Error { .. } => code::SEALED_ERROR,
+            _ if !msg.is_sealed() => return msg.encode_frame(),
+            _ => msg.kind(),
+        };
+        let mut body = msg.encode_body();
+        let t = aead.seal(self.seq, &[kind], &mut body);
         self.seq += 1;
-        frame(msg.kind(), &body, &t)
+        frame(kind, &body, &t)
     }
 }
 
@@ -80,17 +108,19 @@ pub enum OpenError {
 #[derive(Debug)]
 pub struct Opener {
     key: [u8; 32],
+    aead: Option<Box<Aead>>,
     seq: u64,
 }
 
 impl Opener {
     /// The opener for frames that `side` receives.
     pub fn new(keys: &SessionKeys, side: Side) -> Opener {
-        let key = match side {
-            Side::Client => keys.control_s2c,
-            Side::Server => keys.control_c2s,
+        let peer = match side {
+            Side::Client => Side::Server,
+            Side::Server => Side::Client,
         };
-        Opener { key, seq: 0 }
+        let (key, aead) = control_key(keys, peer);
+        Opener { key, aead, seq: 0 }
     }
 
     /// Checks and decodes one frame's payload (`header.len` bytes, tag included).
@@ -106,6 +136,16 @@ impl Opener {
             return Err(OpenError::BadTag);
         }
         let (body, got) = payload.split_at(payload.len() - TAG_LEN);
+        if let Some(aead) = &self.aead {
+            let mut body = body.to_vec();
+            aead.open(self.seq, &[header.kind], &mut body, got)
+                .map_err(|_| OpenError::BadTag)?;
+            self.seq += 1;
+            return Ok(Message::decode(header.kind, &body)?);
+        }
+        if header.kind == code::SEALED_ERROR {
+            return Err(OpenError::BadTag);
+        }
         let want = tag(&self.key, self.seq, header.kind, body);
         if !bool::from(want.ct_eq(got)) {
             return Err(OpenError::BadTag);
@@ -187,6 +227,69 @@ mod tests {
         let (h, p) = split(&f);
         assert_eq!(
             Opener::new(&k, Side::Server).open(h, p),
+            Err(OpenError::BadTag)
+        );
+    }
+
+    fn encrypted(b: u8) -> SessionKeys {
+        SessionKeys::derive_encrypted(
+            &Psk::from_bytes([4; 32]),
+            (&[1; 32], &[2; 32]),
+            &[b; 64],
+            &[b; 32],
+        )
+    }
+
+    #[test]
+    fn encrypted_frames_hide_their_bodies_and_errors() {
+        let k = encrypted(5);
+        let mut s = Sealer::new(&k, Side::Server);
+        let mut o = Opener::new(&k, Side::Client);
+        let name_in = Message::Error {
+            code: ErrorCode::BadPath,
+            message: "secret-name.h5 is missing".into(),
+        };
+        for m in [Message::Finish, name_in] {
+            let f = s.seal(&m);
+            assert!(
+                !f.windows(11).any(|w| w == b"secret-name"),
+                "{m:?} in clear"
+            );
+            let (h, p) = split(&f);
+            assert!(h.is_sealed());
+            assert_eq!(o.open(h, p).unwrap(), m);
+        }
+        // Replayed, reflected, under another session's keys, or flipped: refused.
+        let f = Sealer::new(&k, Side::Server).seal(&Message::Finish);
+        let (h, p) = split(&f);
+        assert_eq!(o.open(h, p), Err(OpenError::BadTag));
+        assert_eq!(
+            Opener::new(&k, Side::Server).open(h, p),
+            Err(OpenError::BadTag)
+        );
+        assert_eq!(
+            Opener::new(&encrypted(6), Side::Client).open(h, p),
+            Err(OpenError::BadTag)
+        );
+        // A frame sealed without encryption (a peer claiming encryption, sending in clear).
+        assert!(
+            Opener::new(&k, Side::Client).open(h, p).is_ok(),
+            "the genuine first frame"
+        );
+        let plain = Sealer::new(&keys(2), Side::Server).seal(&Message::Finish);
+        let (h, p) = split(&plain);
+        assert_eq!(
+            Opener::new(&k, Side::Client).open(h, p),
+            Err(OpenError::BadTag)
+        );
+        // And an encrypted error is no unencrypted session's.
+        let e = Sealer::new(&k, Side::Server).seal(&Message::Error {
+            code: ErrorCode::Io,
+            message: "x".into(),
+        });
+        let (h, p) = split(&e);
+        assert_eq!(
+            Opener::new(&keys(2), Side::Client).open(h, p),
             Err(OpenError::BadTag)
         );
     }

@@ -143,6 +143,7 @@ pub fn send(spec: &SideSpec) -> Result<SideReport, BenchError> {
                     Transport::Tcp | Transport::UdpFair => UdpMode::Fair,
                 },
                 limit_rate: cell.limit_bits,
+                encrypt: false,
             },
             existing: zcp_wire::ExistingMode::Replace,
             filter: Vec::new(),

@@ -12,18 +12,16 @@
 //! from: no extra copy, and the page cache is never touched.
 
 use crate::sync::Locked;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
-use rustix::net::RecvFlags;
-
+use super::stream::Src;
 use super::{Completion, Sink, WriteFailure, pwrite_all};
 use crate::EngineError;
 use crate::buf::AlignedBuf;
-use crate::error::retry;
-use crate::sys::{Usage, socket_timeout, thread_usage};
+use crate::sys::{Usage, thread_usage};
 
 /// Buffers in the ring: one being filled from the socket, the rest being hashed, queued or
 /// written.
@@ -204,7 +202,7 @@ impl DirectRing {
     pub(super) fn receive(
         &mut self,
         fd: Arc<OwnedFd>,
-        sock: BorrowedFd<'_>,
+        mut src: Src<'_>,
         extents: &[(u64, u64)],
         sink: Option<Sink>,
         progress: &AtomicU64,
@@ -224,7 +222,7 @@ impl DirectRing {
             failure: Mutex::new(None),
             done: Mutex::new(Some(completion)),
         });
-        let r = self.queue_chunk(&fd, sock, (extents, eof_ends), sink, progress, &chunk);
+        let r = self.queue_chunk(&fd, &mut src, (extents, eof_ends), sink, progress, &chunk);
         if r.is_err() {
             // Not every buffer was queued, so the count never reaches zero; drop the
             // completion uncalled now, as `receive` promises.
@@ -236,13 +234,12 @@ impl DirectRing {
     fn queue_chunk(
         &mut self,
         fd: &Arc<OwnedFd>,
-        sock: BorrowedFd<'_>,
+        src: &mut Src<'_>,
         (extents, eof_ends): (&[(u64, u64)], bool),
         mut sink: Option<Sink>,
         progress: &AtomicU64,
         chunk: &Arc<ChunkWrites>,
     ) -> Result<u64, EngineError> {
-        let timeout = socket_timeout(sock);
         let wire: u64 = extents.iter().map(|e| e.1).sum();
         let mut got = 0u64;
         let mut queued = 0usize;
@@ -258,10 +255,7 @@ impl DirectRing {
                 let n = (len - done).min(self.block as u64) as usize;
                 let mut filled = 0;
                 while filled < n {
-                    let k = retry("recv", "socket", timeout, || {
-                        rustix::net::recv(sock, &mut buf[filled..n], RecvFlags::WAITALL)
-                    })?
-                    .0;
+                    let k = src.read(&mut buf[filled..n], true)?;
                     if k == 0 && eof_ends {
                         // The stream ended: this buffer (perhaps empty) is the chunk's last.
                         // The buffers never filled will not land; take them off the count

@@ -147,7 +147,7 @@ mod readback;
 mod stream;
 
 pub(crate) use stream::Pipe;
-pub use stream::{StreamReceiver, Target, pwrite_all};
+pub use stream::{ByteSource, StreamReceiver, Target, pwrite_all};
 
 /// The engine a probe settled on for a destination filesystem.
 #[derive(Debug, Clone, PartialEq, Eq)]

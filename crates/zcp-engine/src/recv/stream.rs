@@ -251,7 +251,38 @@ impl StreamReceiver {
         let chunk = Chunk {
             engine,
             target,
-            sock,
+            src: Src::Fd(sock, None),
+            at: (offset, len),
+            extents,
+            eof_ends: false,
+        };
+        self.run(chunk, sink, progress, done).map(|_| ())
+    }
+
+    /// As [`StreamReceiver::receive_sparse`], for bytes that come from `src` (a decrypting
+    /// reader: they are in user memory already) instead of a socket. `splice` and `null`
+    /// need a socket to move bytes from: they run as `rw` and `mem`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_from(
+        &mut self,
+        engine: RecvEngine,
+        target: Option<&Target>,
+        src: &mut (dyn ByteSource + 'static),
+        (offset, len): (u64, u64),
+        extents: &[(u64, u64)],
+        sink: Option<Sink>,
+        progress: &AtomicU64,
+        done: Completion,
+    ) -> Result<(), EngineError> {
+        let engine = match engine {
+            RecvEngine::Splice => RecvEngine::ReadWrite,
+            RecvEngine::Null => RecvEngine::Mem,
+            e => e,
+        };
+        let chunk = Chunk {
+            engine,
+            target,
+            src: Src::Bytes(src),
             at: (offset, len),
             extents,
             eof_ends: false,
@@ -282,7 +313,7 @@ impl StreamReceiver {
         let chunk = Chunk {
             engine,
             target,
-            sock,
+            src: Src::Fd(sock, None),
             at: (offset, len),
             extents: if len == 0 { &[] } else { &whole },
             eof_ends: true,
@@ -301,7 +332,7 @@ impl StreamReceiver {
         let Chunk {
             engine,
             target,
-            sock,
+            src,
             at: (offset, len),
             extents,
             eof_ends,
@@ -312,11 +343,13 @@ impl StreamReceiver {
             Some(s) if !dense => Some(holes::ZeroFill::wrap(s, offset, len, extents)),
             s => s,
         };
-        let timeout = *self.timeout.get_or_insert_with(|| socket_timeout(sock));
+        let src = match src {
+            Src::Fd(fd, _) => Src::Fd(fd, *self.timeout.get_or_insert_with(|| socket_timeout(fd))),
+            bytes => bytes,
+        };
         let block = self.block_for(engine);
         let job = Job {
-            sock,
-            timeout,
+            src,
             offset,
             len,
             extents,
@@ -361,7 +394,7 @@ impl StreamReceiver {
             ring => ring.insert(direct::DirectRing::new(block)?),
         };
         let Job {
-            sock,
+            src,
             extents,
             sink,
             progress,
@@ -369,7 +402,7 @@ impl StreamReceiver {
             eof_ends,
             ..
         } = job;
-        ring.receive(direct, sock, extents, sink, progress, done, eof_ends)
+        ring.receive(direct, src, extents, sink, progress, done, eof_ends)
     }
 
     fn splice(&mut self, t: Target, block: usize, job: Job<'_>) -> Result<u64, EngineError> {
@@ -386,13 +419,8 @@ impl StreamReceiver {
             let mut off = start;
             let mut done = 0;
             while done < n {
-                let pumped = pipe.pump(
-                    job.sock,
-                    job.timeout,
-                    t.file.as_fd(),
-                    Some(&mut off),
-                    n - done,
-                )?;
+                let (sock, timeout) = job.src.fd()?;
+                let pumped = pipe.pump(sock, timeout, t.file.as_fd(), Some(&mut off), n - done)?;
                 let k = match pumped {
                     Pumped::Moved(0) if job.eof_ends => break 'extents,
                     Pumped::Moved(0) => return Err(job.disconnected(got)),
@@ -442,7 +470,8 @@ impl StreamReceiver {
         );
         let (mut got, wire) = (0, job.wire());
         while got < wire {
-            let n = match pipe.pump(job.sock, job.timeout, devnull.as_fd(), None, wire - got)? {
+            let (sock, timeout) = job.src.fd()?;
+            let n = match pipe.pump(sock, timeout, devnull.as_fd(), None, wire - got)? {
                 Pumped::Moved(0) if job.eof_ends => break,
                 Pumped::Moved(0) => return Err(job.disconnected(got)),
                 Pumped::Moved(n) => n as u64,
@@ -472,9 +501,7 @@ impl StreamReceiver {
             while done < len {
                 let want = (len - done).min(self.buf.len() as u64) as usize;
                 let buf = &mut self.buf[..want];
-                let n = retry("read", "socket", job.timeout, || {
-                    rustix::io::read(job.sock, &mut *buf)
-                })?;
+                let n = job.src.read(buf, false)?;
                 if n == 0 && job.eof_ends {
                     break 'extents;
                 }
@@ -504,7 +531,7 @@ impl StreamReceiver {
     /// chunk's completion. The stream fails only if the socket does.
     fn discard_rest(
         &mut self,
-        job: Job<'_>,
+        mut job: Job<'_>,
         mut got: u64,
         error: EngineError,
     ) -> Result<u64, EngineError> {
@@ -519,9 +546,7 @@ impl StreamReceiver {
         while got < wire {
             let want = (wire - got).min(self.buf.len() as u64) as usize;
             let buf = &mut self.buf[..want];
-            let n = retry("read", "socket", job.timeout, || {
-                rustix::io::read(job.sock, &mut *buf)
-            })?;
+            let n = job.src.read(buf, false)?;
             if n == 0 {
                 return Err(job.disconnected(got));
             }
@@ -561,10 +586,52 @@ pub fn pwrite_all(fd: BorrowedFd<'_>, bytes: &[u8], offset: u64) -> Result<(), E
     Ok(())
 }
 
+/// Hands out a stream's bytes from user memory (a decrypting reader), for
+/// [`StreamReceiver::receive_from`].
+pub trait ByteSource: Send {
+    /// Reads up to `buf.len()` bytes into `buf`; 0 when the stream ended.
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, EngineError>;
+}
+
+/// Where a chunk's bytes come from.
+pub(super) enum Src<'a> {
+    /// A socket, and its receive timeout.
+    Fd(BorrowedFd<'a>, Option<Duration>),
+    /// A source in user memory.
+    Bytes(&'a mut (dyn ByteSource + 'static)),
+}
+
+impl Src<'_> {
+    /// Reads up to `buf.len()` bytes (from a socket with `all`, waiting for all of them
+    /// unless the stream ends or the timeout passes); 0 when the stream ended.
+    pub(super) fn read(&mut self, buf: &mut [u8], all: bool) -> Result<usize, EngineError> {
+        match self {
+            Src::Fd(fd, timeout) if all => retry("recv", "socket", *timeout, || {
+                rustix::net::recv(*fd, &mut *buf, rustix::net::RecvFlags::WAITALL)
+            })
+            .map(|r| r.0),
+            Src::Fd(fd, timeout) => retry("read", "socket", *timeout, || {
+                rustix::io::read(*fd, &mut *buf)
+            }),
+            Src::Bytes(b) => b.read(buf),
+        }
+    }
+
+    /// The socket, for engines that move bytes without seeing them.
+    fn fd(&self) -> Result<(BorrowedFd<'_>, Option<Duration>), EngineError> {
+        match self {
+            Src::Fd(fd, timeout) => Ok((*fd, *timeout)),
+            Src::Bytes(_) => Err(EngineError::Unsupported {
+                engine: "splice",
+                reason: "the bytes are in user memory, not in a socket".into(),
+            }),
+        }
+    }
+}
+
 /// One chunk on its way through an engine.
 struct Job<'a> {
-    sock: BorrowedFd<'a>,
-    timeout: Option<Duration>,
+    src: Src<'a>,
     /// The chunk.
     offset: u64,
     len: u64,
@@ -581,7 +648,7 @@ struct Job<'a> {
 struct Chunk<'a> {
     engine: RecvEngine,
     target: Option<&'a Target>,
-    sock: BorrowedFd<'a>,
+    src: Src<'a>,
     /// The chunk: `(offset, len)`.
     at: (u64, u64),
     /// Its data extents, as they come from the socket.

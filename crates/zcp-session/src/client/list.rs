@@ -28,6 +28,8 @@ pub struct ListOptions {
     pub recursive: bool,
     /// `--exclude` / `--include`, applied by the server's walk (and checked here).
     pub filter: Vec<FilterRule>,
+    /// Ask for an encrypted session (`--encrypt`).
+    pub encrypt: bool,
 }
 
 /// One answer, as it arrives.
@@ -110,7 +112,7 @@ pub fn list(
         idle,
         paths,
         ..
-    } = open_session(&opts.conn, open, &opts.paths)?;
+    } = open_session(&opts.conn, open, &opts.paths, opts.encrypt)?;
     let peer = cs.peer.to_string();
     let exports = cs.exports && paths.is_empty();
     let paths = match paths.is_empty() && !exports {

@@ -30,6 +30,7 @@ use crate::conn::ClientSession;
 use crate::conn::ControlRx;
 use crate::control::ControlWriter;
 use crate::error::SessionError;
+use crate::event::Encryption;
 use crate::event::{Cpu, Event, Observer, Phase, Progress, Reporter, Retry, Summary};
 use crate::manifest::{Top, Walker, join};
 use crate::recv::state::RxConfig;
@@ -421,6 +422,7 @@ fn send_once(
         conn,
         open_message(t, false, conn.idle_timeout),
         std::slice::from_ref(&opts.dest),
+        t.link.encrypt,
     )?;
     // Beneath the export, when the server has them.
     let (tops, _) = send_tops(&opts.sources, &paths[0]);
@@ -459,11 +461,12 @@ fn send_once(
         plan: None,
     };
     let ctl = Arc::new(ControlWriter::new(tx));
+    let cipher = keys.clone();
     let wired = wire(ctl, (rx, keys, nonces), t, (data, &counters), role);
     let limit_rate = wired.limit();
     start.limit_rate = limit_rate.clone();
     let mut obs = observe(reporter, (start, capped), t, (socks, counters), &wired);
-    if opts.ssh.is_some() {
+    if opts.ssh.is_some() && !cipher.encrypted() {
         obs.notice(None, Some(ssh::IN_THE_CLEAR.into()));
     }
     let (totals, reader_usage) = wired.run(&mut obs).map_err(|e| with_committed(e, &obs))?;
@@ -494,6 +497,7 @@ fn send_once(
         },
         retries,
         limit_rate,
+        encryption: Encryption::of(&cipher),
     }))
 }
 
@@ -655,7 +659,12 @@ fn get_once(
         capped,
         pacing,
         paths,
-    } = open_session(conn, open_message(t, true, conn.idle_timeout), &opts.paths)?;
+    } = open_session(
+        conn,
+        open_message(t, true, conn.idle_timeout),
+        &opts.paths,
+        t.link.encrypt,
+    )?;
     // The server holds the cap, and said how.
     let limit_rate = t.link.limit(pacing);
     let root = Arc::new(match early {
@@ -707,9 +716,10 @@ fn get_once(
         joins: None,
     };
     let socks = clones(&data);
+    let cipher = keys.clone();
     let wired = wire(ctl.clone(), (rx, keys, nonces), t, (data, &counters), role);
     let mut obs = observe(reporter, (start, capped), t, (socks, counters), &wired);
-    if opts.ssh.is_some() {
+    if opts.ssh.is_some() && !cipher.encrypted() {
         obs.notice(None, Some(ssh::IN_THE_CLEAR.into()));
     }
     let stored = stored_as(&root_path, &names);
@@ -738,5 +748,6 @@ fn get_once(
         target: stored.unwrap_or_else(|| escape(opts.dest.as_os_str().as_bytes())),
         retries,
         limit_rate,
+        encryption: Encryption::of(&cipher),
     }))
 }

@@ -34,6 +34,7 @@ pub(super) struct Measured {
     pub(super) target: String,
     pub(super) retries: u32,
     pub(super) limit_rate: Option<crate::event::RateLimit>,
+    pub(super) encryption: Option<crate::event::Encryption>,
 }
 
 /// Turns a role's reports into events, and adds intervals.
@@ -294,6 +295,7 @@ impl<'a> ClientObserver<'a> {
             retries: m.retries,
             limit_rate: m.limit_rate,
             udp: self.udp_report(),
+            encryption: m.encryption,
         };
         self.reporter.event(&Event::Summary(summary.clone()));
         summary

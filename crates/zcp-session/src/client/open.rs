@@ -72,11 +72,13 @@ pub(crate) fn split_export(remote: &[Vec<u8>]) -> Result<(String, Vec<Vec<u8>>),
 /// Connects, authenticates and opens the session and its data streams. A server that grants
 /// more streams than asked for (or none, or no idle time), names a pacing where it sends
 /// nothing capped (or none where it does), or answers another verify mode than the one asked
-/// for, breaks the protocol: nothing is opened for it.
+/// for, breaks the protocol: nothing is opened for it. With `encrypt`, the session is
+/// encrypted or not opened at all.
 pub(super) fn open_session(
     conn: &Connection,
     mut open: Open,
     remote: &[Vec<u8>],
+    encrypt: bool,
 ) -> Result<Opened, SessionError> {
     let listing = open.list;
     let control = connect(&conn.host, conn.port, conn.connect_timeout)?;
@@ -86,7 +88,14 @@ pub(super) fn open_session(
         what: "getrandom".into(),
         source,
     })?;
-    let mut cs = authenticate(control, conn.psk.clone(), nonce)?;
+    let share = match encrypt {
+        true => Some(random().map_err(|source| SessionError::Io {
+            what: "getrandom".into(),
+            source,
+        })?),
+        false => None,
+    };
+    let mut cs = authenticate(control, conn.psk.clone(), nonce, share)?;
     let peer = cs.peer.to_string();
     tracing::info!(%peer, session = %hex::encode(cs.session_id), "authenticated");
     let paths = if cs.exports && !(listing && remote.is_empty()) {

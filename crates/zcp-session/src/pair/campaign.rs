@@ -208,6 +208,8 @@ fn link(i: usize, rng: &mut fastrand::Rng) -> Opts {
         pull: i % 2 == 1,
         // A push's streams join its running role, as on a server, half the time.
         join_late: i.is_multiple_of(2) && rng.bool(),
+        // Over TCP, encrypted half the time (UDP cannot encrypt yet).
+        encrypt: udp.is_none() && rng.bool(),
         udp,
         ..Opts::default()
     }

@@ -11,6 +11,7 @@
 //! `verify.rs` those of sessions without verification; `campaign.rs` the fault campaign.
 
 mod campaign;
+mod crypt;
 pub(crate) mod faulty;
 mod links;
 pub(crate) mod relay;
@@ -83,6 +84,8 @@ pub(crate) struct Opts {
     pub(crate) limit_rate: Option<u64>,
     /// The receiver's data streams join after its role started (a server's push).
     pub(crate) join_late: bool,
+    /// The session is encrypted (keys as an X25519 agreement would give them).
+    pub(crate) encrypt: bool,
 }
 
 impl Default for Opts {
@@ -105,6 +108,7 @@ impl Default for Opts {
             pull: false,
             limit_rate: None,
             join_late: false,
+            encrypt: false,
         }
     }
 }
@@ -320,7 +324,16 @@ impl Pair {
         let mut nonces = ([0u8; 32], [0u8; 32]);
         nonces.0[..8].copy_from_slice(&n.to_le_bytes());
         nonces.1[..8].copy_from_slice(&(n ^ u64::MAX).to_le_bytes());
-        let keys = SessionKeys::derive(&self.psk, &nonces.0, &nonces.1);
+        let keys = match o.encrypt {
+            false => SessionKeys::derive(&self.psk, &nonces.0, &nonces.1),
+            // What an agreement gives: a secret fresh per session.
+            true => SessionKeys::derive_encrypted(
+                &self.psk,
+                (&nonces.0, &nonces.1),
+                &[nonces.0, nonces.1].concat(),
+                &nonces.1,
+            ),
+        };
         let cutter = Cutter::new(matches!(o.wire, Some((_, _, WireFault::CutAll))));
         let Links {
             control: (c_s, c_r),
@@ -348,6 +361,7 @@ impl Pair {
                 .as_ref()
                 .map_or(zcp_wire::udp::UdpMode::Fair, |c| c.mode),
             limit_rate: o.limit_rate,
+            encrypt: o.encrypt,
         };
         let wiring = |c: &TcpStream, side: Side, data: Vec<TcpStream>, counters| Wiring {
             ctl: Arc::new(control_tx(c, &keys, side)),

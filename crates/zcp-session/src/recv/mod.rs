@@ -272,7 +272,10 @@ impl Landing for RxCore {
             if let Some(e) = &late {
                 st.fail_open_files(ErrorCode::Io, e);
             }
-            if let Some(r) = failed.as_ref().filter(|r| r.is_out_of_descriptors()) {
+            let at_once = |r: &&Refusal| r.is_out_of_descriptors() || r.code == ErrorCode::Verify;
+            if let Some(r) = failed.as_ref().filter(at_once) {
+                // Out of descriptors (the sender's retry comes back), or bytes that failed
+                // authentication: the session ends at once.
                 st.short_of_descriptors(r.clone());
             } else if let Some(Refusal { code, message: why }) = &failed {
                 // A broken stream leaves chunks missing: fail what is open, so the sender

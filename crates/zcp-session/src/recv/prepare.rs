@@ -414,7 +414,17 @@ impl Disk {
             return Ok(c.clone());
         }
         let fs = zcp_engine::fs::fs_info(&*dir.fd)?;
-        let c = choose(self.requested, dir.fd.as_fd(), &fs);
+        let mut c = choose(self.requested, dir.fd.as_fd(), &fs);
+        if self.keys.encrypted() && c.engine == RecvEngine::Splice {
+            // Decrypted, the bytes are in user memory: no socket to splice them from.
+            c = Choice {
+                engine: RecvEngine::ReadWrite,
+                note: Some(
+                    "encrypted: the bytes are decrypted in user memory, so they are written with rw, not spliced"
+                        .into(),
+                ),
+            };
+        }
         self.engines.locked().insert(dir.dev, c.clone());
         Ok(c)
     }

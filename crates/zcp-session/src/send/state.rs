@@ -246,7 +246,15 @@ impl Sending {
             prune: super::prune::SendPrune::new(cfg.delete),
             cfg,
             engine: engine.0,
-            engine_note: engine.1,
+            // Encrypted, no engine moves file pages to the socket untouched: each chunk is
+            // read into the stream's record, hashed and encrypted there.
+            engine_note: match keys.encrypted() {
+                true => Some(format!(
+                    "encrypted: {} cannot run; each chunk is read once into user memory, hashed and sealed there",
+                    engine.0.name()
+                )),
+                false => engine.1,
+            },
             keys,
             nonces,
             open: HashMap::new(),
@@ -439,7 +447,8 @@ impl Sending {
         let mut first = f.began.is_none();
         for i in indexes {
             let (offset, len) = f.plan.chunk(i);
-            let staged = f.verify && len <= STAGED_MAX;
+            // Encrypted, every byte passes through user memory on its way: hash it there.
+            let staged = f.verify && (len <= STAGED_MAX || self.keys.encrypted());
             self.out.chunks.push(OutChunk {
                 file_id: id,
                 file: f.file.clone(),

@@ -86,6 +86,9 @@ pub struct IdentitySpec {
     pub psk: Psk,
     /// Export name → permission. An export not listed does not exist for this identity.
     pub access: BTreeMap<String, Permission>,
+    /// Sessions of this identity must be encrypted: a client that does not ask is refused
+    /// in the handshake, before any byte is stored.
+    pub require_encryption: bool,
 }
 
 /// The exports and identities a server serves.
@@ -140,7 +143,16 @@ impl AccessConfig {
                 name: SINGLE_IDENTITY.into(),
                 psk,
                 access: BTreeMap::from([(SINGLE_EXPORT.into(), Permission::ReadWrite)]),
+                require_encryption: false,
             }],
+        }
+    }
+
+    /// Every identity must encrypt (`serve --require-encryption`, or `require_encryption`
+    /// at the top of a config file).
+    pub fn require_encryption(&mut self) {
+        for i in &mut self.identities {
+            i.require_encryption = true;
         }
     }
 
@@ -205,6 +217,8 @@ pub(crate) struct Identity {
     pub(crate) name: String,
     pub(crate) psk: Psk,
     access: BTreeMap<String, Permission>,
+    /// Its sessions must be encrypted.
+    pub(crate) require_encryption: bool,
 }
 
 /// The exports opened and the identities known: what the sessions started since the last
@@ -250,6 +264,7 @@ impl Live {
                     name: i.name.clone(),
                     psk: i.psk.clone(),
                     access: i.access.clone(),
+                    require_encryption: i.require_encryption,
                 })
                 .collect(),
         })
@@ -407,6 +422,7 @@ mod tests {
                     ("incoming".into(), Permission::Write),
                     ("archive".into(), Permission::Read),
                 ]),
+                require_encryption: false,
             }],
         }
     }
@@ -419,6 +435,7 @@ mod tests {
             name: "lab".into(),
             psk: key(2),
             access: BTreeMap::from([("archive".into(), Permission::ReadWrite)]),
+            require_encryption: false,
         });
         let live = Live::open(&cfg).unwrap();
         assert!(live.export(0, "incoming", false).is_ok());
@@ -470,6 +487,7 @@ mod tests {
             name: "twin".into(),
             psk: key(1),
             access: BTreeMap::new(),
+            require_encryption: false,
         });
         assert!(c.check().unwrap_err().contains("hold the same key"));
         for bad in ["", ".", "..", "a/b", "a\nb"] {

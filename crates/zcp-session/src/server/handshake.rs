@@ -152,15 +152,23 @@ impl Pending {
     fn on_hello(&mut self, ctx: &Ctx, hello: Message) -> Result<(), Refusal> {
         // This connection's snapshot of the exports and identities, kept by its session.
         let live = ctx.live.locked().clone();
-        let (state, reply, who) =
-            zcp_wire::accept_any(&live.keys(), hello, random_or::<32>("nonce")?).map_err(|e| {
-                match e {
-                    zcp_wire::HandshakeError::ClientProof => Refusal::new(
-                        ErrorCode::Auth,
-                        "the client's key is not one this server knows (wrong --key-file?)",
-                    ),
-                    e => Refusal::new(e.code(), e.to_string()),
-                }
+        let required = |i: usize| {
+            live.identities
+                .get(i)
+                .is_some_and(|id| id.require_encryption)
+        };
+        let offer = zcp_wire::ServerOffer {
+            secret: Some(random_or::<32>("key share")?),
+            required: &required,
+        };
+        let nonce = random_or::<32>("nonce")?;
+        let (state, reply, who) = zcp_wire::accept_any(&live.keys(), hello, nonce, &offer)
+            .map_err(|e| match e {
+                zcp_wire::HandshakeError::ClientProof => Refusal::new(
+                    ErrorCode::Auth,
+                    "the client's key is not one this server knows (wrong --key-file?)",
+                ),
+                e => Refusal::new(e.code(), e.to_string()),
             })?;
         write(&mut self.stream, &reply.encode_frame())?;
         self.step = Step::Second { state, live, who };

@@ -142,7 +142,7 @@ pub(super) struct Grant {
 }
 
 /// Checks an `Open` and grants the server's limits, or the client's tighter ones.
-fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
+fn grant(ctx: &Ctx, c: &Control, open: Open, encrypted: bool) -> Result<Grant, SessionError> {
     if ctx.shutdown.load(Ordering::Relaxed) {
         let m = "the server is shutting down".to_string();
         return Err(c.refuse(ErrorCode::Busy, m));
@@ -175,7 +175,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
             ),
         )
     })?;
-    let link = link_of(c, &open)?;
+    let link = link_of(c, &open, encrypted)?;
     let existing = ExistingMode::parse(&open.existing).ok_or_else(|| {
         let names: Vec<&str> = ExistingMode::ALL.iter().map(|m| m.name()).collect();
         c.refuse(
@@ -270,7 +270,7 @@ fn grant(ctx: &Ctx, c: &Control, open: Open) -> Result<Grant, SessionError> {
 
 /// The link an `Open` asks for; unknown names are refused by name, and so is a link that
 /// cannot run (`fixed` without a rate cap would blast at an unbounded rate).
-fn link_of(c: &Control, open: &Open) -> Result<Link, SessionError> {
+fn link_of(c: &Control, open: &Open, encrypted: bool) -> Result<Link, SessionError> {
     let known = |names: Vec<&str>| names.join(", ");
     let transport = TransportKind::parse(&open.transport).ok_or_else(|| {
         let names = TransportKind::ALL.iter().map(|t| t.name()).collect();
@@ -298,6 +298,7 @@ fn link_of(c: &Control, open: &Open) -> Result<Link, SessionError> {
         kind: transport,
         udp_mode: mode,
         limit_rate: (open.rate != 0).then_some(open.rate),
+        encrypt: encrypted,
     };
     if let Some(problem) = link.problem() {
         return Err(c.refuse(ErrorCode::Limit, problem.into()));
@@ -440,7 +441,7 @@ fn serve(
     });
     if open.list && j.live.named() && open.export.is_empty() {
         // `zcp ls HOST:` on a server with exports: the ones this identity may use.
-        let g = grant(ctx, &c, open)?;
+        let g = grant(ctx, &c, open, session.keys.encrypted())?;
         ctx.reporter.event(&ServerEvent::SessionStart {
             peer: j.peer,
             session: session.hex.clone(),
@@ -466,7 +467,7 @@ fn serve(
         c.refuse(r.code, r.message)
     })?;
     let identity = &j.live.identities[j.who];
-    let g = grant(ctx, &c, open)?;
+    let g = grant(ctx, &c, open, session.keys.encrypted())?;
     *session.granted.locked() = g.streams;
     *session.joined.locked() = vec![false; usize::from(g.streams)];
     *session.counters.locked() = (0..g.streams)

@@ -30,6 +30,9 @@ pub struct Link {
     /// The cap on all data streams together, bits per second (`--limit-rate`): the sending
     /// side holds it (the server in a pull).
     pub limit_rate: Option<u64>,
+    /// The client asks for an encrypted session (`--encrypt`, the default over ssh); on
+    /// the server, the session is encrypted.
+    pub encrypt: bool,
 }
 
 impl Default for Link {
@@ -38,6 +41,7 @@ impl Default for Link {
             kind: TransportKind::Tcp,
             udp_mode: UdpMode::Fair,
             limit_rate: None,
+            encrypt: false,
         }
     }
 }
@@ -62,6 +66,12 @@ impl Link {
     /// What makes this link unusable, said as its fix: `fixed` without a rate cap would
     /// send at an unbounded rate.
     pub fn problem(&self) -> Option<&'static str> {
+        if self.kind == TransportKind::Udp && self.encrypt {
+            return Some(
+                "the UDP transport cannot encrypt yet: use TCP streams (leave out --transport \
+                 udp), or add --no-encrypt to send over UDP in clear",
+            );
+        }
         (self.kind == TransportKind::Udp && self.udp_mode == UdpMode::Fixed && self.rate() == 0)
             .then_some("--udp-mode fixed sends at the rate cap: give --limit-rate")
     }
@@ -179,6 +189,7 @@ mod tests {
             kind: TransportKind::Udp,
             udp_mode: mode,
             limit_rate,
+            encrypt: false,
         }
     }
 
@@ -188,6 +199,11 @@ mod tests {
         assert!(udp(UdpMode::Fixed, Some(0)).problem().is_some());
         assert_eq!(udp(UdpMode::Fixed, Some(1_000_000)).problem(), None);
         assert_eq!(udp(UdpMode::Fair, None).problem(), None);
+        let encrypted = Link {
+            encrypt: true,
+            ..udp(UdpMode::Fair, None)
+        };
+        assert!(encrypted.problem().unwrap().contains("--no-encrypt"));
         let tcp = Link {
             udp_mode: UdpMode::Fixed,
             ..Link::default()

@@ -14,6 +14,7 @@
 
 mod link;
 pub(crate) mod pace;
+mod sealed;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 

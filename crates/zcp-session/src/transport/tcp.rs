@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use zcp_engine::recv::{ChunkSink, Completion, Sink};
+use zcp_engine::recv::{ChunkSink, Completion, Sink, Target};
 use zcp_engine::send::send_all;
 use zcp_engine::sys::thread_usage;
 use zcp_engine::{EngineError, FileSender, IoClass, RecvEngine, StreamReceiver, Usage};
@@ -24,6 +24,7 @@ use zcp_wire::{
 };
 
 use super::pace::RateCap;
+use super::sealed::{OpenReader, SealWriter};
 use super::{Departure, Landing, OutChunk, SendSide, Transport, spawn};
 use crate::error::SessionError;
 use crate::recv::Placement;
@@ -79,7 +80,12 @@ impl Transport for TcpStreams {
         for (i, (sock, counter)) in self.socks.into_iter().zip(self.counters).enumerate() {
             let (side, cap) = (side.clone(), cap.clone());
             threads.push(spawn(format!("zcp-send-{i}"), move || {
-                send_stream(i as u16, sock, (&side, cap.as_ref().as_ref()), &counter)
+                let cap = cap.as_ref().as_ref();
+                if side.keys.encrypted() {
+                    send_sealed_stream(i as u16, sock, (&side, cap), &counter)
+                } else {
+                    send_stream(i as u16, sock, (&side, cap), &counter)
+                }
             })?);
         }
         Ok(threads)
@@ -91,7 +97,7 @@ impl Transport for TcpStreams {
 
     fn land(&self, stream: u16, sock: TcpStream, landing: Arc<dyn Landing>) {
         if let Some(counter) = self.counters.get(usize::from(stream)) {
-            land(landing, sock, counter.clone());
+            land(landing, stream, sock, counter.clone());
         }
     }
 }
@@ -106,16 +112,53 @@ fn send_stream(
     (side, cap): (&SendSide, Option<&RateCap>),
     progress: &AtomicU64,
 ) -> Usage {
-    let start = thread_usage();
     let pacer = cap.map(|c| c.pacer.clone());
-    let mut sender = FileSender::new(side.engine, side.block).paced(pacer);
     let headers = AtomicU64::new(0);
+    let open = || Ok(FileSender::new(side.engine, side.block).paced(pacer));
+    stream_loop(stream, (side, cap), open, |sender, job| match job {
+        Some(job) => Ok(Vec::from_iter(send_chunk(
+            sender, &sock, side, job, progress, &headers,
+        )?)),
+        None => send_all(sock.as_fd(), &ChunkHeader::end().encode(), false, &headers)
+            .map(|()| Vec::new()),
+    })
+}
+
+/// One stream's thread in an encrypted session: as [`send_stream`], through the stream's
+/// records ([`SealWriter`]).
+fn send_sealed_stream(
+    stream: u16,
+    sock: TcpStream,
+    (side, cap): (&SendSide, Option<&RateCap>),
+    progress: &AtomicU64,
+) -> Usage {
+    let open = || SealWriter::start(&sock, &side.keys, stream, cap.map(|c| c.pacer.clone()));
+    stream_loop(stream, (side, cap), open, |w, job| match job {
+        Some(job) => send_sealed_chunk(w, &sock, side, job, progress),
+        None => {
+            w.write(&sock, &ChunkHeader::end().encode())?;
+            w.flush(&sock).map(|()| Vec::new())
+        }
+    })
+}
+
+/// The loop of a stream's thread: `open`s the stream, takes chunks from the shared queue
+/// until it closes, each through `step` (which returns their departures), then `step(None)`
+/// ends the stream. Reports the stream's end (or its failure) with its CPU time.
+fn stream_loop<S>(
+    stream: u16,
+    (side, cap): (&SendSide, Option<&RateCap>),
+    open: impl FnOnce() -> Result<S, EngineError>,
+    mut step: impl FnMut(&mut S, Option<&OutChunk>) -> Result<Vec<Departure>, EngineError>,
+) -> Usage {
+    let start = thread_usage();
     let sending = |on: bool| {
         if let Some(shares) = cap.and_then(|c| c.shares.as_ref()) {
             shares.sending(usize::from(stream), on);
         }
     };
     let result = (|| -> Result<(), EngineError> {
+        let mut state = open()?;
         loop {
             // A stream with nothing to send gives its share of a rate cap to the others.
             let job = match side.chunks.try_pop() {
@@ -133,11 +176,11 @@ fn send_stream(
             if job.cancelled.load(Ordering::Relaxed) {
                 continue;
             }
-            if let Some(d) = send_chunk(&mut sender, &sock, side, &job, progress, &headers)? {
+            for d in step(&mut state, Some(&job))? {
                 (side.report)(d);
             }
         }
-        send_all(sock.as_fd(), &ChunkHeader::end().encode(), false, &headers)
+        step(&mut state, None).map(|_| ())
     })();
     let usage = thread_usage().since(&start);
     (side.report)(match result {
@@ -153,6 +196,120 @@ fn send_stream(
         },
     });
     usage
+}
+
+/// Sends one chunk of an encrypted session: its header (and extent table), then its data,
+/// read once into the record being filled, hashed there for the chunk's MAC when the
+/// transport proves it (`staged`; a hole is hashed as the zeros it reads as), and encrypted
+/// in place. The chunk ends a record. Returns its departures (its proof, then `Sent`), or
+/// its source's failure (the stream is kept in step with zeros).
+fn send_sealed_chunk(
+    w: &mut SealWriter,
+    sock: &TcpStream,
+    side: &SendSide,
+    job: &OutChunk,
+    progress: &AtomicU64,
+) -> Result<Vec<Departure>, EngineError> {
+    let (data, header) = layout(job);
+    let mut hasher = (job.staged).then(|| side.keys.chunk_hasher(job.file_id, job.offset, job.len));
+    w.write(sock, &header)?;
+    let mut at = job.offset;
+    let mut result = Ok(());
+    for &(start, len) in &data {
+        if let Some(h) = hasher.as_mut() {
+            hash_zeros(h, start - at);
+        }
+        result = seal_range(w, sock, job, (start, len), hasher.as_mut(), progress);
+        if result.is_err() {
+            break;
+        }
+        at = start + len;
+    }
+    match result {
+        Ok(()) => {}
+        Err(e @ (EngineError::SourceShort { .. } | EngineError::SourceChanged(_))) => {
+            let mut left = wire_left(job, &data, &e);
+            let zeros = &zcp_engine::sparse::ZEROS;
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                w.write(sock, &zeros[..n])?;
+                left -= n as u64;
+            }
+            w.flush(sock)?;
+            return Ok(vec![Departure::SourceFailed {
+                file: job.file_id,
+                why: e.to_string(),
+            }]);
+        }
+        Err(e) => return Err(e),
+    }
+    w.flush(sock)?;
+    let mut out = Vec::new();
+    if let Some(mut h) = hasher {
+        hash_zeros(&mut h, job.offset + job.len - at);
+        out.push(Departure::Hashed {
+            file: job.file_id,
+            index: job.index,
+            proof: h.finalize(),
+        });
+    }
+    out.push(Departure::Sent {
+        file: job.file_id,
+        index: job.index,
+    });
+    Ok(out)
+}
+
+/// Feeds `n` zero bytes (a hole) to a chunk's hasher.
+fn hash_zeros(h: &mut ChunkHasher, mut n: u64) {
+    let zeros = &zcp_engine::sparse::ZEROS;
+    while n > 0 {
+        let k = n.min(zeros.len() as u64) as usize;
+        h.update(&zeros[..k]);
+        n -= k as u64;
+    }
+}
+
+/// Reads `start..start+len` of the chunk's file into the stream's records, hashing it.
+fn seal_range(
+    w: &mut SealWriter,
+    sock: &TcpStream,
+    job: &OutChunk,
+    (start, len): (u64, u64),
+    mut hasher: Option<&mut ChunkHasher>,
+    progress: &AtomicU64,
+) -> Result<(), EngineError> {
+    use std::os::unix::fs::FileExt;
+    let end = start + len;
+    let mut at = start;
+    while at < end {
+        let want = usize::try_from(end - at).unwrap_or(usize::MAX);
+        let n = w.fill(sock, want, |room| {
+            let k = loop {
+                match job.file.read_at(room, at) {
+                    Ok(k) => break k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(source) => {
+                        return Err(EngineError::Sys {
+                            call: "pread",
+                            what: "source file",
+                            source,
+                        });
+                    }
+                }
+            };
+            if let Some(h) = hasher.as_deref_mut() {
+                h.update(&room[..k]);
+            }
+            Ok(k)
+        })?;
+        if n == 0 {
+            return Err(EngineError::SourceShort { at, expected: end });
+        }
+        at += n as u64;
+        progress.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// Sends one chunk: its header, then its bytes — or, for a chunk of a sparse file that has
@@ -284,7 +441,7 @@ fn pad(sock: &TcpStream, mut left: u64, headers: &AtomicU64) -> Result<(), Engin
 
 /// Receives one data stream until its end marker, landing each chunk through `landing`;
 /// reports the end. Runs on the caller's thread (the server's connection thread in a push).
-fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<AtomicU64>) {
+fn land(landing: Arc<dyn Landing>, stream: u16, mut sock: TcpStream, counter: Arc<AtomicU64>) {
     let usage0 = thread_usage();
     let idle = landing.idle();
     let _ = sock.set_read_timeout(Some(idle));
@@ -297,7 +454,11 @@ fn land(landing: Arc<dyn Landing>, mut sock: TcpStream, counter: Arc<AtomicU64>)
     };
     landing.join(counter.clone(), closer);
     let mut rx = StreamReceiver::new(landing.block()).limit_memory(landing.memory_limit());
-    let result = receive_chunks(&landing, &mut sock, &mut rx, &counter);
+    let result = if landing.keys().encrypted() {
+        receive_sealed(&landing, stream, &sock, &mut rx, &counter)
+    } else {
+        receive_chunks(&landing, &mut Wire::Plain(&mut sock), &mut rx, &counter)
+    };
     let mut usage = Usage::default();
     // A write or hash of this stream's helpers that failed late fails what is open.
     let late = match rx.finish() {
@@ -344,16 +505,97 @@ fn read_header(
     Ok(true)
 }
 
+/// A data stream as the receiving loop reads it: the socket itself, or an encrypted
+/// stream's plaintext.
+enum Wire<'a> {
+    Plain(&'a mut TcpStream),
+    Sealed(&'a mut OpenReader),
+}
+
+impl Wire<'_> {
+    /// Reads a chunk header (see [`read_header`]).
+    fn header(&mut self, landing: &Arc<dyn Landing>, buf: &mut [u8]) -> Result<bool, Refusal> {
+        match self {
+            Wire::Plain(s) => read_header(landing, s, buf),
+            Wire::Sealed(r) => r
+                .read_exact(buf, &|| landing.alive())
+                .map_err(|e| Refusal::stream(&e)),
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes inside a chunk (its extent table).
+    fn exact(&mut self, buf: &mut [u8]) -> Result<(), Refusal> {
+        let io = |m: String| {
+            Refusal::new(
+                ErrorCode::Io,
+                format!("data stream, inside a chunk's extent table: {m}"),
+            )
+        };
+        match self {
+            Wire::Plain(s) => s.read_exact(buf).map_err(|e| io(e.to_string())),
+            Wire::Sealed(r) => match r.read_exact(buf, &|| false) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(io("the stream ended".into())),
+                Err(e) => Err(io(e.to_string())),
+            },
+        }
+    }
+
+    /// Moves a chunk's data through the engine.
+    #[allow(clippy::too_many_arguments)]
+    fn receive(
+        &mut self,
+        rx: &mut StreamReceiver,
+        (engine, target): (RecvEngine, Option<&Target>),
+        chunk: (u64, u64),
+        data: &[(u64, u64)],
+        sink: Option<Sink>,
+        counter: &AtomicU64,
+        done: Completion,
+    ) -> Result<(), EngineError> {
+        match self {
+            Wire::Plain(s) => {
+                rx.receive_sparse(engine, target, s.as_fd(), chunk, data, sink, counter, done)
+            }
+            Wire::Sealed(r) => {
+                rx.receive_from(engine, target, *r, chunk, data, sink, counter, done)
+            }
+        }
+    }
+}
+
+/// The receiving loop of an encrypted stream: opens it (its salt), then as
+/// [`receive_chunks`] over its plaintext.
+fn receive_sealed(
+    landing: &Arc<dyn Landing>,
+    stream: u16,
+    sock: &TcpStream,
+    rx: &mut StreamReceiver,
+    counter: &AtomicU64,
+) -> Result<(), Refusal> {
+    let sock = sock
+        .try_clone()
+        .map_err(|e| Refusal::new(ErrorCode::Io, format!("data stream: {e}")))?;
+    let opened = OpenReader::start(sock, &landing.keys(), stream, &|| landing.alive());
+    match opened.map_err(|e| Refusal::stream(&e))? {
+        Some(mut r) => receive_chunks(landing, &mut Wire::Sealed(&mut r), rx, counter),
+        None => Err(Refusal::new(
+            ErrorCode::Io,
+            "the data stream closed before its end marker",
+        )),
+    }
+}
+
 fn receive_chunks(
     landing: &Arc<dyn Landing>,
-    sock: &mut TcpStream,
+    wire: &mut Wire<'_>,
     rx: &mut StreamReceiver,
     counter: &AtomicU64,
 ) -> Result<(), Refusal> {
     let proto = |m: String| Refusal::new(ErrorCode::Protocol, m);
     loop {
         let mut hb = [0u8; CHUNK_HEADER_LEN];
-        if !read_header(landing, sock, &mut hb)? {
+        if !wire.header(landing, &mut hb)? {
             return Err(Refusal::new(
                 ErrorCode::Io,
                 "the data stream closed before its end marker",
@@ -365,7 +607,7 @@ fn receive_chunks(
             ChunkKind::End => return Ok(()),
             ChunkKind::Data if h.len == 0 => Vec::new(),
             ChunkKind::Data => vec![(h.offset, h.len)],
-            ChunkKind::Sparse => read_extents(sock, &h)?,
+            ChunkKind::Sparse => read_extents(wire, &h)?,
         };
         let chunk = (h.offset, h.len);
         let r = match landing.place(&h)? {
@@ -391,13 +633,12 @@ fn receive_chunks(
                 };
                 let done = completion(landing, file, index);
                 let t = target.as_ref();
-                rx.receive_sparse(engine, t, sock.as_fd(), chunk, &data, sink, counter, done)
+                wire.receive(rx, (engine, t), chunk, &data, sink, counter, done)
             }
             // The file was given up; its chunks still in flight are read and dropped.
-            Placement::Drop | Placement::Wait => rx.receive_sparse(
-                RecvEngine::Mem,
-                None,
-                sock.as_fd(),
+            Placement::Drop | Placement::Wait => wire.receive(
+                rx,
+                (RecvEngine::Mem, None),
                 chunk,
                 &data,
                 None,
@@ -411,16 +652,9 @@ fn receive_chunks(
 
 /// Reads a sparse chunk's extent table (bounded before it is read) and checks it against
 /// the chunk: its data extents, absolute. A table that breaks a rule is a protocol error.
-fn read_extents(sock: &mut TcpStream, h: &ChunkHeader) -> Result<Vec<(u64, u64)>, Refusal> {
+fn read_extents(wire: &mut Wire<'_>, h: &ChunkHeader) -> Result<Vec<(u64, u64)>, Refusal> {
     let proto = |m: String| Refusal::new(ErrorCode::Protocol, m);
-    let mut read = |buf: &mut [u8]| {
-        sock.read_exact(buf).map_err(|e| {
-            Refusal::new(
-                ErrorCode::Io,
-                format!("data stream, inside a chunk's extent table: {e}"),
-            )
-        })
-    };
+    let mut read = |buf: &mut [u8]| wire.exact(buf);
     let mut count = [0u8; 4];
     read(&mut count)?;
     let mut table = vec![0u8; Extents::table_len(count).map_err(|e| proto(e.to_string()))?];

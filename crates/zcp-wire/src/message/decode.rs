@@ -7,6 +7,12 @@ impl Message {
     /// Decodes a body of type `kind`. The body is the payload without any seal tag.
     pub fn decode(kind: u8, body: &[u8]) -> Result<Message, DecodeError> {
         let mut r = Reader::new(body);
+        // An encrypted session's `Error` travels sealed, under its own type code.
+        let kind = if kind == code::SEALED_ERROR {
+            code::ERROR
+        } else {
+            kind
+        };
         let msg = match kind {
             code::HELLO..=code::OPENED => setup(kind, &mut r)?,
             code::PUT_FILE..=code::GO => entry(kind, &mut r)?,
@@ -48,18 +54,33 @@ fn setup(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
                 (true, Role::Control) => Some(r.array()?),
                 _ => None,
             };
+            // Version 6 on: a key share (none is read from an older one, to be answered with
+            // Error{version}).
+            let share = match (version >= 6, role) {
+                (true, Role::Control) => optional_share(r)?,
+                _ => None,
+            };
             Message::Hello {
                 version,
                 role,
                 nonce,
                 identity,
+                share,
             }
         }
-        code::CHALLENGE => Message::Challenge {
-            version: r.u16()?,
-            nonce: r.array()?,
-            proof: r.array()?,
-        },
+        code::CHALLENGE => {
+            let (version, nonce, proof) = (r.u16()?, r.array()?, r.array()?);
+            Message::Challenge {
+                version,
+                nonce,
+                proof,
+                share: if version >= 6 {
+                    optional_share(r)?
+                } else {
+                    None
+                },
+            }
+        }
         code::PROOF => Message::Proof { proof: r.array()? },
         code::DATA_CHALLENGE => Message::DataChallenge { nonce: r.array()? },
         code::DATA_JOIN => Message::DataJoin {
@@ -321,4 +342,15 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
         }),
         other => return Err(unknown(other)),
     })
+}
+
+/// A key share field: a presence byte, then the share if it is 1.
+fn optional_share(r: &mut Reader<'_>) -> Result<Option<crate::KeyShare>, DecodeError> {
+    match r.u8()? {
+        0 => Ok(None),
+        1 => Ok(Some(r.array()?)),
+        v => Err(DecodeError::Malformed(format!(
+            "key share presence byte is {v}, not 0 or 1"
+        ))),
+    }
 }

@@ -27,6 +27,7 @@ impl Message {
                 role,
                 nonce,
                 identity,
+                share,
             } => {
                 w.raw(&HELLO_MAGIC).u16(*version);
                 w.u8(match role {
@@ -36,14 +37,21 @@ impl Message {
                 w.raw(nonce);
                 if let Some(id) = identity {
                     w.raw(id);
+                    if *version >= 6 {
+                        optional_share(w, share);
+                    }
                 }
             }
             Message::Challenge {
                 version,
                 nonce,
                 proof,
+                share,
             } => {
                 w.u16(*version).raw(nonce).raw(proof);
+                if *version >= 6 {
+                    optional_share(w, share);
+                }
             }
             Message::Proof { proof } => {
                 w.raw(proof);
@@ -260,4 +268,16 @@ impl Message {
 
 fn text(w: &mut Writer, t: &str, max: usize) {
     w.bytes(clip(t.as_bytes(), max));
+}
+
+/// A key share field: a presence byte (0 or 1), then the share when present.
+fn optional_share(w: &mut Writer, share: &Option<crate::KeyShare>) {
+    match share {
+        Some(s) => {
+            w.u8(1).raw(s);
+        }
+        None => {
+            w.u8(0);
+        }
+    }
 }

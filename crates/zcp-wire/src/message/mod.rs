@@ -237,7 +237,7 @@ pub struct SideStats {
     pub files: u64,
 }
 
-/// Every message of protocol version 5.
+/// Every message of protocol version 6.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// Client -> server, first frame of every connection.
@@ -252,6 +252,9 @@ pub enum Message {
         /// which a server with several keys finds the one this client holds before it proves
         /// its own. `None` on data connections (and in a version-1 `Hello`).
         identity: Option<[u8; 32]>,
+        /// Control connections (version 6 on): the client's X25519 key share when it asks for
+        /// encryption.
+        share: Option<crate::KeyShare>,
     },
     /// Server -> client on a control connection: the server's nonce and its proof of the key.
     Challenge {
@@ -259,8 +262,10 @@ pub enum Message {
         version: u16,
         /// The server's fresh random nonce.
         nonce: Nonce,
-        /// `HMAC(psk, "zcp/1 server proof" || client nonce || server nonce)`.
+        /// `HMAC(psk, "zcp/1 server proof" || client nonce || server nonce || shares)`.
         proof: [u8; 32],
+        /// The server's X25519 key share: present exactly when the session is encrypted.
+        share: Option<crate::KeyShare>,
     },
     /// Client -> server: the client's proof of the key.
     Proof {
@@ -541,10 +546,12 @@ pub(crate) mod code {
     pub(crate) const PRUNE: u8 = 0x2A;
     pub(crate) const DELETED: u8 = 0x2B;
     pub(crate) const PRUNED: u8 = 0x2C;
+    /// An `Error` sealed in an encrypted session.
+    pub(crate) const SEALED_ERROR: u8 = 0x2D;
     /// First sealed type code.
     pub(crate) const FIRST_SEALED: u8 = 0x10;
     /// Last known type code.
-    pub(crate) const LAST: u8 = 0x2C;
+    pub(crate) const LAST: u8 = 0x2D;
 }
 
 /// A decoded frame header.

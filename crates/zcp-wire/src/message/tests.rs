@@ -12,15 +12,17 @@ pub(crate) fn samples() -> Vec<Message> {
 fn setup_and_entry_samples() -> Vec<Message> {
     vec![
         Message::Hello {
-            version: 2,
+            version: 6,
             role: Role::Control,
             nonce: [3; 32],
             identity: Some([4; 32]),
+            share: Some([5; 32]),
         },
         Message::Challenge {
-            version: 1,
+            version: 6,
             nonce: [4; 32],
             proof: [5; 32],
+            share: Some([6; 32]),
         },
         Message::Proof { proof: [6; 32] },
         Message::DataChallenge { nonce: [7; 32] },
@@ -233,6 +235,21 @@ fn hellos_carry_an_identity_tag_only_on_version_2_control_connections() {
             role: Role::Data,
             nonce: [3; 32],
             identity: None,
+            share: None,
+        },
+        Message::Hello {
+            version: 2,
+            role: Role::Control,
+            nonce: [3; 32],
+            identity: Some([4; 32]),
+            share: None,
+        },
+        Message::Hello {
+            version: 6,
+            role: Role::Control,
+            nonce: [3; 32],
+            identity: Some([4; 32]),
+            share: None,
         },
         // A version-1 client's Hello still decodes, so the server can answer Error{version}.
         Message::Hello {
@@ -240,6 +257,7 @@ fn hellos_carry_an_identity_tag_only_on_version_2_control_connections() {
             role: Role::Control,
             nonce: [3; 32],
             identity: None,
+            share: None,
         },
     ] {
         let body = m.encode_body();

@@ -65,6 +65,7 @@ fn hello_bytes() -> Vec<u8> {
         role: Role::Data,
         nonce: [7; 32],
         identity: None,
+        share: None,
     }
     .encode_frame()
 }

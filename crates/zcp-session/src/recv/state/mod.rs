@@ -169,7 +169,8 @@ pub(crate) struct Receiving {
     reports: Vec<Report>,
     /// A data stream found the process out of file descriptors: the session ends as busy on
     /// the next [`Receiving::tick`] (the sender's `--retry` comes back and resumes), rather
-    /// than fail every open file.
+    /// than fail every open file. Or it carried bytes that failed authentication: the
+    /// session ends then too, as failing verification.
     short: Option<Refusal>,
 }
 
@@ -629,7 +630,8 @@ impl Receiving {
         }
     }
 
-    /// A data stream found the process out of file descriptors ([`Receiving::short`]).
+    /// A data stream found the process out of file descriptors, or bytes that failed
+    /// authentication ([`Receiving::short`]).
     pub(crate) fn short_of_descriptors(&mut self, r: Refusal) {
         self.short.get_or_insert(r);
     }
