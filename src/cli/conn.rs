@@ -32,6 +32,10 @@ pub(crate) struct ConnArgs {
     /// Ports the far side of ssh may listen on (A-B), for firewalls; any by default.
     #[arg(long, value_name = "A-B", value_parser = parse_port_range)]
     port_range: Option<(u16, u16)>,
+    /// Over ssh, fail when this host cannot connect to the far side directly (within 5 s)
+    /// instead of carrying the session through ssh, slower.
+    #[arg(long)]
+    no_fallback: bool,
     /// Encrypt the session: data, names and control (AES-256-GCM, keys agreed with X25519
     /// for each session). On by default over ssh; a server that cannot is refused.
     #[arg(long, conflicts_with = "no_encrypt")]
@@ -69,11 +73,15 @@ impl ConnArgs {
         allow_delete: bool,
     ) -> anyhow::Result<(zcp_session::Connection, Option<zcp_session::Ssh>, Vec<u8>)> {
         let Some(login) = &target.ssh else {
-            if self.ssh_command.is_some() || self.remote_zcp.is_some() || self.port_range.is_some()
+            if self.ssh_command.is_some()
+                || self.remote_zcp.is_some()
+                || self.port_range.is_some()
+                || self.no_fallback
             {
                 usage!(
-                    "--ssh-command, --remote-zcp and --port-range are for [USER@]HOST:PATH \
-                     targets (one ':'), which go over ssh; this one names a zcp serve daemon"
+                    "--ssh-command, --remote-zcp, --port-range and --no-fallback are for \
+                     [USER@]HOST:PATH targets (one ':'), which go over ssh; this one names a \
+                     zcp serve daemon"
                 );
             }
             let conn = self.connection(target.host.clone(), target.port)?;
@@ -97,6 +105,7 @@ impl ConnArgs {
             root,
             allow_delete,
             port_range: self.port_range,
+            fallback: !self.no_fallback,
             // What comes from the far side reaches the terminal escaped, with its host.
             stderr: Some(zcp_session::Relay(std::sync::Arc::new(
                 move |line: &[u8]| {

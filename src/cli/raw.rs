@@ -56,6 +56,11 @@ pub(crate) fn run(
         ),
         (conn.port.is_some(), "-p", "the port goes in HOST:PORT"),
         (
+            conn.encrypts(false),
+            "--encrypt",
+            "a bare stream is never encrypted (its listener is nc, Java or zcp recv): send to a zcp session instead",
+        ),
+        (
             transfer.chunk_size.is_some(),
             "--chunk-size",
             "a bare stream has no chunks",

@@ -42,7 +42,9 @@ fn encrypted_sends_and_gets_arrive_whole_and_say_so() {
             .unwrap()
             > 0.0
     );
-    // Decrypted in user memory: nothing is spliced.
+    // Read and sealed in user memory, decrypted there: nothing is sent by sendfile or
+    // spliced, and the report says so.
+    assert_eq!(v["end"]["engines"]["sender"], "sealed", "{v}");
     assert_ne!(v["end"]["engines"]["receiver"], "splice", "{v}");
 
     let (o, v) = send_json(
@@ -69,6 +71,7 @@ fn encrypted_sends_and_gets_arrive_whole_and_say_so() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&src.join("big"), &back.join("big")));
     assert!(cipher(&v).is_some(), "{v}");
+    assert_eq!(v["end"]["engines"]["sender"], "sealed", "{v}");
 
     // Without --encrypt a daemon session goes in clear, and says so.
     let (o, v) = send_json(srv.port, &env.key, &src.join("big"), "plain", &[], 60);
@@ -105,6 +108,14 @@ fn encrypted_sends_and_gets_arrive_whole_and_say_so() {
     assert_eq!(o.status.code(), Some(2), "{}", both(&o));
     assert!(text(&o.stderr).contains("--no-encrypt"), "{}", both(&o));
     assert!(!root.join("u").exists());
+    // Nor is a bare byte stream: refused, not sent in clear.
+    let mut raw = zcp();
+    raw.args(["send", "--raw", "--encrypt"])
+        .arg(src.join("big"))
+        .arg(format!("127.0.0.1:{}", srv.port));
+    let o = run(raw, 30);
+    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
+    assert!(text(&o.stderr).contains("--encrypt"), "{}", both(&o));
 }
 
 #[test]

@@ -25,8 +25,13 @@ impl Drop for Sshd {
 }
 
 impl Sshd {
-    /// Starts sshd in `dir`, or says why it cannot (and skips).
+    /// Starts sshd in `dir` on loopback, or says why it cannot (and skips).
     fn start(dir: &Path) -> Option<Sshd> {
+        Sshd::start_at(dir, None, "127.0.0.1")
+    }
+
+    /// Starts sshd in `dir`, listening on `addr` inside network namespace `ns` (or here).
+    fn start_at(dir: &Path, ns: Option<&str>, addr: &str) -> Option<Sshd> {
         if !is_root() {
             skip("sshd needs root (it logs in as root here)");
             return None;
@@ -55,7 +60,7 @@ impl Sshd {
         std::fs::write(
             &config,
             format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile {}\n\
+                "Port {port}\nListenAddress {addr}\nHostKey {}\nPidFile {}\n\
                  AuthorizedKeysFile {}\nPermitRootLogin prohibit-password\n\
                  PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
                  StrictModes no\nPrintMotd no\n",
@@ -65,7 +70,15 @@ impl Sshd {
             ),
         )
         .unwrap();
-        let child = Command::new(sshd)
+        let mut c = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(sshd);
+                c
+            }
+            None => Command::new(sshd),
+        };
+        let child = c
             .args(["-D", "-e", "-f"])
             .arg(&config)
             .stdout(Stdio::null())
@@ -74,7 +87,7 @@ impl Sshd {
             .unwrap();
         let s = Sshd { child, port, key };
         let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !listens(ns, port) {
             assert!(Instant::now() < until, "sshd did not listen on {port}");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -89,6 +102,18 @@ impl Sshd {
             self.port,
             self.key.display()
         )
+    }
+}
+
+/// Whether something listens on TCP `port` (on loopback here, or anywhere in namespace `ns`).
+fn listens(ns: Option<&str>, port: u16) -> bool {
+    match ns {
+        None => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        Some(ns) => Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Hltn"])
+            .arg(format!("sport = :{port}"))
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty()),
     }
 }
 
@@ -371,4 +396,96 @@ fn a_far_side_that_points_elsewhere_or_talks_nonsense_stores_nothing() {
 /// `s` in single quotes for `sh`.
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[test]
+fn with_only_ssh_let_through_the_session_goes_through_ssh_and_says_so() {
+    use crate::netns::{ADDR_B, Testbed};
+    let env = Env::new();
+    if !is_root() || !has("nft") {
+        return skip("needs root and nft (nftables) to let only ssh through");
+    }
+    let Some(tb) = Testbed::up(1500, 1500, None) else {
+        return;
+    };
+    let ns_b = format!("{}-b", tb.name);
+    let Some(sshd) = Sshd::start_at(env.dir.path(), Some(&ns_b), ADDR_B) else {
+        return;
+    };
+    // Host b lets nothing in from the link but ssh: zcp there listens, unreachable.
+    let rules = env.path("only-ssh.nft");
+    std::fs::write(
+        &rules,
+        format!(
+            "table inet zcpfb {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  iifname \"zcpb\" tcp dport != {} drop\n }}\n}}\n",
+            sshd.port
+        ),
+    )
+    .unwrap();
+    let o = run(
+        {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns_b, "nft", "-f"]).arg(&rules);
+            c
+        },
+        10,
+    );
+    assert!(o.status.success(), "nft: {}", both(&o));
+    let there = env.mkdir("there");
+    let src = env.path("big.bin");
+    make_dense(&src, 3 << 20, 4);
+    let target = |p: &str| format!("{ADDR_B}:{}/{p}", there.display());
+    let zcp_in_a = |command: &str, args: &[String]| {
+        let ssh = sshd.ssh_command();
+        let mut all: Vec<&str> = vec![
+            command,
+            "-e",
+            &ssh,
+            "--remote-zcp",
+            env!("CARGO_BIN_EXE_zcp"),
+        ];
+        all.extend(["--connect-timeout", "2", "-i", "0"]);
+        all.extend(args.iter().map(String::as_str));
+        let mut c = tb.zcp('a', &[]);
+        c.args(all);
+        run(c, 90)
+    };
+    let send = |extra: &[&str], dest: &str| {
+        let mut a: Vec<String> = vec!["-P".into(), "2".into()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.extend([src.display().to_string(), target(dest)]);
+        zcp_in_a("send", &a)
+    };
+    // --no-fallback: an error that names the flag, and nothing there.
+    let o = send(&["--no-fallback"], "refused.bin");
+    assert!(!o.status.success(), "{}", both(&o));
+    assert!(text(&o.stderr).contains("--no-fallback"), "{}", both(&o));
+    assert!(!there.join("refused.bin").exists());
+    // The fallback: through ssh, loudly, encrypted as ever, whole.
+    let o = send(&[], "through.bin");
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &there.join("through.bin")));
+    let said = both(&o);
+    assert!(said.contains("GOES THROUGH SSH"), "{said}");
+    assert!(said.contains("through ssh, the session reached"), "{said}");
+    assert!(
+        text(&o.stdout).contains("encrypted with AES-256-GCM"),
+        "{}",
+        both(&o)
+    );
+    // And back, pulled through ssh.
+    let back = env.path("back.bin");
+    let o = zcp_in_a("get", &[target("through.bin"), back.display().to_string()]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &back));
+    // UDP cannot go through ssh: said, not attempted.
+    let o = send(&["--transport", "udp", "--no-encrypt"], "udp.bin");
+    assert!(!o.status.success(), "{}", both(&o));
+    assert!(
+        text(&o.stderr).contains("cannot go through ssh"),
+        "{}",
+        both(&o)
+    );
+    drop(sshd);
+    no_far_side_left();
 }

@@ -141,7 +141,12 @@ impl Opener {
             aead.open(self.seq, &[header.kind], &mut body, got)
                 .map_err(|_| OpenError::BadTag)?;
             self.seq += 1;
-            return Ok(Message::decode(header.kind, &body)?);
+            // An encrypted session's `Error` travels sealed, under its own type code.
+            let kind = match header.kind {
+                code::SEALED_ERROR => code::ERROR,
+                k => k,
+            };
+            return Ok(Message::decode(kind, &body)?);
         }
         if header.kind == code::SEALED_ERROR {
             return Err(OpenError::BadTag);

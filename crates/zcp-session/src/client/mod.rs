@@ -10,6 +10,7 @@ mod list;
 mod observer;
 mod open;
 mod ssh;
+mod tunnel;
 
 pub use list::{ListOptions, ListOutcome, Listed, list};
 pub use ssh::{LineSink, READY, Relay, RemoteRoot, SECRET, Ssh};
@@ -242,7 +243,7 @@ fn unreachable(
             reason: format!(
                 "zcp there listens on {addr}, the address the ssh connection reached, and this \
                  host cannot connect to it ({source}): behind a NAT or a jump host the data \
-                 cannot flow directly (carrying it through ssh is not built yet)"
+                 cannot flow directly"
             ),
             retry: true,
         }),
@@ -250,11 +251,52 @@ fn unreachable(
     }
 }
 
-/// Over ssh, zcp started on the far side for one try (ended when dropped).
-fn reach(ssh: &Option<Ssh>, conn: &Connection) -> Result<Option<ssh::FarSide>, SessionError> {
-    ssh.as_ref()
-        .map(|s| s.start(conn.connect_timeout, conn.idle_timeout))
-        .transpose()
+/// Over ssh, zcp started on the far side for one try (ended when dropped), reached directly
+/// or, when that fails, through ssh (said to `reporter`).
+fn reach(
+    ssh: &Option<Ssh>,
+    conn: &Connection,
+    t: &Transfer,
+    reporter: &mut dyn Reporter,
+) -> Result<Option<ssh::FarSide>, SessionError> {
+    let Some(s) = ssh else {
+        return Ok(None);
+    };
+    let mut far = s.start(conn.connect_timeout, conn.idle_timeout)?;
+    let udp = t.link.kind == zcp_wire::udp::TransportKind::Udp;
+    if let Some(note) = far.route(s, conn.connect_timeout, udp)? {
+        reporter.event(&Event::Notice(note));
+    }
+    Ok(Some(far))
+}
+
+/// The sender engine as the summary names it: encrypted, no engine moves the file's pages
+/// untouched; each chunk is read into a record, hashed and sealed there ("sealed").
+fn sender_engine(keys: &zcp_wire::SessionKeys, named: String) -> String {
+    match keys.encrypted() {
+        true => SEALED_ENGINE.into(),
+        false => named,
+    }
+}
+
+/// The sender engine of an encrypted session, as reports name it.
+pub(crate) const SEALED_ENGINE: &str = "sealed";
+
+/// After a session through ssh: the rate it reached, said as loudly as the fallback was.
+fn tunneled_rate(
+    far: &Option<ssh::FarSide>,
+    ran: &Result<Summary, SessionError>,
+    reporter: &mut dyn Reporter,
+) {
+    if let (Some(f), Ok(s)) = (far, ran)
+        && f.tunneled()
+        && s.seconds > 0.0
+    {
+        let gbit = s.bytes_sent as f64 * 8.0 / s.seconds / 1e9;
+        reporter.event(&Event::Notice(format!(
+            "through ssh, the session reached {gbit:.2} Gbit/s"
+        )));
+    }
 }
 
 /// Shows that the session is connecting (before anything else is known).
@@ -346,9 +388,10 @@ pub(crate) fn compile_filter(t: &Transfer) -> Result<zcp_wire::Filter, SessionEr
 /// has ended (tried again as `--retry` allows). The summary is also pushed to `reporter`.
 pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
     retrying(&opts.transfer, reporter, |r, retries| {
-        let far = reach(&opts.ssh, &opts.conn)?;
+        let far = reach(&opts.ssh, &opts.conn, &opts.transfer, r)?;
         let conn = far.as_ref().map(|f| f.connection(&opts.conn));
         let ran = send_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries);
+        tunneled_rate(&far, &ran, r);
         unreachable(&opts.ssh, ran)
     })
 }
@@ -483,7 +526,7 @@ fn send_once(
         resent_chunks: totals.resent,
         end,
         send_end: totals.send_end.unwrap_or(end),
-        sender_engine: totals.engine.unwrap_or(t.engine).name().into(),
+        sender_engine: sender_engine(&cipher, totals.engine.unwrap_or(t.engine).name().into()),
         receiver_engine: (totals.receiver_engine.clone())
             .unwrap_or_else(|| t.recv_engine.name().into()),
         sender_cpu: Cpu::new(usage.user, usage.sys),
@@ -619,9 +662,10 @@ fn ask(ctl: &ControlWriter, paths: &[Vec<u8>], names: Vec<Vec<u8>>) -> Result<()
 /// `reporter`.
 pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, SessionError> {
     retrying(&opts.transfer, reporter, |r, retries| {
-        let far = reach(&opts.ssh, &opts.conn)?;
+        let far = reach(&opts.ssh, &opts.conn, &opts.transfer, r)?;
         let conn = far.as_ref().map(|f| f.connection(&opts.conn));
         let ran = get_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries);
+        tunneled_rate(&far, &ran, r);
         unreachable(&opts.ssh, ran)
     })
 }
@@ -737,7 +781,10 @@ fn get_once(
         resent_chunks: 0,
         end,
         send_end: end,
-        sender_engine: (obs.sender_engine.clone()).unwrap_or_else(|| t.engine.name().into()),
+        sender_engine: sender_engine(
+            &cipher,
+            (obs.sender_engine.clone()).unwrap_or_else(|| t.engine.name().into()),
+        ),
         receiver_engine: (obs.receiver_engine.clone())
             .unwrap_or_else(|| t.recv_engine.name().into()),
         sender_cpu: peer_cpu(&totals.peer),

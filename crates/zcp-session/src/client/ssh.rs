@@ -54,6 +54,9 @@ pub struct Ssh {
     pub allow_delete: bool,
     /// Ports the far side may listen on (`--port-range`), for firewalls.
     pub port_range: Option<(u16, u16)>,
+    /// When this host cannot connect to the far side directly within [`DIRECT_WAIT`], carry
+    /// the session through ssh instead (`false`: `--no-fallback`, an error).
+    pub fallback: bool,
     /// Where ssh's and the far side's standard error go, a line at a time as it came (the
     /// caller escapes it before a terminal sees it); `None`: inherited as it is.
     pub stderr: Option<Relay>,
@@ -72,23 +75,81 @@ impl std::fmt::Debug for Relay {
     }
 }
 
+/// How long a direct connection to the far side may take before the session goes through
+/// ssh instead (its `--connect-timeout` if shorter).
+pub(crate) const DIRECT_WAIT: Duration = Duration::from_secs(5);
+
 /// A started far side: the address it listens on, the session's key, and ssh itself.
 pub(crate) struct FarSide {
     child: Child,
     stdin: Option<ChildStdin>,
     pub(crate) addr: SocketAddr,
     pub(crate) psk: Psk,
+    /// The session goes through ssh (no direct connection).
+    tunnel: Option<super::tunnel::Tunnel>,
 }
 
 impl FarSide {
-    /// The connection to the far side, with `base`'s timeouts.
+    /// The connection to the far side (or to the tunnel that carries it through ssh), with
+    /// `base`'s timeouts.
     pub(crate) fn connection(&self, base: &Connection) -> Connection {
+        let at = self.tunnel.as_ref().map_or(self.addr, |t| t.local);
         Connection {
-            host: self.addr.ip().to_string(),
-            port: self.addr.port(),
+            host: at.ip().to_string(),
+            port: at.port(),
             psk: self.psk.clone(),
             ..base.clone()
         }
+    }
+
+    /// Whether the session goes through ssh.
+    pub(crate) fn tunneled(&self) -> bool {
+        self.tunnel.is_some()
+    }
+
+    /// Tries the far side directly, for [`DIRECT_WAIT`] at most; when that fails, carries
+    /// the session through ssh (unless `--no-fallback`, or over UDP, which ssh cannot
+    /// carry). Returns what the user must hear of it.
+    pub(crate) fn route(
+        &mut self,
+        ssh: &Ssh,
+        connect_timeout: Duration,
+        udp: bool,
+    ) -> Result<Option<String>, SessionError> {
+        let wait = DIRECT_WAIT.min(connect_timeout);
+        let why = match std::net::TcpStream::connect_timeout(&self.addr, wait) {
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                format!("no answer within {} s", wait.as_secs_f64())
+            }
+            Err(e) => e.to_string(),
+        };
+        let direct = format!(
+            "zcp there listens on {}, the address the ssh connection reached, and this host \
+             cannot connect to it ({why})",
+            self.addr
+        );
+        if !ssh.fallback {
+            return Err(ssh.fail(
+                format!("{direct}; --no-fallback forbids carrying the session through ssh"),
+                true,
+            ));
+        }
+        if udp {
+            return Err(ssh.fail(
+                format!(
+                    "{direct}; the UDP transport cannot go through ssh: leave out --transport \
+                     udp to carry TCP streams through ssh, or open a port (--port-range)"
+                ),
+                true,
+            ));
+        }
+        self.tunnel = Some(super::tunnel::Tunnel::start(ssh, self.addr)?);
+        Ok(Some(format!(
+            "{direct}: THE SESSION GOES THROUGH SSH instead, one ssh connection per zcp \
+             connection — slower than the direct path (open a port with --port-range, or \
+             --no-fallback to fail instead)"
+        )))
     }
 }
 
@@ -137,7 +198,7 @@ impl Ssh {
         c
     }
 
-    fn fail(&self, reason: String, retry: bool) -> SessionError {
+    pub(crate) fn fail(&self, reason: String, retry: bool) -> SessionError {
         SessionError::Ssh {
             host: escape_text(&self.destination),
             reason,
@@ -191,6 +252,7 @@ impl Ssh {
             stdin,
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             psk: Psk::from_bytes(secret),
+            tunnel: None,
         };
         match self.await_ready(&mut far.child, &lines, timeout) {
             Ok(addr) => {
@@ -328,7 +390,7 @@ impl Ssh {
 }
 
 /// Hands each line `err` prints to `relay`, from a thread of its own, until its end.
-fn relay_lines(err: std::process::ChildStderr, relay: Relay) {
+pub(crate) fn relay_lines(err: std::process::ChildStderr, relay: Relay) {
     let spawned = std::thread::Builder::new()
         .name("zcp-ssh-err".into())
         .spawn(move || {
@@ -391,6 +453,7 @@ mod tests {
             root: RemoteRoot::Home,
             allow_delete: false,
             port_range: None,
+            fallback: true,
             stderr: None,
         }
     }

@@ -55,6 +55,8 @@ pub(crate) struct Tally {
     pub(crate) lost: u64,
     /// Faults injected per link, in the order of [`LINKS`].
     pub(crate) links: [u64; 4],
+    /// Of the faults injected, those into encrypted sessions.
+    pub(crate) encrypted: u64,
     pub(crate) failures: Vec<String>,
 }
 
@@ -71,6 +73,7 @@ impl Tally {
         self.outside += t.outside;
         self.resent += t.resent;
         self.lost += t.lost;
+        self.encrypted += t.encrypted;
         for (a, b) in self.links.iter_mut().zip(t.links) {
             *a += b;
         }
@@ -241,6 +244,7 @@ fn trial(kind: usize, rng: &mut fastrand::Rng, t: &mut Tally) {
     }
     t.injected += 1;
     t.links[usize::from(pull) + 2 * usize::from(udp.is_some())] += 1;
+    t.encrypted += u64::from(o.encrypt);
     let (corrupt, truncated) = check_finals(&p, &w);
     t.corrupt += corrupt;
     t.truncated += truncated;
@@ -364,6 +368,7 @@ fn campaign(default_faults: u64) {
     let t0 = Instant::now();
     let rows = run(faults, seed, jobs);
     let missed: u64 = rows.iter().map(|r| r.1.missed).sum();
+    let encrypted: u64 = rows.iter().map(|r| r.1.encrypted).sum();
     let mut links = [0u64; 4];
     for (_, t) in &rows {
         for (a, b) in links.iter_mut().zip(t.links) {
@@ -374,7 +379,7 @@ fn campaign(default_faults: u64) {
         .map(|(l, n)| format!("{l} {n}"))
         .collect();
     let text = format!(
-        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; faults per link: {}; {:.0} s\n",
+        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; faults per link: {} ({encrypted} of the TCP ones encrypted); {:.0} s\n",
         table(&rows),
         links.join(", "),
         t0.elapsed().as_secs_f64()

@@ -1,5 +1,6 @@
 //! Every link both ways, through the one role wiring the client and the server use: push and
-//! pull, over TCP and over UDP, with and without a rate cap, with a disk fault.
+//! pull, over TCP (in clear and encrypted) and over UDP, with and without a rate cap, with a
+//! disk fault.
 
 use std::time::{Duration, Instant};
 
@@ -7,8 +8,8 @@ use super::faulty::DiskFault;
 use super::udp::udp;
 use super::{Opts, Pair};
 
-/// The four ways a session's data can move: push or pull, TCP or UDP; a push's receiving
-/// streams join after its role started, as on a server.
+/// The ways a session's data can move: push or pull, TCP (in clear or encrypted) or UDP; a
+/// push's receiving streams join after its role started, as on a server.
 fn links() -> Vec<(&'static str, Opts)> {
     let tcp = Opts::default();
     let udp = udp(Some((10, 5)));
@@ -20,7 +21,29 @@ fn links() -> Vec<(&'static str, Opts)> {
                 ..tcp.clone()
             },
         ),
-        ("pull tcp", Opts { pull: true, ..tcp }),
+        (
+            "pull tcp",
+            Opts {
+                pull: true,
+                ..tcp.clone()
+            },
+        ),
+        (
+            "push tcp encrypted",
+            Opts {
+                join_late: true,
+                encrypt: true,
+                ..tcp.clone()
+            },
+        ),
+        (
+            "pull tcp encrypted",
+            Opts {
+                pull: true,
+                encrypt: true,
+                ..tcp
+            },
+        ),
         (
             "push udp",
             Opts {

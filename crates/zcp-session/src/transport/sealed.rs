@@ -29,6 +29,9 @@ pub(crate) struct SealWriter {
     /// `[length prefix][plaintext, `held` bytes][room for the tag]`.
     rec: Vec<u8>,
     held: usize,
+    /// Plaintext per record: [`RECORD_MAX`], or a pacer's quantum (a record is drawn from
+    /// the rate cap's bucket whole: small ones keep the streams sharing it interleaved).
+    limit: usize,
     keys: SessionKeys,
     pacer: Option<Arc<Pacer>>,
     /// Bytes of salt, prefixes and tags sent (not payload).
@@ -48,10 +51,14 @@ impl SealWriter {
         let key = keys
             .stream_key(stream, &salt)
             .expect("a SealWriter only in an encrypted session");
+        let limit = pacer.as_ref().map_or(RECORD_MAX, |p| {
+            usize::try_from(p.quantum()).map_or(RECORD_MAX, |q| q.clamp(1024, RECORD_MAX))
+        });
         let w = SealWriter {
             sealer: RecordSealer::new(&key),
-            rec: vec![0; RECORD_PREFIX + RECORD_MAX + AEAD_TAG_LEN],
+            rec: vec![0; RECORD_PREFIX + limit + AEAD_TAG_LEN],
             held: 0,
+            limit,
             keys: keys.clone(),
             pacer,
             overhead: AtomicU64::new(0),
@@ -62,7 +69,7 @@ impl SealWriter {
 
     /// Room left in the record being filled.
     fn room(&mut self) -> &mut [u8] {
-        &mut self.rec[RECORD_PREFIX + self.held..RECORD_PREFIX + RECORD_MAX]
+        &mut self.rec[RECORD_PREFIX + self.held..RECORD_PREFIX + self.limit]
     }
 
     /// Adds `bytes` to the stream, sending each record that fills.
@@ -73,7 +80,7 @@ impl SealWriter {
             room[..n].copy_from_slice(&bytes[..n]);
             self.held += n;
             bytes = &bytes[n..];
-            if self.held == RECORD_MAX {
+            if self.held == self.limit {
                 self.flush(sock)?;
             }
         }
@@ -92,7 +99,7 @@ impl SealWriter {
         let n = room.len().min(max);
         let got = fill(&mut room[..n])?;
         self.held += got;
-        if self.held == RECORD_MAX {
+        if self.held == self.limit {
             self.flush(sock)?;
         }
         Ok(got)
@@ -110,7 +117,8 @@ impl SealWriter {
             .map_err(|e| EngineError::Refused(e.to_string()))?;
         self.keys.add_crypto_time(t.elapsed());
         if let Some(p) = &self.pacer {
-            p.take(len as u64);
+            // The cap is on what the streams carry: the record's plaintext.
+            p.take(self.held as u64);
         }
         self.held = 0;
         send_all(sock.as_fd(), &self.rec[..len], false, &self.overhead)
@@ -129,9 +137,11 @@ pub(crate) struct OpenReader {
     end: usize,
 }
 
-/// How a read of `s` failed.
-fn io_error(s: &TcpStream, e: &std::io::Error, what: &'static str) -> EngineError {
-    match zcp_engine::io_class(e) {
+/// How a read of `s` failed: a timeout, the peer gone, or the socket's error — never
+/// [`EngineError::Refused`], which says the bytes failed authentication (a broken connection
+/// is retried; a forged record is not).
+fn io_error(s: &TcpStream, e: std::io::Error, (what, want): (&'static str, usize)) -> EngineError {
+    match zcp_engine::io_class(&e) {
         IoClass::TimedOut => EngineError::Timeout {
             what,
             secs: s
@@ -140,7 +150,15 @@ fn io_error(s: &TcpStream, e: &std::io::Error, what: &'static str) -> EngineErro
                 .flatten()
                 .map_or(0.0, |d| d.as_secs_f64()),
         },
-        _ => EngineError::Refused(format!("{what}: {e}")),
+        _ if e.kind() == std::io::ErrorKind::UnexpectedEof => EngineError::Disconnected {
+            got: 0,
+            want: want as u64,
+        },
+        _ => EngineError::Sys {
+            call: "recv",
+            what,
+            source: e,
+        },
     }
 }
 
@@ -182,7 +200,7 @@ impl OpenReader {
         let body = &mut self.buf[..n + AEAD_TAG_LEN];
         self.sock
             .read_exact(body)
-            .map_err(|e| io_error(&self.sock, &e, "data stream, inside an encrypted record"))?;
+            .map_err(|e| io_error(&self.sock, e, ("data stream, inside a record", body.len())))?;
         let t = Instant::now();
         let r = self.opener.open(prefix, body);
         self.keys.add_crypto_time(t.elapsed());
@@ -255,7 +273,7 @@ fn read_patiently(
             Err(e) => match zcp_engine::io_class(&e) {
                 IoClass::Interrupted => {}
                 IoClass::TimedOut if got == 0 && wait() => {}
-                _ => return Err(io_error(s, &e, "data stream")),
+                _ => return Err(io_error(s, e, ("data stream", buf.len() - got))),
             },
         }
     }

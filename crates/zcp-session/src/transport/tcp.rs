@@ -536,6 +536,8 @@ impl Wire<'_> {
             Wire::Sealed(r) => match r.read_exact(buf, &|| false) {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(io("the stream ended".into())),
+                // A record that failed authentication fails verification, not I/O.
+                Err(e @ EngineError::Refused(_)) => Err(Refusal::stream(&e)),
                 Err(e) => Err(io(e.to_string())),
             },
         }
