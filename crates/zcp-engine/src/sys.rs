@@ -147,6 +147,11 @@ pub fn getrandom(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 /// Asks process `pid` to end (SIGTERM): a child gets to restore what it changed (ssh, a
 /// terminal's echo) before a kill.
 pub fn terminate(pid: u32) -> io::Result<()> {

@@ -282,20 +282,36 @@ fn sender_engine(keys: &zcp_wire::SessionKeys, named: String) -> String {
 /// The sender engine of an encrypted session, as reports name it.
 pub(crate) const SEALED_ENGINE: &str = "sealed";
 
-/// After a session through ssh: the rate it reached, said as loudly as the fallback was.
-fn tunneled_rate(
-    far: &Option<ssh::FarSide>,
-    ran: &Result<Summary, SessionError>,
+/// After a session through ssh: the rate it reached, said as loudly as the fallback was;
+/// or, when the connection through ssh broke, why that may be.
+fn through_ssh(
+    (ssh, far): (&Option<Ssh>, &Option<ssh::FarSide>),
+    ran: Result<Summary, SessionError>,
     reporter: &mut dyn Reporter,
-) {
-    if let (Some(f), Ok(s)) = (far, ran)
-        && f.tunneled()
-        && s.seconds > 0.0
-    {
-        let gbit = s.bytes_sent as f64 * 8.0 / s.seconds / 1e9;
-        reporter.event(&Event::Notice(format!(
-            "through ssh, the session reached {gbit:.2} Gbit/s"
-        )));
+) -> Result<Summary, SessionError> {
+    let (Some(s), Some(f)) = (ssh, far) else {
+        return ran;
+    };
+    if !f.tunneled() {
+        return ran;
+    }
+    match ran {
+        Ok(sum) => {
+            let gbit = sum.bytes_sent as f64 * 8.0 / sum.seconds.max(1e-9) / 1e9;
+            reporter.event(&Event::Notice(format!(
+                "through ssh, the session reached {gbit:.2} Gbit/s"
+            )));
+            Ok(sum)
+        }
+        Err(e @ (SessionError::Connection { .. } | SessionError::Protocol { .. })) => Err(s.fail(
+            format!(
+                "the session through ssh broke ({e}): the ssh server may forbid forwarding \
+                     (AllowTcpForwarding, PermitOpen); open a port for zcp instead \
+                     (--port-range)"
+            ),
+            true,
+        )),
+        Err(e) => Err(e),
     }
 }
 
@@ -391,8 +407,7 @@ pub fn send(opts: &SendOptions, reporter: &mut dyn Reporter) -> Result<Summary, 
         let far = reach(&opts.ssh, &opts.conn, &opts.transfer, r)?;
         let conn = far.as_ref().map(|f| f.connection(&opts.conn));
         let ran = send_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries);
-        tunneled_rate(&far, &ran, r);
-        unreachable(&opts.ssh, ran)
+        unreachable(&opts.ssh, through_ssh((&opts.ssh, &far), ran, r))
     })
 }
 
@@ -665,8 +680,7 @@ pub fn get(opts: &GetOptions, reporter: &mut dyn Reporter) -> Result<Summary, Se
         let far = reach(&opts.ssh, &opts.conn, &opts.transfer, r)?;
         let conn = far.as_ref().map(|f| f.connection(&opts.conn));
         let ran = get_once(opts, conn.as_ref().unwrap_or(&opts.conn), r, retries);
-        tunneled_rate(&far, &ran, r);
-        unreachable(&opts.ssh, ran)
+        unreachable(&opts.ssh, through_ssh((&opts.ssh, &far), ran, r))
     })
 }
 

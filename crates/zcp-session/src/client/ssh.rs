@@ -22,9 +22,8 @@ pub const READY: &str = "zcp-ready";
 /// What the far side reads first on its stdin: `zcp-secret HEX` (the session's 32-byte key).
 pub const SECRET: &str = "zcp-secret";
 /// What a session over ssh says of its data: ssh carried the key, not the bytes.
-pub(crate) const IN_THE_CLEAR: &str = "over ssh: ssh carried the session's key, but the data \
-     crosses the network directly and unencrypted (every byte is proved by keyed MACs, not \
-     hidden)";
+pub(crate) const IN_THE_CLEAR: &str = "over ssh with --no-encrypt: ssh carried the session's \
+     key, but zcp leaves the data unencrypted (every byte is proved by keyed MACs, not hidden)";
 /// Lines of login-script output before `zcp-ready` that are skipped, at most.
 const MAX_NOISE_LINES: usize = 1000;
 
@@ -430,7 +429,7 @@ fn read_lines(out: Option<std::process::ChildStdout>) -> mpsc::Receiver<String> 
 }
 
 /// The child's exit status once it exits within `limit`; `None` if it does not.
-fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+pub(crate) fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let until = Instant::now() + limit;
     loop {
         match child.try_wait() {
