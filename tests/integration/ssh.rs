@@ -489,3 +489,37 @@ fn with_only_ssh_let_through_the_session_goes_through_ssh_and_says_so() {
     drop(sshd);
     no_far_side_left();
 }
+
+#[test]
+fn the_far_side_listens_in_the_port_range_asked_for() {
+    let env = Env::new();
+    let Some(sshd) = Sshd::start(env.dir.path()) else {
+        return;
+    };
+    let there = env.mkdir("there");
+    let src = env.path("f.bin");
+    make_dense(&src, 100_000, 2);
+    // Below the kernel's ephemeral ports (32768 and up), where other tests' free ports come
+    // from: the far side takes none of theirs.
+    let low = 21_000 + (std::process::id() % 7_000) as u16;
+    let range = format!("{low}-{}", low + 20);
+    let args = [
+        "-J".to_string(),
+        "-i".into(),
+        "0".into(),
+        "--port-range".into(),
+        range.clone(),
+        src.display().to_string(),
+        format!("127.0.0.1:{}/f.bin", there.display()),
+    ];
+    let o = run(over_ssh(&sshd, "send", &args), 60);
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src, &there.join("f.bin")));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let port = v["start"]["connected"][0]["remote_port"].as_u64().unwrap();
+    assert!(
+        (u64::from(low)..=u64::from(low) + 20).contains(&port),
+        "port {port} outside {range}"
+    );
+    no_far_side_left();
+}

@@ -53,7 +53,7 @@ pub struct Ssh {
     pub allow_delete: bool,
     /// Ports the far side may listen on (`--port-range`), for firewalls.
     pub port_range: Option<(u16, u16)>,
-    /// When this host cannot connect to the far side directly within [`DIRECT_WAIT`], carry
+    /// When this host cannot connect to the far side directly within 5 s, carry
     /// the session through ssh instead (`false`: `--no-fallback`, an error).
     pub fallback: bool,
     /// Where ssh's and the far side's standard error go, a line at a time as it came (the
