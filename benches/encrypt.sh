@@ -47,7 +47,7 @@ one() {
     if [ "${tool#zcp}" != "$tool" ]; then
         extra=$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]
 c=e["cpu"]; x=e.get("encryption") or {}
-print(c["sender"]["total"], c["receiver"]["total"], x.get("seconds_this_side", 0))' "$out")
+print(c["sender"]["total"], c["receiver"]["total"], (x.get("cipher_seconds") or {}).get("sender", 0))' "$out")
     fi
     echo "$(echo "$t1 - $t0" | bc) $(echo "($c1 - $c0) / $TICK" | bc -l) $extra"
 }
@@ -75,7 +75,7 @@ for line in open(path):
 gib = size / 2**30
 base = st.mean(r[0] for r in rows["zcp-enc"])
 print(f"== {cell}: {size} bytes")
-print("| tool | mean s | min s | Gbit/s | machine CPU s/GiB | zcp sender CPU s/GiB | zcp receiver CPU s/GiB | cipher s (client side) | time vs zcp encrypted |")
+print("| tool | mean s | min s | Gbit/s | machine CPU s/GiB | zcp sender CPU s/GiB | zcp receiver CPU s/GiB | cipher s (sender) | time vs zcp encrypted |")
 print("|:---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for t, rs in rows.items():
     secs = [r[0] for r in rs]

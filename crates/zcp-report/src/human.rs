@@ -376,8 +376,8 @@ impl<W: Write> Human<W> {
         if let Some(e) = &s.encryption {
             writeln!(
                 o,
-                "Secrecy:  encrypted with {} (keys agreed with {} for this session); {:.2} s of CPU in the cipher on this side",
-                e.cipher, e.key_exchange, e.seconds
+                "Secrecy:  encrypted with {} (keys agreed with {} for this session); CPU in the cipher: sender {:.2} s, receiver {:.2} s",
+                e.cipher, e.key_exchange, e.sender_seconds, e.receiver_seconds
             )?;
         }
         if let Some(u) = &s.udp {

@@ -213,7 +213,7 @@ fn end(s: &Summary) -> Value {
         "encryption": s.encryption.as_ref().map(|e| json!({
             "cipher": e.cipher,
             "key_exchange": e.key_exchange,
-            "seconds_this_side": e.seconds,
+            "cipher_seconds": { "sender": e.sender_seconds, "receiver": e.receiver_seconds },
         })),
     })
 }

@@ -176,9 +176,10 @@ fn events(verify: bool) -> Vec<Event> {
             limit_rate: limit,
             udp,
             encryption: verify.then(|| zcp_session::Encryption {
-                cipher: "AES-256-GCM".into(),
-                key_exchange: "X25519".into(),
-                seconds: 0.41,
+                cipher: "AES-256-GCM",
+                key_exchange: "X25519",
+                sender_seconds: 0.41,
+                receiver_seconds: 0.38,
             }),
         }),
     ]

@@ -555,7 +555,7 @@ fn send_once(
         },
         retries,
         limit_rate,
-        encryption: Encryption::of(&cipher),
+        encryption: Encryption::of(&cipher, true, peer.cipher_us),
     }))
 }
 
@@ -809,6 +809,6 @@ fn get_once(
         target: stored.unwrap_or_else(|| escape(opts.dest.as_os_str().as_bytes())),
         retries,
         limit_rate,
-        encryption: Encryption::of(&cipher),
+        encryption: Encryption::of(&cipher, false, totals.peer.cipher_us),
     }))
 }

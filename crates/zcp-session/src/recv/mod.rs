@@ -502,12 +502,15 @@ fn control_loop(
 fn stats(core: &RxCore, start: Usage, rss: u64) -> (SideStats, Usage) {
     let mut usage = *core.usage.locked();
     usage.add(&thread_usage().since(&start));
+    // Taken first: the state's lock below is held to the end of the statement.
+    let cipher_us = Landing::keys(core).crypto_time().as_micros() as u64;
     let stats = SideStats {
         cpu_user_us: usage.user.as_micros() as u64,
         cpu_sys_us: usage.sys.as_micros() as u64,
         max_rss_bytes: rss,
         bytes: core.bytes(),
         files: core.state.locked().totals().files,
+        cipher_us,
     };
     (stats, usage)
 }

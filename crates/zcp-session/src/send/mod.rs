@@ -264,6 +264,7 @@ pub(crate) fn run(
         max_rss_bytes: io.rss.sample(),
         bytes: counters.iter().map(|c| c.load(Ordering::Relaxed)).sum(),
         files: sm.totals().files,
+        cipher_us: sm.keys.crypto_time().as_micros() as u64,
     };
     let _ = s.ctl.send(&Message::Stats(mine));
     s.ctl.shutdown();

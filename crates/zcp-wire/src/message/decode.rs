@@ -7,12 +7,6 @@ impl Message {
     /// Decodes a body of type `kind`. The body is the payload without any seal tag.
     pub fn decode(kind: u8, body: &[u8]) -> Result<Message, DecodeError> {
         let mut r = Reader::new(body);
-        // An encrypted session's `Error` travels sealed, under its own type code.
-        let kind = if kind == code::SEALED_ERROR {
-            code::ERROR
-        } else {
-            kind
-        };
         let msg = match kind {
             code::HELLO..=code::OPENED => setup(kind, &mut r)?,
             code::PUT_FILE..=code::GO => entry(kind, &mut r)?,
@@ -339,6 +333,7 @@ fn file(kind: u8, r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             max_rss_bytes: r.u64()?,
             bytes: r.u64()?,
             files: r.u64()?,
+            cipher_us: r.u64()?,
         }),
         other => return Err(unknown(other)),
     })

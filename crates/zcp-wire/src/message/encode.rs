@@ -240,7 +240,8 @@ impl Message {
                     .u64(s.cpu_sys_us)
                     .u64(s.max_rss_bytes)
                     .u64(s.bytes)
-                    .u64(s.files);
+                    .u64(s.files)
+                    .u64(s.cipher_us);
             }
             Message::ListEntry(e) => {
                 w.bytes(&e.path).u8(e.kind.to_u8()).u64(e.size).u32(e.mode);

@@ -235,6 +235,8 @@ pub struct SideStats {
     pub bytes: u64,
     /// Files committed (receiver) or sent (sender).
     pub files: u64,
+    /// CPU time in the cipher (an encrypted session), microseconds; 0 in clear.
+    pub cipher_us: u64,
 }
 
 /// Every message of protocol version 6.

@@ -201,6 +201,7 @@ fn file_samples() -> Vec<Message> {
             max_rss_bytes: 3,
             bytes: 4,
             files: 5,
+            cipher_us: 6,
         }),
     ]
 }
@@ -465,4 +466,15 @@ fn long_text_is_clipped_on_a_char_boundary() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_sealed_error_decodes_only_through_an_opener() {
+    // 0x2D is an `Error` sealed in an encrypted session: as a bare type it is no message.
+    let body = Message::Error {
+        code: ErrorCode::Io,
+        message: "x".into(),
+    }
+    .encode_body();
+    assert!(Message::decode(code::SEALED_ERROR, &body).is_err());
 }

@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use zcp_wire::crypt::{AEAD_TAG_LEN, RECORD_MAX, RECORD_PREFIX};
 use zcp_wire::{
-    Accepted, ChunkHeader, Established, Message, Open, Pacing, Psk, PutFile, SideStats,
+    Accepted, ChunkHeader, Established, Message, Open, Pacing, Psk, PutFile, RecordSealer,
+    SessionKeys, SideStats,
 };
 
 use crate::util::*;
@@ -28,6 +30,9 @@ pub struct Evil {
     pub joined: usize,
     /// The filter rules the client's `Open` carried.
     pub filters: Vec<String>,
+    /// In an encrypted session, what seals data stream 0's records ([`Evil::seal_as`]);
+    /// `None`: chunks go in clear.
+    pub sealer: Option<RecordSealer>,
 }
 
 pub fn read_timeout(s: &TcpStream) {
@@ -66,11 +71,16 @@ pub fn pending(l: &TcpListener) -> usize {
 }
 
 /// The server's handshake on a control connection accepted from `l` within 10 s: the
-/// session's keys, once the welcome (granting `max_streams`) has gone out.
+/// session's keys, once the welcome (granting `max_streams`) has gone out. Encrypted when
+/// the client asks, as an honest server would.
 pub fn handshake(l: &TcpListener, psk: &Psk, max_streams: u16) -> (TcpStream, Established) {
     let mut s = accept_within(l, 10).expect("the client connects");
     let hello = read_plain(&mut s).unwrap();
-    let (state, reply) = zcp_wire::accept(psk, hello, [9; 32]).unwrap();
+    let offer = zcp_wire::ServerOffer {
+        secret: Some([0x77; 32]),
+        required: &|_| false,
+    };
+    let (state, reply, _) = zcp_wire::accept_any(&[psk], hello, [9; 32], &offer).unwrap();
     s.write_all(&reply.encode_frame()).unwrap();
     let Accepted::Control(aw) = state else {
         panic!("expected a control connection")
@@ -134,6 +144,7 @@ impl Evil {
             gets: Vec::new(),
             joined: 0,
             filters: Vec::new(),
+            sealer: None,
         };
         let Message::Open(open) = evil.recv().unwrap() else {
             panic!("expected Open")
@@ -222,11 +233,28 @@ impl Evil {
         d.finish()
     }
 
-    /// Writes `bytes` as chunk (`id`, `off`) on data stream 0, header first.
+    /// Writes `bytes` as chunk (`id`, `off`) on data stream 0, header first (in records,
+    /// after [`Evil::seal_as`]).
     pub fn chunk(&mut self, id: u32, off: u64, bytes: &[u8]) -> std::io::Result<()> {
         let d = &mut self.data[0];
-        d.write_all(&ChunkHeader::data(id, off, bytes.len() as u64).encode())?;
-        d.write_all(bytes)
+        let head = ChunkHeader::data(id, off, bytes.len() as u64).encode();
+        let Some(sealer) = &mut self.sealer else {
+            d.write_all(&head)?;
+            return d.write_all(bytes);
+        };
+        let plain = [&head[..], bytes].concat();
+        for piece in plain.chunks(RECORD_MAX) {
+            d.write_all(&record(sealer, piece))?;
+        }
+        Ok(())
+    }
+
+    /// From now on, data stream 0 carries records sealed under the key of stream `stream` of
+    /// the session `keys` (an honest server: this session's, stream 0); its salt goes first.
+    pub fn seal_as(&mut self, keys: &SessionKeys, stream: u16) {
+        let salt = [0x3c; 32];
+        self.data[0].write_all(&salt).unwrap();
+        self.sealer = Some(RecordSealer::new(&keys.stream_key(stream, &salt).unwrap()));
     }
 
     /// Sends chunk `index` (`bytes` at `off`) of file `id` on stream 0 with its true MAC;
@@ -273,8 +301,17 @@ impl Evil {
 
     /// Ends the session as a real server would: stream ends, `Finish`, `Stats` both ways.
     pub fn finish(&mut self) {
-        for d in &mut self.data {
-            let _ = d.write_all(&ChunkHeader::end().encode());
+        let end = ChunkHeader::end().encode();
+        for (i, d) in self.data.iter_mut().enumerate() {
+            match (&mut self.sealer, i) {
+                // Stream 0 of an encrypted session: its end marker in a record.
+                (Some(sealer), 0) => {
+                    let _ = d.write_all(&record(sealer, &end));
+                }
+                _ => {
+                    let _ = d.write_all(&end);
+                }
+            }
         }
         self.send(&Message::Finish);
         let end = Instant::now() + Duration::from_secs(10);
@@ -289,6 +326,15 @@ impl Evil {
             }
         }
     }
+}
+
+/// `plain` as one record of an encrypted data stream.
+fn record(sealer: &mut RecordSealer, plain: &[u8]) -> Vec<u8> {
+    let mut r = vec![0u8; RECORD_PREFIX];
+    r.extend_from_slice(plain);
+    r.extend_from_slice(&[0; AEAD_TAG_LEN]);
+    sealer.seal(&mut r).unwrap();
+    r
 }
 
 /// An [`Evil`] making moves on a thread of its own (see [`Evil::chatter`]).
