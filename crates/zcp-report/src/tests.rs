@@ -175,7 +175,7 @@ fn events(verify: bool) -> Vec<Event> {
             retries: 1,
             limit_rate: limit,
             udp,
-            encryption: verify.then(|| zcp_session::Encryption {
+            encryption: verify.then_some(zcp_session::Encryption {
                 cipher: "AES-256-GCM",
                 key_exchange: "X25519",
                 sender_seconds: 0.41,
