@@ -9,6 +9,7 @@
 mod list;
 mod observer;
 mod open;
+mod route;
 mod ssh;
 mod tunnel;
 
@@ -40,6 +41,7 @@ use crate::transport::Link;
 use crate::wiring::{Receiver, Role, Sender, Wired, Wiring};
 use observer::{ClientObserver, Measured};
 use open::{Opened, open_message, open_session, start_event};
+use route::{reach, through_ssh, unreachable};
 use zcp_wire::{Nonce, SessionKeys};
 
 /// Connection settings shared by `send` and `get`.
@@ -231,45 +233,6 @@ fn shown_remote(ssh: &Option<Ssh>, path: &[u8]) -> String {
     }
 }
 
-/// Over ssh, a far side this host cannot connect to is said as such: the address it
-/// listens on is the one the ssh connection reached, which a NAT or a jump host hides.
-fn unreachable(
-    ssh: &Option<Ssh>,
-    ran: Result<Summary, SessionError>,
-) -> Result<Summary, SessionError> {
-    match (ssh, ran) {
-        (Some(s), Err(SessionError::Connect { addr, source })) => Err(SessionError::Ssh {
-            host: zcp_wire::escape_text(&s.destination),
-            reason: format!(
-                "zcp there listens on {addr}, the address the ssh connection reached, and this \
-                 host cannot connect to it ({source}): behind a NAT or a jump host the data \
-                 cannot flow directly"
-            ),
-            retry: true,
-        }),
-        (_, ran) => ran,
-    }
-}
-
-/// Over ssh, zcp started on the far side for one try (ended when dropped), reached directly
-/// or, when that fails, through ssh (said to `reporter`).
-fn reach(
-    ssh: &Option<Ssh>,
-    conn: &Connection,
-    t: &Transfer,
-    reporter: &mut dyn Reporter,
-) -> Result<Option<ssh::FarSide>, SessionError> {
-    let Some(s) = ssh else {
-        return Ok(None);
-    };
-    let mut far = s.start(conn.connect_timeout, conn.idle_timeout)?;
-    let udp = t.link.kind == zcp_wire::udp::TransportKind::Udp;
-    if let Some(note) = far.route(s, conn.connect_timeout, udp)? {
-        reporter.event(&Event::Notice(note));
-    }
-    Ok(Some(far))
-}
-
 /// The sender engine as the summary names it: encrypted, no engine moves the file's pages
 /// untouched; each chunk is read into a record, hashed and sealed there ("sealed").
 fn sender_engine(keys: &zcp_wire::SessionKeys, named: String) -> String {
@@ -281,39 +244,6 @@ fn sender_engine(keys: &zcp_wire::SessionKeys, named: String) -> String {
 
 /// The sender engine of an encrypted session, as reports name it.
 pub(crate) const SEALED_ENGINE: &str = "sealed";
-
-/// After a session through ssh: the rate it reached, said as loudly as the fallback was;
-/// or, when the connection through ssh broke, why that may be.
-fn through_ssh(
-    (ssh, far): (&Option<Ssh>, &Option<ssh::FarSide>),
-    ran: Result<Summary, SessionError>,
-    reporter: &mut dyn Reporter,
-) -> Result<Summary, SessionError> {
-    let (Some(s), Some(f)) = (ssh, far) else {
-        return ran;
-    };
-    if !f.tunneled() {
-        return ran;
-    }
-    match ran {
-        Ok(sum) => {
-            let gbit = sum.bytes_sent as f64 * 8.0 / sum.seconds.max(1e-9) / 1e9;
-            reporter.event(&Event::Notice(format!(
-                "through ssh, the session reached {gbit:.2} Gbit/s"
-            )));
-            Ok(sum)
-        }
-        Err(e @ (SessionError::Connection { .. } | SessionError::Protocol { .. })) => Err(s.fail(
-            format!(
-                "the session through ssh broke ({e}): the ssh server may forbid forwarding \
-                     (AllowTcpForwarding, PermitOpen); open a port for zcp instead \
-                     (--port-range)"
-            ),
-            true,
-        )),
-        Err(e) => Err(e),
-    }
-}
 
 /// Shows that the session is connecting (before anything else is known).
 fn connecting(reporter: &mut dyn Reporter, size: Option<u64>) {
