@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Encryption's cost (issue 26, part 3): zcp over ssh encrypted (the default) against zcp over
-# ssh in clear (--no-encrypt), scp -O and rsync -e ssh, in one run, interleaved round by round:
+# ssh in clear (--no-encrypt), each over TCP streams and over UDP (--transport udp), scp -O
+# and rsync -e ssh, in one run, interleaved round by round (TOOLS="..." picks some):
 # an sshd of its own on 127.0.0.1 (throwaway keys; root, as sshd needs), every tool logging in
 # with the same key. Cells:
 #   first   a 1 KiB file: the time to start and finish (ssh login, far side, session)
@@ -38,6 +39,8 @@ one() {
     case $tool in
     zcp-enc) "$ZCP" send -J -i 0 -e "$SSH" --remote-zcp "$ZCP" "$src" "127.0.0.1:$dest" >"$out" ;;
     zcp-plain) "$ZCP" send -J -i 0 --no-encrypt -e "$SSH" --remote-zcp "$ZCP" "$src" "127.0.0.1:$dest" >"$out" ;;
+    zcp-udp-enc) "$ZCP" send -J -i 0 --transport udp -e "$SSH" --remote-zcp "$ZCP" "$src" "127.0.0.1:$dest" >"$out" ;;
+    zcp-udp-plain) "$ZCP" send -J -i 0 --transport udp --no-encrypt -e "$SSH" --remote-zcp "$ZCP" "$src" "127.0.0.1:$dest" >"$out" ;;
     scp) scp -O -q $OPTS -P "$PORT" "$src" "127.0.0.1:$dest" ;;
     rsync) rsync -e "$SSH" "$src" "127.0.0.1:$dest" ;;
     esac
@@ -51,7 +54,7 @@ print(c["sender"]["total"], c["receiver"]["total"], (x.get("cipher_seconds") or 
     fi
     echo "$(echo "$t1 - $t0" | bc) $(echo "($c1 - $c0) / $TICK" | bc -l) $extra"
 }
-TOOLS="zcp-enc zcp-plain scp rsync"
+TOOLS=${TOOLS:-"zcp-enc zcp-plain zcp-udp-enc zcp-udp-plain scp rsync"}
 for cell in first tmpfs disk; do
     case $cell in
     first) src=$W/first; dir=$W ;;

@@ -92,20 +92,32 @@ fn encrypted_sends_and_gets_arrive_whole_and_say_so() {
         "{}",
         both(&o)
     );
-    // UDP cannot encrypt yet: refused, naming the way out.
-    let o = run(
-        send_cmd(
-            srv.port,
-            &env.key,
-            &src.join("big"),
-            "u",
-            &["--encrypt", "--transport", "udp"],
-        ),
-        30,
+    // Over UDP too: sealed datagrams and side channels, both ways.
+    let (o, v) = send_json(
+        srv.port,
+        &env.key,
+        &src.join("big"),
+        "u",
+        &["--encrypt", "--transport", "udp", "-P", "2"],
+        60,
     );
-    assert_eq!(o.status.code(), Some(2), "{}", both(&o));
-    assert!(text(&o.stderr).contains("--no-encrypt"), "{}", both(&o));
-    assert!(!root.join("u").exists());
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src.join("big"), &root.join("u")));
+    assert_eq!(cipher(&v).as_deref(), Some("AES-256-GCM"), "{v}");
+    let spent = &v["end"]["encryption"]["cipher_seconds"];
+    assert!(spent["sender"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(spent["receiver"].as_f64().unwrap() > 0.0, "{v}");
+    let (o, v) = get_json(
+        srv.port,
+        &env.key,
+        "u",
+        &back_udp(&env),
+        &["--encrypt", "--transport", "udp"],
+        60,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&src.join("big"), &back_udp(&env)));
+    assert!(cipher(&v).is_some(), "{v}");
     // Nor is a bare byte stream: refused, not sent in clear.
     let mut raw = zcp();
     raw.args(["send", "--raw", "--encrypt"])
@@ -114,6 +126,11 @@ fn encrypted_sends_and_gets_arrive_whole_and_say_so() {
     let o = run(raw, 30);
     assert_eq!(o.status.code(), Some(2), "{}", both(&o));
     assert!(text(&o.stderr).contains("--encrypt"), "{}", both(&o));
+}
+
+/// Where the UDP get lands.
+fn back_udp(env: &Env) -> std::path::PathBuf {
+    env.path("back-udp")
 }
 
 #[test]
@@ -155,7 +172,8 @@ fn captured(env: &Env, port: u16, name: &str, f: impl FnOnce()) -> Vec<u8> {
             "-w",
         ])
         .arg(&pcap)
-        .arg(format!("tcp port {port}"))
+        // The UDP transport's datagrams go between ephemeral ports: any UDP is taken.
+        .arg(format!("tcp port {port} or udp"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -224,4 +242,22 @@ fn a_marker_in_a_file_crosses_the_wire_in_clear_and_never_encrypted() {
     assert!(!holds(&sealed, marker), "no marker on the wire encrypted");
     assert!(!holds(&sealed, name.as_bytes()), "nor the file's name");
     assert_eq!(std::fs::read(root.join("b").join(name)).unwrap(), body);
+    // The same over UDP: the datagrams carry the bytes.
+    let plain = captured(
+        &env,
+        srv.port,
+        "plain-udp.pcap",
+        send("c/", &["--transport", "udp"]),
+    );
+    assert!(holds(&plain, marker), "the marker in clear UDP datagrams");
+    let sealed = captured(
+        &env,
+        srv.port,
+        "sealed-udp.pcap",
+        send("d/", &["--transport", "udp", "--encrypt"]),
+    );
+    assert!(sealed.len() > body.len(), "the capture saw the datagrams");
+    assert!(!holds(&sealed, marker), "no marker in sealed datagrams");
+    assert!(!holds(&sealed, name.as_bytes()), "nor the file's name");
+    assert_eq!(std::fs::read(root.join("d").join(name)).unwrap(), body);
 }

@@ -198,21 +198,25 @@ fn files_and_trees_go_both_ways_over_ssh_and_nothing_stays_running() {
         );
     }
 
-    // Mirroring, over UDP (which cannot encrypt yet: in clear, and said so): what the
-    // source no longer has goes there too.
+    // Mirroring, over UDP (encrypted, as over ssh by default): what the source no longer
+    // has goes there too.
     std::fs::remove_file(env.path("tree/d0/f2")).unwrap();
     let args = [
         "-r".into(),
         "--delete".into(),
         "--transport".into(),
         "udp".into(),
-        "--no-encrypt".into(),
         path(env.path("tree")),
         target("in/"),
     ];
     let o = run(over_ssh(&sshd, "send", &args), 60);
     assert!(o.status.success(), "{}", both(&o));
-    assert!(both(&o).contains("unencrypted"), "{}", both(&o));
+    assert!(
+        both(&o).contains("encrypted with AES-256-GCM"),
+        "{}",
+        both(&o)
+    );
+    assert!(!both(&o).contains("unencrypted"), "{}", both(&o));
     assert!(!there.join("in/tree/d0/f2").exists(), "{}", both(&o));
     assert!(there.join("in/tree/d0/f4").exists());
     // An absolute path through a symlinked directory (`/scratch` -> `/gpfs/scratch`) is

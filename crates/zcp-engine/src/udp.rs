@@ -400,6 +400,20 @@ impl RecvBatch {
         }
     }
 
+    /// Each datagram of the last receive, as [`RecvBatch::datagrams`], to change in place
+    /// (an encrypted one is decrypted where it lies).
+    pub fn datagrams_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
+        let (lens, segs) = (&self.lens, &self.segs);
+        (self.slots.iter_mut().take(self.filled).enumerate()).flat_map(move |(k, s)| {
+            let d = &mut s[..lens[k]];
+            let seg = match segs[k] {
+                0 => d.len().max(1),
+                seg => seg,
+            };
+            d.chunks_mut(seg)
+        })
+    }
+
     /// Each datagram of the last receive, a GRO run split at its segment size; a truncated
     /// message is left out.
     pub fn datagrams(&self) -> impl Iterator<Item = &[u8]> {
@@ -517,7 +531,10 @@ mod tests {
         let mut got = Vec::new();
         for _ in 0..2000 {
             b.recv_batch(&mut batch).unwrap();
-            got.extend(batch.datagrams().map(<[u8]>::to_vec));
+            let seen: Vec<Vec<u8>> = batch.datagrams().map(<[u8]>::to_vec).collect();
+            let changeable: Vec<Vec<u8>> = batch.datagrams_mut().map(|d| d.to_vec()).collect();
+            assert_eq!(seen, changeable, "both views cut the batch alike");
+            got.extend(seen);
             if got.len() == grams.len() {
                 break;
             }

@@ -15,6 +15,7 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce as AeadNonce, Unbound
 use aws_lc_rs::agreement::{PrivateKey, UnparsedPublicKey, X25519, agree};
 
 use crate::DecodeError;
+use crate::udp::{DATAGRAM_HEADER_LEN, DatagramHeader};
 
 /// Length of an X25519 key share (public key) in a `Hello` or `Challenge`.
 pub const SHARE_LEN: usize = 32;
@@ -236,6 +237,72 @@ impl RecordOpener {
     }
 }
 
+/// Seals the datagrams of one UDP stream ([`crate::SessionKeys::datagram_key`]). Each
+/// datagram, a first send or a re-send alike, takes the next sequence number as its nonce
+/// and carries it in its header's first 8 bytes, in place of the session tag; the whole
+/// header is its associated data, so its file, offset, length and flags cannot be changed.
+#[derive(Debug)]
+pub struct DatagramSealer {
+    aead: Aead,
+    next: u64,
+}
+
+impl DatagramSealer {
+    /// The sealer for a stream's datagram key.
+    pub fn new(key: &StreamKey) -> DatagramSealer {
+        DatagramSealer {
+            aead: Aead::new(&key.0),
+            next: 0,
+        }
+    }
+
+    /// Seals `payload` (header `h`'s bytes) in place: returns the header to send (its tag
+    /// field now the datagram's sequence number) and the AEAD tag that follows the payload.
+    pub fn seal(
+        &mut self,
+        mut h: DatagramHeader,
+        payload: &mut [u8],
+    ) -> Result<([u8; DATAGRAM_HEADER_LEN], [u8; AEAD_TAG_LEN]), CryptError> {
+        if self.next == u64::MAX {
+            return Err(CryptError::Exhausted);
+        }
+        debug_assert_eq!(usize::from(h.len), payload.len());
+        h.tag = self.next.to_be_bytes();
+        let head = h.encode();
+        let tag = self.aead.seal(self.next, &head, payload);
+        self.next += 1;
+        Ok((head, tag))
+    }
+}
+
+/// Opens the datagrams of one UDP stream, in any order (datagrams are lost, reordered and
+/// re-sent; a replayed one carries what its first copy did, at the place its header names).
+#[derive(Debug)]
+pub struct DatagramOpener {
+    aead: Aead,
+}
+
+impl DatagramOpener {
+    /// The opener for a stream's datagram key.
+    pub fn new(key: &StreamKey) -> DatagramOpener {
+        DatagramOpener {
+            aead: Aead::new(&key.0),
+        }
+    }
+
+    /// Opens a whole datagram `d` in place: its header (checked as
+    /// [`DatagramHeader::decode_sealed`] checks) if the tag matches; the plaintext payload is
+    /// then `d[DATAGRAM_HEADER_LEN..][..header.len]`.
+    pub fn open(&self, d: &mut [u8]) -> Result<DatagramHeader, CryptError> {
+        let h = DatagramHeader::decode_sealed(d).map_err(CryptError::Decode)?;
+        let (head, rest) = d.split_at_mut(DATAGRAM_HEADER_LEN);
+        let (payload, tag) = rest.split_at_mut(usize::from(h.len));
+        self.aead
+            .open(u64::from_be_bytes(h.tag), head, payload, tag)?;
+        Ok(h)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +366,55 @@ mod tests {
         bad.pop();
         let mut o = RecordOpener::new(&key);
         assert_eq!(open(&mut o, &bad), Err(CryptError::BadTag));
+    }
+
+    fn datagram(s: &mut DatagramSealer, offset: u64, text: &[u8]) -> Vec<u8> {
+        let h = DatagramHeader {
+            tag: [0; 8],
+            file_id: 3,
+            flags: 0,
+            len: text.len() as u16,
+            offset,
+            sent_us: 9,
+        };
+        let mut body = text.to_vec();
+        let (head, tag) = s.seal(h, &mut body).unwrap();
+        [&head[..], &body, &tag].concat()
+    }
+
+    #[test]
+    fn datagrams_open_in_any_order_and_only_as_sealed() {
+        let key = StreamKey([4; 32]);
+        let mut s = DatagramSealer::new(&key);
+        let (one, two) = (
+            datagram(&mut s, 0, b"first gram"),
+            datagram(&mut s, 10, b"second"),
+        );
+        // Each took the next sequence number, and hides its text.
+        assert_eq!(one[..8], 0u64.to_be_bytes());
+        assert_eq!(two[..8], 1u64.to_be_bytes());
+        assert!(!one.windows(5).any(|w| w == b"first"));
+        let o = DatagramOpener::new(&key);
+        for (d, text, offset) in [(&two, &b"second"[..], 10), (&one, b"first gram", 0)] {
+            let mut d = d.clone();
+            let h = o.open(&mut d).unwrap();
+            assert_eq!((h.offset, h.file_id), (offset, 3));
+            assert_eq!(&d[DATAGRAM_HEADER_LEN..][..text.len()], text);
+        }
+        // A flipped byte anywhere (header, payload, tag), another stream's key, a
+        // truncated datagram: refused.
+        for at in [0, 11, 16, DATAGRAM_HEADER_LEN, one.len() - 1] {
+            let mut bad = one.clone();
+            bad[at] ^= 1;
+            assert!(o.open(&mut bad).is_err(), "byte {at}");
+        }
+        assert!(
+            DatagramOpener::new(&StreamKey([5; 32]))
+                .open(&mut one.clone())
+                .is_err()
+        );
+        assert!(o.open(&mut one[..one.len() - 1].to_vec()).is_err());
+        assert!(o.open(&mut one[..20].to_vec()).is_err());
     }
 
     #[test]

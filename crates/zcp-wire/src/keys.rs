@@ -170,6 +170,8 @@ pub(crate) struct CipherKeys {
     pub(crate) control_c2s: [u8; 32],
     pub(crate) control_s2c: [u8; 32],
     data: [u8; 32],
+    side: [u8; 32],
+    datagram: [u8; 32],
 }
 
 /// Keys of one authenticated session, derived from the pre-shared key and both nonces.
@@ -253,6 +255,8 @@ impl SessionKeys {
                     &secret,
                 ),
                 data: blake3::derive_key("zcp/6 data stream", &secret),
+                side: blake3::derive_key("zcp/6 udp side channel", &secret),
+                datagram: blake3::derive_key("zcp/6 udp datagram", &secret),
             }),
             ..SessionKeys::derive(psk, client, server)
         }
@@ -271,6 +275,37 @@ impl SessionKeys {
     pub fn stream_key(&self, stream: u16, salt: &[u8; SALT_LEN]) -> Option<StreamKey> {
         let c = self.cipher.as_ref()?;
         let mut h = blake3::Hasher::new_keyed(&c.data);
+        h.update(&stream.to_be_bytes());
+        h.update(salt);
+        Some(StreamKey(*h.finalize().as_bytes()))
+    }
+
+    /// The key of one direction of UDP stream `stream`'s side channel (its data
+    /// connection, which carries frames both ways), opened with `salt` (drawn at random by
+    /// the side that writes with it): `BLAKE3-keyed(key_side, direction || stream:u16 ||
+    /// salt)`, the direction 0 from the sender of the data, 1 from its receiver. The
+    /// direction keeps a side from ever opening its own records reflected back at it, even
+    /// under a copied salt. `None` in a session without encryption.
+    pub fn side_key(
+        &self,
+        stream: u16,
+        from_sender: bool,
+        salt: &[u8; SALT_LEN],
+    ) -> Option<StreamKey> {
+        let c = self.cipher.as_ref()?;
+        let mut h = blake3::Hasher::new_keyed(&c.side);
+        h.update(&[u8::from(!from_sender)]);
+        h.update(&stream.to_be_bytes());
+        h.update(salt);
+        Some(StreamKey(*h.finalize().as_bytes()))
+    }
+
+    /// The key of UDP stream `stream`'s datagrams, which only its sender seals:
+    /// `BLAKE3-keyed(key_datagram, stream:u16 || salt)`, `salt` the one the sender's side
+    /// channel opened with. `None` in a session without encryption.
+    pub fn datagram_key(&self, stream: u16, salt: &[u8; SALT_LEN]) -> Option<StreamKey> {
+        let c = self.cipher.as_ref()?;
+        let mut h = blake3::Hasher::new_keyed(&c.datagram);
         h.update(&stream.to_be_bytes());
         h.update(salt);
         Some(StreamKey(*h.finalize().as_bytes()))
@@ -465,6 +500,17 @@ pub(crate) mod tests {
         assert_ne!(key(0, 1), key(0, 2));
         assert_ne!(key(0, 1), other.stream_key(0, &[1; 32]).unwrap().0);
         assert_ne!(key(0, 1), c_data(&enc));
+        // UDP: each direction of a side channel, and the datagrams, have their own keys.
+        let side = |from_sender| enc.side_key(0, from_sender, &[1; 32]).unwrap().0;
+        let datagram = enc.datagram_key(0, &[1; 32]).unwrap().0;
+        assert_ne!(side(true), side(false));
+        for k in [side(true), side(false), datagram] {
+            assert_ne!(k, key(0, 1));
+        }
+        assert_ne!(side(true), datagram);
+        assert_ne!(datagram, enc.datagram_key(1, &[1; 32]).unwrap().0);
+        assert!(plain.side_key(0, true, &[1; 32]).is_none());
+        assert!(plain.datagram_key(0, &[1; 32]).is_none());
         let c = enc.cipher.as_ref().unwrap();
         assert_ne!(c.control_c2s, c.control_s2c);
         assert_ne!(c.control_c2s, c.data);

@@ -30,7 +30,10 @@ pub use chunk::{
     CHUNK_ALIGN, CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkHeader, ChunkKind, ChunkPlan, MAX_CHUNK,
     MIN_CHUNK, PlanError,
 };
-pub use crypt::{CryptError, Ephemeral, KeyShare, RecordOpener, RecordSealer, StreamKey};
+pub use crypt::{
+    CryptError, DatagramOpener, DatagramSealer, Ephemeral, KeyShare, RecordOpener, RecordSealer,
+    StreamKey,
+};
 pub use extents::{EXTENT_ALIGN, EXTENT_ENTRY_LEN, Extents, MAX_EXTENTS};
 pub use filter::{
     Filter, FilterError, FilterRule, MAX_FILTER_BYTES, MAX_FILTER_RULE, MAX_FILTER_RULES,

@@ -122,11 +122,25 @@ impl DatagramHeader {
     /// unknown flags, a nonzero reserved byte, and a length other than what follows it.
     /// Whether the tag and the range belong to the session is the caller's check.
     pub fn decode(d: &[u8]) -> Result<DatagramHeader, DecodeError> {
-        let Some(b) = d.get(..DATAGRAM_HEADER_LEN) else {
+        Self::decode_with(d, 0)
+    }
+
+    /// Decodes the header of a whole datagram of an encrypted session, whose payload is
+    /// followed by its [`crate::crypt::AEAD_TAG_LEN`]-byte tag; checked as
+    /// [`DatagramHeader::decode`] checks, nothing of it trusted until
+    /// [`crate::DatagramOpener::open`] has checked the tag.
+    pub fn decode_sealed(d: &[u8]) -> Result<DatagramHeader, DecodeError> {
+        Self::decode_with(d, crate::crypt::AEAD_TAG_LEN)
+    }
+
+    /// Decodes a header whose payload is followed by `trailer` bytes.
+    fn decode_with(d: &[u8], trailer: usize) -> Result<DatagramHeader, DecodeError> {
+        if d.len() < DATAGRAM_HEADER_LEN + trailer {
             return Err(DecodeError::Truncated {
-                needed: DATAGRAM_HEADER_LEN - d.len(),
+                needed: DATAGRAM_HEADER_LEN + trailer - d.len(),
             });
-        };
+        }
+        let b = &d[..DATAGRAM_HEADER_LEN];
         let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let h = DatagramHeader {
             tag: b[..8].try_into().expect("8 bytes"),
@@ -142,11 +156,11 @@ impl DatagramHeader {
                 h.flags, b[13]
             )));
         }
-        if usize::from(h.len) != d.len() - DATAGRAM_HEADER_LEN {
+        let carried = d.len() - DATAGRAM_HEADER_LEN - trailer;
+        if usize::from(h.len) != carried {
             return Err(DecodeError::Malformed(format!(
-                "datagram says {} payload bytes and carries {}",
-                h.len,
-                d.len() - DATAGRAM_HEADER_LEN
+                "datagram says {} payload bytes and carries {carried}",
+                h.len
             )));
         }
         if h.offset.checked_add(u64::from(h.len)).is_none() {

@@ -112,9 +112,17 @@ impl Raw {
 
     /// The handshake alone.
     pub fn authenticate(port: u16, psk: Psk) -> Raw {
+        Self::handshake(port, ClientHandshake::new(psk, [7; 32]))
+    }
+
+    /// The handshake of an encrypted session (a client that asks for encryption).
+    pub fn authenticate_encrypted(port: u16, psk: Psk) -> Raw {
+        Self::handshake(port, ClientHandshake::new(psk, [7; 32]).encrypting([8; 32]))
+    }
+
+    fn handshake(port: u16, hs: ClientHandshake) -> Raw {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let hs = ClientHandshake::new(psk, [7; 32]);
         s.write_all(&hs.hello().encode_frame()).unwrap();
         let ch = read_plain(&mut s).unwrap();
         let (proof, aw) = hs.on_challenge(ch).unwrap();

@@ -206,13 +206,14 @@ fn link(i: usize, rng: &mut fastrand::Rng) -> Opts {
         offload: rng.bool(),
         mtu: Some(1500),
         loss: Some((rng.u32(0..20), rng.u64(..))),
+        tamper: None,
     });
     Opts {
         pull: i % 2 == 1,
         // A push's streams join its running role, as on a server, half the time.
         join_late: i.is_multiple_of(2) && rng.bool(),
-        // Over TCP, encrypted half the time (UDP cannot encrypt yet).
-        encrypt: udp.is_none() && rng.bool(),
+        // Encrypted half the time.
+        encrypt: rng.bool(),
         udp,
         ..Opts::default()
     }
@@ -379,7 +380,7 @@ fn campaign(default_faults: u64) {
         .map(|(l, n)| format!("{l} {n}"))
         .collect();
     let text = format!(
-        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; faults per link: {} ({encrypted} of the TCP ones encrypted); {:.0} s\n",
+        "{}\n{faults} faults asked for, seed {seed}, {jobs} trials at a time; {missed} trials ended before their fault and are not counted; faults per link: {} ({encrypted} of them in encrypted sessions); {:.0} s\n",
         table(&rows),
         links.join(", "),
         t0.elapsed().as_secs_f64()

@@ -1,5 +1,6 @@
 //! Encrypted sessions through the one role wiring: push and pull, every receiver engine, a
-//! sparse file, a flipped ciphertext byte, a resume.
+//! sparse file, a flipped ciphertext byte, a resume; over UDP, corrupted datagrams and a
+//! flipped side-channel byte.
 
 use std::io::{Seek, SeekFrom, Write};
 
@@ -62,30 +63,41 @@ fn encrypted_sessions_carry_trees_both_ways_with_every_engine() {
 
 #[test]
 fn a_flipped_ciphertext_byte_fails_its_stream_and_nothing_altered_is_committed() {
-    for at in [10u64, 50, 200_000] {
+    // TCP: a data stream's records; UDP: a side channel's (its salt at byte 10).
+    let tcp = || encrypted();
+    let udp = || encrypted_udp(0, 0, 1);
+    let cases: [(&str, u64, &dyn Fn() -> Opts); 5] = [
+        ("tcp", 10, &tcp),
+        ("tcp", 50, &tcp),
+        ("tcp", 200_000, &tcp),
+        ("udp", 10, &udp),
+        ("udp", 300, &udp),
+    ];
+    for (kind, at, opts) in cases {
+        let what = format!("{kind}, byte {at}");
         let p = Pair::new();
         p.file("f", 640 << 10, 7);
         let o = Opts {
             streams: 1,
             wire: Some((Conn::Data(0), at, WireFault::Flip)),
             idle: std::time::Duration::from_secs(20),
-            ..encrypted()
+            ..opts()
         };
         let out = p.push(&["f"], "f", &o);
-        assert!(out.fired, "byte {at}");
+        assert!(out.fired, "{what}");
         // The session ends at once (not at the idle timeout), as failing verification.
         let why = out.sender.as_ref().unwrap_err();
         assert!(
             why.to_string().contains("failed authentication"),
-            "byte {at}: {out:#?}"
+            "{what}: {out:#?}"
         );
-        assert_eq!(why.exit_code(), crate::exit::INTEGRITY, "byte {at}");
-        assert!(out.receiver.is_err(), "byte {at}: {out:#?}");
-        // Never the altered bytes under the final name.
-        assert!(!p.dst("f").exists(), "byte {at}");
-        let again = p.push(&["f"], "f", &encrypted());
+        assert_eq!(why.exit_code(), crate::exit::INTEGRITY, "{what}");
+        assert!(out.receiver.is_err(), "{what}: {out:#?}");
+        // Never the altered bytes under the final name; what was proven stays journaled.
+        assert!(!p.dst("f").exists(), "{what}");
+        let again = p.push(&["f"], "f", &opts());
         again.assert_clean();
-        assert!(p.same("f"), "byte {at}");
+        assert!(p.same("f"), "{what}");
     }
 }
 
@@ -109,4 +121,39 @@ fn an_encrypted_session_resumes_what_a_cut_one_made_durable() {
     again.assert_clean();
     assert!(p.same("big"));
     assert!(again.received.skipped() >= durable, "{again:#?}");
+}
+
+/// Encrypted over UDP: a path that loses and corrupts datagrams.
+fn encrypted_udp(loss: u32, tamper: u32, seed: u64) -> Opts {
+    let mut o = super::udp::udp(Some((loss, seed)));
+    if let Some(u) = &mut o.udp {
+        u.tamper = Some((tamper, seed.wrapping_mul(0x9e37_79b9) ^ 0x5bd1));
+    }
+    Opts { encrypt: true, ..o }
+}
+
+#[test]
+fn encrypted_udp_refuses_corrupted_datagrams_and_mends_them_with_resends() {
+    for (pull, seed) in [(false, 3u64), (true, 8)] {
+        let p = Pair::new();
+        p.file("big", 3 << 20, seed);
+        p.file("odd", 700_001, seed + 1);
+        let o = Opts {
+            pull,
+            join_late: !pull,
+            streams: 2,
+            ..encrypted_udp(10, 20, seed)
+        };
+        let out = p.push(&["big", "odd"], ".", &o);
+        out.assert_clean();
+        assert!(p.same("big") && p.same("odd"), "pull {pull}");
+        let (sent, got) = out.udp.expect("a UDP session");
+        // 2% of ~2,700 datagrams were altered on the way: each failed to open, was refused
+        // (never written) and came again when NAKed, as the lost ones did.
+        assert!(got.rejected >= 20, "pull {pull}: {got:?}");
+        assert!(sent.lost >= got.rejected, "NAKed as lost: {sent:?} {got:?}");
+        assert!(sent.resent >= got.rejected, "{sent:?} {got:?}");
+        // An encrypted datagram's tag takes room from its payload.
+        assert_eq!(sent.payload, 1424);
+    }
 }

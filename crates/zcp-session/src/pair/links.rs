@@ -1,5 +1,5 @@
 //! Every link both ways, through the one role wiring the client and the server use: push and
-//! pull, over TCP (in clear and encrypted) and over UDP, with and without a rate cap, with a
+//! pull, over TCP and over UDP (each in clear and encrypted), with and without a rate cap, with a
 //! disk fault.
 
 use std::time::{Duration, Instant};
@@ -8,7 +8,7 @@ use super::faulty::DiskFault;
 use super::udp::udp;
 use super::{Opts, Pair};
 
-/// The ways a session's data can move: push or pull, TCP (in clear or encrypted) or UDP; a
+/// The ways a session's data can move: push or pull, TCP or UDP, in clear or encrypted; a
 /// push's receiving streams join after its role started, as on a server.
 fn links() -> Vec<(&'static str, Opts)> {
     let tcp = Opts::default();
@@ -51,7 +51,29 @@ fn links() -> Vec<(&'static str, Opts)> {
                 ..udp.clone()
             },
         ),
-        ("pull udp", Opts { pull: true, ..udp }),
+        (
+            "pull udp",
+            Opts {
+                pull: true,
+                ..udp.clone()
+            },
+        ),
+        (
+            "push udp encrypted",
+            Opts {
+                join_late: true,
+                encrypt: true,
+                ..udp.clone()
+            },
+        ),
+        (
+            "pull udp encrypted",
+            Opts {
+                pull: true,
+                encrypt: true,
+                ..udp
+            },
+        ),
     ]
 }
 
@@ -89,7 +111,7 @@ fn every_link_carries_a_tree_both_ways() {
             "{what}"
         );
         assert_eq!(p.partials(), Vec::<String>::new(), "{what}");
-        assert_eq!(out.udp.is_some(), what.ends_with("udp"), "{what}");
+        assert_eq!(out.udp.is_some(), what.contains("udp"), "{what}");
     }
 }
 
@@ -141,7 +163,7 @@ fn the_sender_holds_the_rate_cap_on_every_link() {
         );
         let limit = out.limit.expect("the sender reports its cap");
         assert_eq!(limit.bits_per_second, bits, "{what}");
-        match what.ends_with("udp") {
+        match what.contains("udp") {
             true => assert_eq!(limit.pacing, "user space (UDP, per stream)", "{what}"),
             false => assert!(
                 ["kernel", "user space"].contains(&limit.pacing.as_str()),

@@ -19,6 +19,7 @@ pub(super) fn udp(loss: Option<(u32, u64)>) -> Opts {
             // 1440-byte payloads: many datagrams per chunk, as on an Ethernet path.
             mtu: Some(1500),
             loss,
+            tamper: None,
         }),
         ..Opts::default()
     }

@@ -66,12 +66,6 @@ impl Link {
     /// What makes this link unusable, said as its fix: `fixed` without a rate cap would
     /// send at an unbounded rate.
     pub fn problem(&self) -> Option<&'static str> {
-        if self.kind == TransportKind::Udp && self.encrypt {
-            return Some(
-                "the UDP transport cannot encrypt yet: use TCP streams (leave out --transport \
-                 udp), or add --no-encrypt to send over UDP in clear",
-            );
-        }
         (self.kind == TransportKind::Udp && self.udp_mode == UdpMode::Fixed && self.rate() == 0)
             .then_some("--udp-mode fixed sends at the rate cap: give --limit-rate")
     }
@@ -203,7 +197,7 @@ mod tests {
             encrypt: true,
             ..udp(UdpMode::Fair, None)
         };
-        assert!(encrypted.problem().unwrap().contains("--no-encrypt"));
+        assert_eq!(encrypted.problem(), None);
         let tcp = Link {
             udp_mode: UdpMode::Fixed,
             ..Link::default()

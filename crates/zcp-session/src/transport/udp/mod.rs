@@ -18,9 +18,9 @@ pub(crate) mod budget;
 pub(crate) mod rate;
 pub(crate) mod recv;
 pub(crate) mod send;
+mod side;
 mod stats;
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -29,10 +29,8 @@ use std::time::{Duration, Instant};
 
 use zcp_engine::Usage;
 use zcp_engine::udp::UdpSock;
-use zcp_wire::udp::{
-    DATAGRAM_HEADER_LEN, MAX_DATAGRAM_PAYLOAD, MIN_DATAGRAM_PAYLOAD, UdpFrame, UdpMode,
-};
-use zcp_wire::{ErrorCode, escape_text};
+use zcp_wire::ErrorCode;
+use zcp_wire::udp::{DATAGRAM_HEADER_LEN, MAX_DATAGRAM_PAYLOAD, MIN_DATAGRAM_PAYLOAD, UdpMode};
 
 use super::{Landing, SendSide, Transport, spawn};
 use crate::error::{Refusal, SessionError};
@@ -59,6 +57,9 @@ pub(crate) struct UdpConfig {
     /// Tests: the sender drops this many datagrams in 1000 (seeded, deterministic) as a
     /// lossy path would.
     pub(crate) loss: Option<(u32, u64)>,
+    /// Tests: in an encrypted session, the sender flips a byte in this many sealed
+    /// datagrams in 1000 (seeded), as a path that corrupts them would.
+    pub(crate) tamper: Option<(u32, u64)>,
 }
 
 impl UdpConfig {
@@ -74,6 +75,7 @@ impl UdpConfig {
                 .ok()
                 .and_then(|v| v.parse().ok()),
             loss: None,
+            tamper: None,
         }
     }
 }
@@ -154,11 +156,12 @@ impl Transport for UdpStreams {
 }
 
 /// Payload bytes per datagram for a path of `mtu` bytes: what is left after the IP, UDP and
-/// datagram headers, in whole pages once that is a page or more (so payloads land on page
-/// boundaries of the chunk: 8192 at MTU 9000), 1440 at 1500 over IPv4.
-pub(crate) fn payload_for(mtu: u32, v6: bool) -> u16 {
+/// datagram headers and the `trailer` (an encrypted datagram's tag), in whole pages once
+/// that is a page or more (so payloads land on page boundaries of the chunk: 8192 at MTU
+/// 9000), 1440 at 1500 over IPv4 in clear.
+pub(crate) fn payload_for(mtu: u32, v6: bool, trailer: usize) -> u16 {
     let ip = if v6 { 40 } else { 20 };
-    let room = (mtu as usize).saturating_sub(ip + 8 + DATAGRAM_HEADER_LEN);
+    let room = (mtu as usize).saturating_sub(ip + 8 + DATAGRAM_HEADER_LEN + trailer);
     let room = if room >= 4096 {
         room / 4096 * 4096
     } else {
@@ -168,80 +171,6 @@ pub(crate) fn payload_for(mtu: u32, v6: bool) -> u16 {
         usize::from(MIN_DATAGRAM_PAYLOAD),
         usize::from(MAX_DATAGRAM_PAYLOAD),
     ) as u16
-}
-
-/// A side channel's incoming frames: bytes read from the data connection, cut into frames.
-#[derive(Debug, Default)]
-pub(crate) struct SideReader {
-    buf: Vec<u8>,
-}
-
-impl SideReader {
-    /// One `read(2)` from `sock` into the buffer; `Ok(false)` at the end of the stream.
-    pub(crate) fn fill(&mut self, sock: &mut TcpStream) -> std::io::Result<bool> {
-        let mut tmp = [0u8; 16 * 1024];
-        let n = sock.read(&mut tmp)?;
-        self.buf.extend_from_slice(&tmp[..n]);
-        Ok(n > 0)
-    }
-
-    /// The next whole frame in the buffer, if any; a malformed one is a protocol error.
-    pub(crate) fn next(&mut self) -> Result<Option<UdpFrame>, Refusal> {
-        match UdpFrame::decode(&self.buf) {
-            Ok(Some((f, used))) => {
-                self.buf.drain(..used);
-                Ok(Some(f))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => Err(Refusal::protocol(format!("UDP side channel: {e}"))),
-        }
-    }
-}
-
-/// Writes one frame on a side channel.
-pub(crate) fn write_frame(sock: &mut TcpStream, f: &UdpFrame) -> Result<(), Refusal> {
-    sock.write_all(&f.encode())
-        .map_err(|e| Refusal::new(ErrorCode::Io, format!("UDP side channel: {e}")))
-}
-
-/// Reads frames until the peer's `Hello` (within `idle`); anything else first is a
-/// protocol error.
-pub(crate) fn read_hello(
-    sock: &mut TcpStream,
-    reader: &mut SideReader,
-    idle: Duration,
-) -> Result<(u16, u16, u64), Refusal> {
-    let until = Instant::now() + idle;
-    let _ = sock.set_read_timeout(Some(idle));
-    loop {
-        match reader.next()? {
-            Some(UdpFrame::Hello {
-                port,
-                payload,
-                budget,
-            }) => return Ok((port, payload, budget)),
-            Some(other) => {
-                return Err(Refusal::protocol(format!(
-                    "UDP side channel: expected Hello, got {}",
-                    escape_text(other.name())
-                )));
-            }
-            None => {}
-        }
-        if Instant::now() > until {
-            return Err(Refusal::new(ErrorCode::Io, "no UDP Hello from the peer"));
-        }
-        match reader.fill(sock) {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(Refusal::new(
-                    ErrorCode::Io,
-                    "the data connection closed before the UDP Hello",
-                ));
-            }
-            Err(e) => return Err(Refusal::new(ErrorCode::Io, format!("UDP Hello: {e}"))),
-        }
-    }
 }
 
 /// Binds this stream's UDP socket on the local address of its data connection.
@@ -279,10 +208,11 @@ mod tests {
 
     #[test]
     fn payloads_fit_the_mtu_and_pages() {
-        assert_eq!(payload_for(1500, false), 1440);
-        assert_eq!(payload_for(1500, true), 1420);
-        assert_eq!(payload_for(9000, false), 8192);
-        assert_eq!(payload_for(65536, false), 61_440);
-        assert_eq!(payload_for(100, false), 512);
+        assert_eq!(payload_for(1500, false, 0), 1440);
+        assert_eq!(payload_for(1500, true, 0), 1420);
+        assert_eq!(payload_for(1500, false, 16), 1424);
+        assert_eq!(payload_for(9000, false, 16), 8192);
+        assert_eq!(payload_for(65536, false, 16), 61_440);
+        assert_eq!(payload_for(100, false, 0), 512);
     }
 }

@@ -16,12 +16,11 @@ use zcp_wire::udp::{
     DATAGRAM_HEADER_LEN, DatagramHeader, FLAG_RETRANSMIT, MAX_DATAGRAM_PAYLOAD, MAX_NAK_RANGES,
     MAX_OPEN_CHUNKS, MIN_DATAGRAM_PAYLOAD, UdpFrame,
 };
-use zcp_wire::{ChunkHeader, ChunkProof, ErrorCode, SessionKeys};
+use zcp_wire::{ChunkHeader, ChunkProof, DatagramOpener, ErrorCode, SessionKeys};
 
 use super::budget::{Share, cost};
-use super::{
-    FEEDBACK, SideReader, UdpStats, bind_beside, connect_peer, micros, read_hello, write_frame,
-};
+use super::side::{self, SideReader, SideWriter, read_hello};
+use super::{FEEDBACK, UdpStats, bind_beside, connect_peer, micros};
 use crate::error::Refusal;
 use crate::recv::Placement;
 use crate::transport::Landing;
@@ -104,8 +103,11 @@ struct Receiver<'a> {
     sock: TcpStream,
     udp: UdpSock,
     reader: SideReader,
+    out: SideWriter,
     payload: usize,
     tag: [u8; 8],
+    /// Encrypted: opens each datagram (one that fails is refused and counted).
+    opener: Option<DatagramOpener>,
     /// What this stream may hold in chunk buffers (open and kept for reuse), its part of
     /// the session's budget; what its `Hello` tells the sender.
     share: Share,
@@ -151,7 +153,9 @@ impl<'a> Receiver<'a> {
         let port = udp
             .port()
             .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
-        write_frame(
+        let keys = landing.keys();
+        let (mut reader, mut out) = side::open(&mut sock, &keys, stream as u16, false)?;
+        out.frame(
             &mut sock,
             &UdpFrame::Hello {
                 port,
@@ -160,8 +164,15 @@ impl<'a> Receiver<'a> {
             },
         )?;
         let idle = landing.idle();
-        let mut reader = SideReader::default();
         let (peer_port, payload, _) = read_hello(&mut sock, &mut reader, idle)?;
+        let opener = match (keys.encrypted(), reader.peer_salt()) {
+            (false, _) => None,
+            (true, Some(salt)) => {
+                let key = keys.datagram_key(stream as u16, salt);
+                Some(DatagramOpener::new(&key.expect("encrypted")))
+            }
+            (true, None) => return Err(Refusal::protocol("a UDP Hello before the salt")),
+        };
         if !(MIN_DATAGRAM_PAYLOAD..=MAX_DATAGRAM_PAYLOAD).contains(&payload) {
             return Err(Refusal::protocol(format!(
                 "a UDP payload size of {payload} (allowed: \
@@ -173,7 +184,6 @@ impl<'a> Receiver<'a> {
         *zcp_engine::sync::Locked::locked(&stats.engines) = udp.engines();
         stats.payload.store(u64::from(payload), Ordering::Relaxed);
         let now = Instant::now();
-        let keys = landing.keys();
         Ok((
             Receiver {
                 tag: keys.udp_tag(),
@@ -182,6 +192,8 @@ impl<'a> Receiver<'a> {
                 sock,
                 udp,
                 reader,
+                out,
+                opener,
                 payload: usize::from(payload),
                 share,
                 open: Vec::new(),
@@ -338,7 +350,7 @@ impl<'a> Receiver<'a> {
                     verify,
                 });
                 self.last_data = Instant::now();
-                write_frame(
+                self.out.frame(
                     &mut self.sock,
                     &UdpFrame::Ready {
                         file_id: h.file_id,
@@ -346,7 +358,7 @@ impl<'a> Receiver<'a> {
                     },
                 )
             }
-            Placement::Drop | Placement::Wait => write_frame(
+            Placement::Drop | Placement::Wait => self.out.frame(
                 &mut self.sock,
                 &UdpFrame::Done {
                     file_id: h.file_id,
@@ -368,8 +380,12 @@ impl<'a> Receiver<'a> {
                 break;
             }
             let now_us = micros(self.epoch) as i64;
-            for d in batch.datagrams() {
+            let t = Instant::now();
+            for d in batch.datagrams_mut() {
                 self.accept(d, now_us);
+            }
+            if self.opener.is_some() {
+                self.keys.add_crypto_time(t.elapsed());
             }
         }
         let drops = self.udp.drops();
@@ -385,15 +401,23 @@ impl<'a> Receiver<'a> {
         Ok(())
     }
 
-    /// One datagram: taken into its chunk, or refused and counted (never written).
-    fn accept(&mut self, d: &[u8], now_us: i64) {
+    /// One datagram: taken into its chunk, or refused and counted (never written). In an
+    /// encrypted session it is opened in place first; one that does not open (altered, or
+    /// not the sender's) is refused like a stray, and its bytes come again when NAKed.
+    fn accept(&mut self, d: &mut [u8], now_us: i64) {
         let st = self.stats;
         let reject = || {
             st.rejected.fetch_add(1, Ordering::Relaxed);
         };
-        let h = match DatagramHeader::decode(d) {
-            Ok(h) if h.tag == self.tag => h,
-            _ => return reject(),
+        let h = match &self.opener {
+            Some(o) => match o.open(d) {
+                Ok(h) => h,
+                Err(_) => return reject(),
+            },
+            None => match DatagramHeader::decode(d) {
+                Ok(h) if h.tag == self.tag => h,
+                _ => return reject(),
+            },
         };
         let p = self.payload as u64;
         let Some(a) = self
@@ -414,7 +438,7 @@ impl<'a> Receiver<'a> {
             return;
         }
         let at = rel as usize;
-        a.buf[at..at + h.len as usize].copy_from_slice(&d[DATAGRAM_HEADER_LEN..]);
+        a.buf[at..at + h.len as usize].copy_from_slice(&d[DATAGRAM_HEADER_LEN..][..h.len as usize]);
         a.have[(g / 64) as usize] |= 1 << (g % 64);
         a.got += 1;
         a.highest = a.highest.max(g + 1);
@@ -493,7 +517,7 @@ impl<'a> Receiver<'a> {
         } else {
             self.share.give(a.charge);
         }
-        write_frame(
+        self.out.frame(
             &mut self.sock,
             &UdpFrame::Done {
                 file_id: a.file,
@@ -577,13 +601,6 @@ impl<'a> Receiver<'a> {
         self.delivered = 0;
         self.owd = i64::MAX;
         self.last_feedback = now;
-        let mut out = Vec::new();
-        for f in frames {
-            out.extend_from_slice(&f.encode());
-        }
-        use std::io::Write;
-        self.sock
-            .write_all(&out)
-            .map_err(|e| Refusal::new(ErrorCode::Io, format!("UDP side channel: {e}")))
+        self.out.frames(&mut self.sock, &frames)
     }
 }

@@ -13,15 +13,14 @@ use zcp_engine::sync::Locked;
 use zcp_engine::sys::{tcp_info, thread_usage};
 use zcp_engine::udp::{UdpSock, read_at};
 use zcp_engine::{EngineError, Usage};
+use zcp_wire::crypt::AEAD_TAG_LEN;
 use zcp_wire::udp::{DatagramHeader, FLAG_RETRANSMIT, MAX_OPEN_CHUNKS, UdpFrame};
-use zcp_wire::{ChunkHeader, ErrorCode};
+use zcp_wire::{ChunkHeader, DatagramSealer, ErrorCode};
 
 use super::budget::{Share, UDP_BUDGET, cost};
 use super::rate::{Feedback, RateControl, uncapped};
-use super::{
-    SideReader, UdpConfig, UdpStats, bind_beside, connect_peer, micros, payload_for, read_hello,
-    write_frame,
-};
+use super::side::{self, SideReader, SideWriter, read_hello};
+use super::{UdpConfig, UdpStats, bind_beside, connect_peer, micros, payload_for};
 use crate::error::Refusal;
 use crate::transport::{Departure, OutChunk, SendSide};
 
@@ -121,9 +120,14 @@ pub(super) fn stream(
 struct Sender<'a> {
     stream: usize,
     sock: TcpStream,
+    /// The side channel's writing end.
+    out: SideWriter,
     udp: UdpSock,
     payload: usize,
     tag: [u8; 8],
+    /// Encrypted: seals each datagram, into `sealed` (a batch's payloads and tags).
+    sealer: Option<DatagramSealer>,
+    sealed: Vec<u8>,
     epoch: Instant,
     side: &'a SendSide,
     stats: &'a UdpStats,
@@ -144,6 +148,8 @@ struct Sender<'a> {
     rtt_at: Instant,
     /// Test loss: drop this many in 1000, from this xorshift state.
     loss: Option<(u32, u64)>,
+    /// Test corruption of sealed datagrams: this many in 1000, from this xorshift state.
+    tamper: Option<(u32, u64)>,
 }
 
 /// Greets the receiver on the side channel and readies the stream's sending state, with
@@ -156,14 +162,19 @@ fn open<'a>(
     cfg: &UdpConfig,
     stats: &'a UdpStats,
 ) -> Result<(Sender<'a>, std::thread::JoinHandle<()>), Refusal> {
-    let mut reader = SideReader::default();
+    let (mut reader, mut out) = side::open(&mut sock, &side.keys, stream, true)?;
     let (port, _, claim) = read_hello(&mut sock, &mut reader, HELLO_WAIT)?;
     let udp = bind_beside(&sock, cfg.offload)?;
     connect_peer(&udp, &sock, port)?;
     let _ = udp.set_timeout(Duration::from_secs(30));
     let v6 = sock.local_addr().is_ok_and(|a| a.is_ipv6());
     let mtu = cfg.mtu.or_else(|| udp.path_mtu()).unwrap_or(1500);
-    let payload = payload_for(mtu, v6);
+    let sealer = out.salt().map(|salt| {
+        let key = side.keys.datagram_key(stream, salt);
+        DatagramSealer::new(&key.expect("an encrypted session has datagram keys"))
+    });
+    let trailer = if sealer.is_some() { AEAD_TAG_LEN } else { 0 };
+    let payload = payload_for(mtu, v6, trailer);
     let hello = UdpFrame::Hello {
         port: udp
             .port()
@@ -171,7 +182,7 @@ fn open<'a>(
         payload,
         budget: 0,
     };
-    write_frame(&mut sock, &hello)?;
+    out.frame(&mut sock, &hello)?;
     let _ = sock.set_read_timeout(None);
     stats.payload.store(u64::from(payload), Ordering::Relaxed);
     *stats.engines.locked() = udp.engines();
@@ -196,8 +207,11 @@ fn open<'a>(
         bucket: TokenBucket::new(rate.rate(), burst(rate.rate()), now),
         rate,
         udp,
+        out,
         payload: usize::from(payload),
         tag: side.keys.udp_tag(),
+        sealer,
+        sealed: Vec::new(),
         epoch: now,
         side,
         stats,
@@ -212,6 +226,7 @@ fn open<'a>(
         }),
         rtt_at: now,
         loss: cfg.loss.map(|(p, seed)| (p, seed | 1)),
+        tamper: cfg.tamper.map(|(p, seed)| (p, seed | 1)),
         sock,
     };
     Ok((s, listener))
@@ -321,7 +336,7 @@ impl Sender<'_> {
                 let _ = self.inbox.cv.wait_timeout(h, super::FEEDBACK);
             }
         }
-        write_frame(&mut self.sock, &UdpFrame::End)
+        self.out.frame(&mut self.sock, &UdpFrame::End)
     }
 
     /// Takes what the reader heard: done chunks let go (a chunk not yet sent in full cannot
@@ -479,7 +494,7 @@ impl Sender<'_> {
         if done {
             // Every datagram went out once: the sending role may now send its MAC.
             (self.side.report)(Departure::Sent { file, index });
-            write_frame(
+            self.out.frame(
                 &mut self.sock,
                 &UdpFrame::Sent {
                     file_id: file,
@@ -502,33 +517,50 @@ impl Sender<'_> {
             std::thread::sleep(wait);
         }
         let now_us = micros(self.epoch);
-        let heads: Vec<[u8; 32]> = picks
-            .iter()
-            .map(|&(i, g)| {
-                let f = &self.flights[i];
-                let len = f.gram(g, self.payload).len();
-                DatagramHeader {
-                    tag: self.tag,
-                    file_id: f.file,
-                    flags: if again { FLAG_RETRANSMIT } else { 0 },
-                    len: len as u16,
-                    offset: f.offset + u64::from(g) * self.payload as u64,
-                    sent_us: now_us,
-                }
-                .encode()
-            })
-            .collect();
+        let t = Instant::now();
+        let mut heads: Vec<[u8; 32]> = Vec::with_capacity(picks.len());
+        // Encrypted: where each datagram's payload and tag lie in `sealed`.
+        let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+        self.sealed.clear();
+        for &(i, g) in picks {
+            let f = &self.flights[i];
+            let p = f.gram(g, self.payload);
+            let h = DatagramHeader {
+                tag: self.tag,
+                file_id: f.file,
+                flags: if again { FLAG_RETRANSMIT } else { 0 },
+                len: p.len() as u16,
+                offset: f.offset + u64::from(g) * self.payload as u64,
+                sent_us: now_us,
+            };
+            let Some(sealer) = &mut self.sealer else {
+                heads.push(h.encode());
+                continue;
+            };
+            let at = self.sealed.len();
+            self.sealed.extend_from_slice(p);
+            let (head, tag) = sealer
+                .seal(h, &mut self.sealed[at..])
+                .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
+            self.sealed.extend_from_slice(&tag);
+            if let Some(x) = self.tamper.as_mut().and_then(hit) {
+                let n = self.sealed.len() - at;
+                self.sealed[at + (x % n as u64) as usize] ^= 1;
+            }
+            heads.push(head);
+            spans.push(at..self.sealed.len());
+        }
+        if self.sealer.is_some() {
+            self.side.keys.add_crypto_time(t.elapsed());
+        }
         let mut grams: Vec<(&[u8], &[u8])> = Vec::with_capacity(picks.len());
-        for (&(i, g), h) in picks.iter().zip(&heads) {
-            let p = self.flights[i].gram(g, self.payload);
-            if let Some((permille, state)) = &mut self.loss {
-                // xorshift64: a seeded, repeatable lossy path.
-                *state ^= *state << 13;
-                *state ^= *state >> 7;
-                *state ^= *state << 17;
-                if (*state % 1000) < u64::from(*permille) {
-                    continue;
-                }
+        for (k, (&(i, g), h)) in picks.iter().zip(&heads).enumerate() {
+            let p = match spans.get(k) {
+                Some(span) => &self.sealed[span.clone()],
+                None => self.flights[i].gram(g, self.payload),
+            };
+            if self.loss.as_mut().and_then(hit).is_some() {
+                continue;
             }
             grams.push((&h[..], p));
         }
@@ -620,7 +652,8 @@ impl Sender<'_> {
             len = job.len,
             "udp announce"
         );
-        write_frame(&mut self.sock, &UdpFrame::Announce(header))?;
+        self.out
+            .frame(&mut self.sock, &UdpFrame::Announce(header))?;
         let grams = job.len.div_ceil(self.payload as u64) as u32;
         self.flights.push(Flight {
             file: job.file_id,
@@ -644,6 +677,15 @@ impl Sender<'_> {
             self.share.give(held(&buf));
         }
     }
+}
+
+/// Tests' seeded, repeatable faults of the path: whether this datagram is hit (`permille`
+/// in 1000, from the xorshift64 `state`), and if so a number to pick a byte with.
+fn hit((permille, state): &mut (u32, u64)) -> Option<u64> {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    ((*state % 1000) < u64::from(*permille)).then_some(*state / 1000)
 }
 
 /// What a chunk buffer is charged: its capacity (not its length) in whole pages.
