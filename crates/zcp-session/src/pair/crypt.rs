@@ -63,23 +63,25 @@ fn encrypted_sessions_carry_trees_both_ways_with_every_engine() {
 
 #[test]
 fn a_flipped_ciphertext_byte_fails_its_stream_and_nothing_altered_is_committed() {
-    // TCP: a data stream's records; UDP: a side channel's (its salt at byte 10).
+    // TCP: a data stream's records; UDP: a side channel's, either way (its salt at byte 10).
     let tcp = || encrypted();
     let udp = || encrypted_udp(0, 0, 1);
-    let cases: [(&str, u64, &dyn Fn() -> Opts); 5] = [
-        ("tcp", 10, &tcp),
-        ("tcp", 50, &tcp),
-        ("tcp", 200_000, &tcp),
-        ("udp", 10, &udp),
-        ("udp", 300, &udp),
+    let cases: [(&str, Conn, u64, &dyn Fn() -> Opts); 7] = [
+        ("tcp", Conn::Data(0), 10, &tcp),
+        ("tcp", Conn::Data(0), 50, &tcp),
+        ("tcp", Conn::Data(0), 200_000, &tcp),
+        ("udp", Conn::Data(0), 10, &udp),
+        ("udp", Conn::Data(0), 300, &udp),
+        ("udp back", Conn::DataBack(0), 10, &udp),
+        ("udp back", Conn::DataBack(0), 200, &udp),
     ];
-    for (kind, at, opts) in cases {
+    for (kind, conn, at, opts) in cases {
         let what = format!("{kind}, byte {at}");
         let p = Pair::new();
         p.file("f", 640 << 10, 7);
         let o = Opts {
             streams: 1,
-            wire: Some((Conn::Data(0), at, WireFault::Flip)),
+            wire: Some((conn, at, WireFault::Flip)),
             idle: std::time::Duration::from_secs(20),
             ..opts()
         };

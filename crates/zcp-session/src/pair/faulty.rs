@@ -74,6 +74,7 @@ impl Transport for Faulty {
                         report(Departure::StreamFailed {
                             stream: 0,
                             why: "sendfile on the source: Input/output error (os error 5)".into(),
+                            forged: false,
                         });
                         close();
                         break;

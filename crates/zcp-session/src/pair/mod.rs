@@ -54,6 +54,8 @@ pub(crate) enum Conn {
     ControlBack,
     /// A data stream.
     Data(u16),
+    /// A data stream, receiver to sender (a UDP stream's side channel: NAKs, done marks).
+    DataBack(u16),
 }
 
 /// How a pair runs, and where it fails.
@@ -252,7 +254,7 @@ impl Links {
         let (c_s, c_r, mut relays) = link(fault_on(Conn::Control), back, cutter);
         let (mut s_socks, mut r_socks) = (Vec::new(), Vec::new());
         for i in 0..o.streams {
-            let (s, r, t) = link(fault_on(Conn::Data(i)), None, cutter);
+            let (s, r, t) = link(fault_on(Conn::Data(i)), fault_on(Conn::DataBack(i)), cutter);
             for sock in [&s, &r] {
                 let _ = zcp_engine::sys::set_socket_timeouts(sock, Some(o.idle));
             }

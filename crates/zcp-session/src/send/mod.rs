@@ -75,8 +75,12 @@ pub(crate) enum SendEvent {
     },
     /// A data stream sent everything.
     StreamDone { usage: Usage, end: Instant },
-    /// A data stream broke.
-    StreamFailed { stream: u16, why: String },
+    /// A data stream broke (`forged`: as [`Departure::StreamFailed`]).
+    StreamFailed {
+        stream: u16,
+        why: String,
+        forged: bool,
+    },
     /// The sources were counted (see [`crate::manifest::tally`]).
     Tally { files: u64, bytes: u64 },
 }
@@ -89,7 +93,15 @@ impl From<Departure> for SendEvent {
             Departure::Sent { file, index } => SendEvent::Sent { file, index },
             Departure::SourceFailed { file, why } => SendEvent::SourceFailed { file, why },
             Departure::StreamDone { usage, end } => SendEvent::StreamDone { usage, end },
-            Departure::StreamFailed { stream, why } => SendEvent::StreamFailed { stream, why },
+            Departure::StreamFailed {
+                stream,
+                why,
+                forged,
+            } => SendEvent::StreamFailed {
+                stream,
+                why,
+                forged,
+            },
         }
     }
 }
@@ -389,7 +401,12 @@ fn drive(
             SendEvent::SourceFailed { file, why } => sm.source_failed(file, why, now),
             SendEvent::ResumeProgress { file, bytes } => sm.resume_progress(file, bytes, now),
             SendEvent::ResumeChecked { file, kept } => sm.resume_checked(file, kept, now),
-            SendEvent::StreamFailed { stream, why } => {
+            SendEvent::StreamFailed {
+                stream,
+                why,
+                forged: true,
+            } => return Err(SessionError::Verify(format!("data stream {stream}: {why}"))),
+            SendEvent::StreamFailed { stream, why, .. } => {
                 let broke = SessionError::Connection {
                     peer: io.peer.to_string(),
                     reason: format!("data stream {stream}: {why}"),

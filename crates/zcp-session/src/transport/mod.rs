@@ -85,8 +85,13 @@ pub(crate) enum Departure {
     SourceFailed { file: u32, why: String },
     /// A stream sent everything and its end marker.
     StreamDone { usage: Usage, end: Instant },
-    /// A stream broke.
-    StreamFailed { stream: u16, why: String },
+    /// A stream broke; `forged`: what the peer sent on it failed authentication (the
+    /// session fails verification, not a connection).
+    StreamFailed {
+        stream: u16,
+        why: String,
+        forged: bool,
+    },
 }
 
 /// How the sending side moves bytes.

@@ -193,6 +193,7 @@ fn stream_loop<S>(
             // Out of descriptors is counted (a server sheds pending connections to make room
             // for the retry) and said so.
             why: Refusal::out_of_descriptors(&e).map_or_else(|| e.to_string(), |r| r.message),
+            forged: false,
         },
     });
     usage

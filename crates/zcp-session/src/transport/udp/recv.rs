@@ -402,22 +402,24 @@ impl<'a> Receiver<'a> {
     }
 
     /// One datagram: taken into its chunk, or refused and counted (never written). In an
-    /// encrypted session it is opened in place first; one that does not open (altered, or
-    /// not the sender's) is refused like a stray, and its bytes come again when NAKed.
+    /// encrypted session it is opened in place once its header (checked here before it is
+    /// trusted, so strays and duplicates cost no decryption) names a slot still empty; one
+    /// that does not open (altered, or not the sender's) is refused like a stray, and its
+    /// bytes come again when NAKed.
     fn accept(&mut self, d: &mut [u8], now_us: i64) {
         let st = self.stats;
         let reject = || {
             st.rejected.fetch_add(1, Ordering::Relaxed);
         };
         let h = match &self.opener {
-            Some(o) => match o.open(d) {
-                Ok(h) => h,
-                Err(_) => return reject(),
-            },
-            None => match DatagramHeader::decode(d) {
-                Ok(h) if h.tag == self.tag => h,
-                _ => return reject(),
-            },
+            Some(_) => DatagramHeader::decode_sealed(d),
+            None => DatagramHeader::decode(d).and_then(|h| match h.tag == self.tag {
+                true => Ok(h),
+                false => Err(zcp_wire::DecodeError::Malformed("another session".into())),
+            }),
+        };
+        let Ok(h) = h else {
+            return reject();
         };
         let p = self.payload as u64;
         let Some(a) = self
@@ -436,6 +438,11 @@ impl<'a> Receiver<'a> {
         if a.has(g) {
             st.duplicates.fetch_add(1, Ordering::Relaxed);
             return;
+        }
+        if let Some(o) = &self.opener
+            && o.open(d).is_err()
+        {
+            return reject();
         }
         let at = rel as usize;
         a.buf[at..at + h.len as usize].copy_from_slice(&d[DATAGRAM_HEADER_LEN..][..h.len as usize]);

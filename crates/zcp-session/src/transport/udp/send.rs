@@ -90,6 +90,7 @@ pub(super) fn stream(
     let failed = |r: Refusal| {
         (side.report)(Departure::StreamFailed {
             stream,
+            forged: r.code == ErrorCode::Verify,
             why: r.message,
         });
     };
@@ -543,9 +544,14 @@ impl Sender<'_> {
                 .seal(h, &mut self.sealed[at..])
                 .map_err(|e| Refusal::new(ErrorCode::Io, e.to_string()))?;
             self.sealed.extend_from_slice(&tag);
+            let mut head = head;
             if let Some(x) = self.tamper.as_mut().and_then(hit) {
-                let n = self.sealed.len() - at;
-                self.sealed[at + (x % n as u64) as usize] ^= 1;
+                // Any byte of the datagram: header, ciphertext or tag.
+                let n = (head.len() + self.sealed.len() - at) as u64;
+                match (x % n) as usize {
+                    i if i < head.len() => head[i] ^= 1,
+                    i => self.sealed[at + i - head.len()] ^= 1,
+                }
             }
             heads.push(head);
             spans.push(at..self.sealed.len());

@@ -41,6 +41,7 @@ pub(crate) fn open(
         .map_err(|e| Refusal::new(ErrorCode::Io, format!("UDP side channel: {e}")))?;
     let reader = SideReader {
         buf: Vec::new(),
+        at: 0,
         sealed: Some(Opening {
             raw: Vec::new(),
             opener: None,
@@ -89,8 +90,9 @@ impl Opening {
         let mut used = 0;
         while let Some(prefix) = self.raw.get(used..used + RECORD_PREFIX) {
             let prefix: [u8; RECORD_PREFIX] = prefix.try_into().expect("a prefix's length");
+            // On TCP nothing is lost or reordered: a length out of bounds was altered.
             let n = RecordOpener::record_len(prefix)
-                .map_err(|e| Refusal::protocol(format!("UDP side channel: {e}")))?;
+                .map_err(|e| Refusal::new(ErrorCode::Verify, format!("UDP side channel: {e}")))?;
             let at = used + RECORD_PREFIX;
             let Some(body) = self.raw.get_mut(at..at + n + AEAD_TAG_LEN) else {
                 break;
@@ -112,6 +114,9 @@ impl Opening {
 #[derive(Debug, Default)]
 pub(crate) struct SideReader {
     buf: Vec<u8>,
+    /// Where the next frame starts in `buf` (taken frames are let go in one move when more
+    /// bytes are needed, not one by one).
+    at: usize,
     sealed: Option<Opening>,
 }
 
@@ -133,12 +138,16 @@ impl SideReader {
         if let Some(s) = &mut self.sealed {
             s.open_into(&mut self.buf)?;
         }
-        match UdpFrame::decode(&self.buf) {
+        match UdpFrame::decode(&self.buf[self.at..]) {
             Ok(Some((f, used))) => {
-                self.buf.drain(..used);
+                self.at += used;
                 Ok(Some(f))
             }
-            Ok(None) => Ok(None),
+            Ok(None) => {
+                self.buf.drain(..self.at);
+                self.at = 0;
+                Ok(None)
+            }
             Err(e) => Err(Refusal::protocol(format!("UDP side channel: {e}"))),
         }
     }
