@@ -92,6 +92,12 @@ fn encrypted_sends_and_gets_arrive_whole_and_say_so() {
         "{}",
         both(&o)
     );
+    // And the start block names the engine that runs, not the one asked for.
+    assert!(
+        text(&o.stdout).contains("Engines: sender sealed, receiver"),
+        "{}",
+        both(&o)
+    );
     // Over UDP too: sealed datagrams and side channels, both ways.
     let (o, v) = send_json(
         srv.port,

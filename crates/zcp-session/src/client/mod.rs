@@ -694,7 +694,7 @@ fn get_once(
             requested: t.recv_engine,
             block: t.block_size,
             idle,
-            sender_engine: t.engine.name().into(),
+            sender_engine: sender_engine(&keys, t.engine.name().into()),
             verify: t.verify,
             existing: t.existing,
             delete: (t.delete, filter),

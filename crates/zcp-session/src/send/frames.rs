@@ -215,7 +215,10 @@ impl Sending {
         if self.totals.receiver_engine.is_none() {
             self.totals.receiver_engine = Some(engine.to_string());
             self.report(Report::Engines {
-                sender: self.engine.name().into(),
+                sender: match self.keys.encrypted() {
+                    true => crate::client::SEALED_ENGINE.into(),
+                    false => self.engine.name().into(),
+                },
                 sender_note: self.engine_note.clone(),
                 receiver: engine.into(),
                 receiver_note: (!note.is_empty()).then(|| note.to_string()),
