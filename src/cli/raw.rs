@@ -17,6 +17,13 @@ pub(crate) fn parse_host_port(arg: &std::ffi::OsStr) -> anyhow::Result<(String, 
         Ok(_) => usage!("{shown}: --raw takes HOST:PORT, not a zcp:// URL"),
         Err(e) => usage!("{e}"),
     };
+    if let Some(login) = t.ssh.as_deref().filter(|l| l.contains('@')) {
+        let user = &login[..login.rfind('@').unwrap_or(0)];
+        usage!(
+            "{shown}: --raw sends to a bare listener, which has no user names: leave out '{}@'",
+            zcp_wire::escape(user.as_bytes())
+        );
+    }
     let port = std::str::from_utf8(&t.path)
         .ok()
         .and_then(|p| p.parse::<u16>().ok())
@@ -127,5 +134,7 @@ mod tests {
         assert!(p("h:0").is_err());
         assert!(p("h:70000").is_err());
         assert!(p("zcp://h:9/x").unwrap_err().contains("not a zcp:// URL"));
+        // A user is never dropped silently: a bare listener has none.
+        assert!(p("alice@h:9000").unwrap_err().contains("leave out 'alice@'"));
     }
 }
