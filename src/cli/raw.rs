@@ -135,6 +135,10 @@ mod tests {
         assert!(p("h:70000").is_err());
         assert!(p("zcp://h:9/x").unwrap_err().contains("not a zcp:// URL"));
         // A user is never dropped silently: a bare listener has none.
-        assert!(p("alice@h:9000").unwrap_err().contains("leave out 'alice@'"));
+        assert!(
+            p("alice@h:9000")
+                .unwrap_err()
+                .contains("leave out 'alice@'")
+        );
     }
 }
