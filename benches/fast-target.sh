@@ -2,7 +2,12 @@
 # zcp into a memory-backed destination (tmpfs) against iperf3, rsync, GridFTP and scp (issue 13).
 #
 #   benches/fast-target.sh [-n REPS] [-s SIZE] [-d DIR] [-o OUTDIR] [-k KINDS] [-b ZCP] [-c]
-#                          [-G 'GLOBUS-URL-COPY OPTIONS']
+#                          [-G 'GLOBUS-URL-COPY OPTIONS'] [-P]
+#
+# -P pins every tool alike, the shape of two hosts (issue 27): each sending client to CPU 0 and
+# each receiving server or daemon (zcp serve, iperf3 -s, the rsync daemon, globus-gridftp-server,
+# sshd; their sessions inherit it) to CPU 1, with taskset; the table then adds issue 27's
+# pinned goals.
 #
 # A page-cached SIZE (default 2G) file of random bytes in DIR (default /var/tmp/zcp-bench, must
 # be on a disk, not tmpfs) goes over loopback into tmpfs: a `mount -t tmpfs` of our own under
@@ -64,8 +69,9 @@ KINDS=""
 ZCP=""
 FULL=0
 GUC_OPTS=""
+PIN=0
 TMO=600 # seconds any one client may run before it is killed and the run recorded as failed
-while getopts "n:s:d:o:k:b:cG:h" opt; do
+while getopts "n:s:d:o:k:b:cG:Ph" opt; do
     case $opt in
         n) REPS=$OPTARG ;;
         s) SIZE=$OPTARG ;;
@@ -75,9 +81,17 @@ while getopts "n:s:d:o:k:b:cG:h" opt; do
         b) ZCP=$OPTARG ;;
         c) FULL=1 ;;
         G) GUC_OPTS=$OPTARG ;;
-        *) sed -n '2,56p' "$0"; exit 2 ;;
+        P) PIN=1 ;;
+        *) sed -n '2,62p' "$0"; exit 2 ;;
     esac
 done
+# -P: what runs each side (empty: unpinned).
+SEND=() RECV=()
+if [ $PIN -eq 1 ]; then
+    command -v taskset >/dev/null || { echo "fast-target.sh: -P needs taskset (apt-get install util-linux)" >&2; exit 2; }
+    [ "$(nproc)" -ge 2 ] || { echo "fast-target.sh: -P needs 2 CPUs" >&2; exit 2; }
+    SEND=(taskset -c 0) RECV=(taskset -c 1)
+fi
 BYTES=$(numfmt --from=iec "$SIZE") || { echo "fast-target.sh: -s $SIZE is not a size (e.g. 256M, 2G)" >&2; exit 2; }
 [ "$BYTES" -ge $((1 << 20)) ] || { echo "fast-target.sh: -s $SIZE is under 1M" >&2; exit 2; }
 
@@ -200,7 +214,7 @@ SETUP=$WORK/setup.txt
 
 for d in zcp iperf3 rsync gridftp scp; do mkdir -p "$DST/$d"; done
 "$ZCP" keygen -o "$WORK/key" 2>/dev/null
-"$ZCP" serve --root "$DST/zcp" --bind 127.0.0.1 -p 0 --key-file "$WORK/key" >"$WORK/serve.out" 2>"$WORK/serve.log" &
+"${RECV[@]}" "$ZCP" serve --root "$DST/zcp" --bind 127.0.0.1 -p 0 --key-file "$WORK/key" >"$WORK/serve.out" 2>"$WORK/serve.log" &
 pids+=($!)
 for _ in $(seq 50); do grep -q listening "$WORK/serve.out" 2>/dev/null && break; sleep 0.1; done
 ZPORT=$(sed -n 's/.*listening on [^:]*:\([0-9]*\),.*/\1/p' "$WORK/serve.out")
@@ -217,7 +231,7 @@ if has rsync; then
         echo "    read only = false"
         if [ $ROOT -eq 1 ]; then echo "    uid = 0"; echo "    gid = 0"; fi
     } >"$WORK/rsyncd.conf"
-    rsync --daemon --no-detach --config="$WORK/rsyncd.conf" --port="$RPORT" --address=127.0.0.1 \
+    "${RECV[@]}" rsync --daemon --no-detach --config="$WORK/rsyncd.conf" --port="$RPORT" --address=127.0.0.1 \
         --log-file="$WORK/rsyncd.log" &
     RSYNCD=$!
     pids+=("$RSYNCD")
@@ -236,7 +250,7 @@ if has gridftp; then
         anon=(-anonymous-user nobody)
         chown nobody: "$DST/gridftp"
     fi
-    globus-gridftp-server -c "$WORK/gridftp.conf" -aa "${anon[@]}" -p "$GPORT" \
+    "${RECV[@]}" globus-gridftp-server -c "$WORK/gridftp.conf" -aa "${anon[@]}" -p "$GPORT" \
         -control-interface 127.0.0.1 -data-interface 127.0.0.1 -rp "$DST/gridftp" \
         -d error,warn,info -l "$WORK/gridftp.log" -disable-usage-stats >"$WORK/gridftp.out" 2>&1 &
     GRIDFTPD=$!
@@ -266,7 +280,7 @@ StrictModes no
 Subsystem sftp /usr/lib/openssh/sftp-server
 EOF
     if [ ! -d /run/sshd ]; then mkdir -m 755 /run/sshd; MADE_RUN_SSHD=1; fi
-    /usr/sbin/sshd -f "$S/sshd_config" -D -e 2>"$WORK/sshd.log" &
+    "${RECV[@]}" /usr/sbin/sshd -f "$S/sshd_config" -D -e 2>"$WORK/sshd.log" &
     SSHD=$!
     pids+=("$SSHD")
     wait_listen "$SPORT" "sshd"
@@ -342,7 +356,7 @@ run_kind() { # kind
             esac
             TOOL=$WORK/zcp.json
             t0=$EPOCHREALTIME
-            timeout -k 5 $TMO "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -J -i 0 "${args[@]}" \
+            timeout -k 5 $TMO "${SEND[@]}" "$ZCP" send -p "$ZPORT" --key-file "$WORK/key" -J -i 0 "${args[@]}" \
                 "$SRC" 127.0.0.1::out.bin >"$TOOL" 2>"$WORK/client.err" || RC=$?
             t1=$EPOCHREALTIME
             OUTF=$DST/zcp/out.bin
@@ -351,14 +365,14 @@ run_kind() { # kind
             local z=()
             [ "$k" = iperf3_z ] && z=(-Z)
             /usr/bin/time -f '%U %S' -o "$WORK/server.time" \
-                timeout -k 5 $TMO iperf3 -s -1 -B 127.0.0.1 -p "$IPORT" -F "$DST/iperf3/out.bin" \
+                timeout -k 5 $TMO "${RECV[@]}" iperf3 -s -1 -B 127.0.0.1 -p "$IPORT" -F "$DST/iperf3/out.bin" \
                 >/dev/null 2>"$WORK/iperf3-server.err" &
             srv=$!
             wait_listen "$IPORT" "iperf3 -s"
             TOOL=$WORK/iperf3.json
             t0=$EPOCHREALTIME
             /usr/bin/time -f '%U %S' -o "$WORK/client.time" timeout -k 5 $TMO \
-                iperf3 -c 127.0.0.1 -p "$IPORT" -F "$SRC" "${z[@]}" -J >"$TOOL" 2>"$WORK/client.err" || RC=$?
+                "${SEND[@]}" iperf3 -c 127.0.0.1 -p "$IPORT" -F "$SRC" "${z[@]}" -J >"$TOOL" 2>"$WORK/client.err" || RC=$?
             # a client that failed leaves the one-shot server waiting: stop it (timeout passes
             # the signal on to iperf3)
             if [ $RC -ne 0 ]; then kill "$(pgrep -P "$srv")" 2>/dev/null || true; fi
@@ -381,7 +395,7 @@ run_kind() { # kind
             esac
             pre=$(proc_cpu "$pid")
             t0=$EPOCHREALTIME
-            /usr/bin/time -f '%U %S' -o "$WORK/client.time" timeout -k 5 $TMO "${cmd[@]}" \
+            /usr/bin/time -f '%U %S' -o "$WORK/client.time" timeout -k 5 $TMO "${SEND[@]}" "${cmd[@]}" \
                 >"$WORK/client.out" 2>"$WORK/client.err" || RC=$?
             t1=$EPOCHREALTIME
             reaped "$pid"
@@ -455,7 +469,9 @@ python3 -c 'import json,sys; print(json.dumps({"kind": "load", "rep": int(sys.ar
     [ -z "$KINDS" ] || cmdline+=" -k $KINDS"
     [ -z "$GUC_OPTS" ] || cmdline+=" -G \"$GUC_OPTS\""
     [ $FULL -eq 0 ] || cmdline+=" -c"
+    [ $PIN -eq 0 ] || cmdline+=" -P"
     echo "command: $cmdline"
+    echo "pinned: $([ $PIN -eq 1 ] && echo 'yes: senders on CPU 0, receivers on CPU 1 (taskset)' || echo no)"
     echo "zcp: $("$ZCP" --version | head -1) ($ZCP); --verify option: $([ $NOVERIFY -eq 1 ] && echo yes || echo no)"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
     if has iperf3; then echo "iperf3: $(iperf3 --version | head -1)"; fi
@@ -605,6 +621,11 @@ else:
 both("verified (auto) / null", "zcp_auto", "zcp_null")
 if "zcp_noverify" in runs:
     both("verified (auto) / --verify none", "zcp_auto", "zcp_noverify")
+if setup.get("pinned", "no").startswith("yes"):
+    p("")
+    p("goals of issue 27, pinned one CPU per side (ratios of medians, wall time)")
+    ratio("verified / GridFTP -p 1", v, m("gridftp_p1"), 1.0)
+    ratio("verified / --verify none", v, m("zcp_noverify"), 0.9)
 if failed:
     p("")
     p("failed runs (not in the figures above)")
