@@ -175,7 +175,7 @@ impl ConnArgs {
                 && a.root != b.root
             {
                 usage!(
-                    "over ssh the paths of one get must be all absolute or all relative to the \
+                    "over ssh the paths of one command must be all absolute or all relative to the \
                      login directory"
                 );
             }

@@ -88,14 +88,14 @@ pub(super) fn one_server(remote: &[OsString]) -> Result<Remote, String> {
             server.get_or_insert_with(|| (t.host.clone(), t.port, t.ssh.clone()));
         if *ssh != t.ssh {
             return Err(
-                "every HOST:PATH of one get must reach the host the same way: all over ssh \
+                "every HOST:PATH of one command must reach the host the same way: all over ssh \
                  (HOST:PATH, as the same user) or all from a daemon (HOST::PATH, zcp://)"
                     .into(),
             );
         }
         if *host != t.host {
             return Err(format!(
-                "every HOST:PATH of one get must name the same host ({} and {})",
+                "every HOST:PATH of one command must name the same host ({} and {})",
                 zcp_wire::escape_text(host),
                 zcp_wire::escape_text(&t.host)
             ));
@@ -103,7 +103,7 @@ pub(super) fn one_server(remote: &[OsString]) -> Result<Remote, String> {
         match (*port, t.port) {
             (Some(p), Some(q)) if p != q => {
                 return Err(format!(
-                    "every zcp:// target of one get must name the same port ({p} and {q})"
+                    "every zcp:// target of one command must name the same port ({p} and {q})"
                 ));
             }
             (None, q) => *port = q,

@@ -7,11 +7,12 @@ use clap::Args;
 use zcp_session::{ListOptions, Listed, exit};
 use zcp_wire::{ListEntry, ListKind, escape};
 
+use super::ConnArgs;
 use super::filter::FilterArgs;
-use super::{ConnArgs, usage};
 
 /// `zcp ls --help`'s examples, each a command line the tests parse.
 pub(crate) const EXAMPLES: &str = "\
+  zcp ls -l dtn.example.org:/data/run42            # over ssh: zcp started there to list
   zcp ls dtn.example.org::                         # the root, or the exports this key may use
   zcp ls -l dtn.example.org::archive/run42         # sizes, modes, times (UTC), link targets
   zcp ls -r --include '*/' --include '*.h5' --exclude '*' dtn.example.org::archive
@@ -35,11 +36,12 @@ pub(crate) struct LsArgs {
     json: bool,
     #[command(flatten)]
     pub(super) filter: FilterArgs,
-    /// What to list on a zcp serve daemon: `HOST::PATH`, `[IPV6]::PATH` or
-    /// `zcp://HOST[:PORT]/PATH`; `HOST::` alone lists the root, or, on a server with exports,
-    /// the exports this key may use (then `HOST::EXPORT/PATH`). Several must name the same
-    /// server.
-    #[arg(value_name = "HOST::PATH", required = true)]
+    /// What to list: `[USER@]HOST:PATH` over ssh (relative to the login directory, or
+    /// absolute; `HOST:` alone is the login directory), or on a zcp serve daemon
+    /// `HOST::PATH`, `[IPV6]::PATH` or `zcp://HOST[:PORT]/PATH` (`HOST::` alone lists the
+    /// root, or, on a server with exports, the exports this key may use: then
+    /// `HOST::EXPORT/PATH`). Several must name the same server, reached the same way.
+    #[arg(value_name = "HOST:PATH", required = true)]
     remote: Vec<OsString>,
 }
 
@@ -51,27 +53,24 @@ pub(crate) fn run(a: LsArgs) -> anyhow::Result<i32> {
             return Ok(exit::USAGE);
         }
     };
-    // `HOST:` (or `HOST:.`) alone: the root, or the exports.
-    let paths = match remote.paths.as_slice() {
+    let asked: Vec<String> = match remote.paths.as_slice() {
+        [one] if one.as_slice() == b"." => vec![".".into()],
+        all => all.iter().map(|p| escape(p)).collect(),
+    };
+    // Over ssh, paths become relative to the login directory or to `/`.
+    let (conn, ssh, paths) = a.conn.reach_all(&remote)?;
+    // One `.` alone (`HOST::`, `HOST:`, `HOST:/`): the root, or a daemon's exports.
+    let paths = match paths.as_slice() {
         [one] if one.as_slice() == b"." => Vec::new(),
-        _ => remote.paths.clone(),
+        _ => paths,
     };
-    let asked: Vec<String> = match paths.is_empty() {
-        true => vec![".".into()],
-        false => paths.iter().map(|p| escape(p)).collect(),
-    };
-    if remote.ssh.is_some() {
-        usage!(
-            "zcp ls lists what a zcp serve daemon holds: write HOST::PATH or \
-             zcp://HOST[:PORT]/PATH (listing over ssh is not there yet: ssh HOST ls -l PATH)"
-        );
-    }
     let opts = ListOptions {
-        conn: a.conn.connection(remote.host, remote.port)?,
+        encrypt: a.conn.encrypts(ssh.is_some()),
+        conn,
         paths,
         recursive: a.recursive,
         filter: a.filter.rules()?,
-        encrypt: a.conn.encrypts(false),
+        ssh,
     };
     let requests = asked.len() as u64;
     let mut out = Printer::new(&a, asked);

@@ -243,6 +243,89 @@ fn files_and_trees_go_both_ways_over_ssh_and_nothing_stays_running() {
     no_far_side_left();
 }
 
+/// `zcp ls` over ssh lists where scp would look: an absolute path, one beneath the login
+/// directory and the login directory itself (`HOST:`); short, long, recursive and JSON; a
+/// missing path is named with exit 1 and the present one still listed (exit 23); zcp there,
+/// started for the listing, is gone afterwards.
+#[test]
+fn ls_over_ssh_lists_absolute_and_home_paths() {
+    let env = Env::new();
+    let Some(sshd) = Sshd::start(env.dir.path()) else {
+        return;
+    };
+    let there = env.mkdir("there");
+    std::fs::create_dir_all(there.join("run/sub")).unwrap();
+    std::fs::write(there.join("run/b.h5"), b"hello").unwrap();
+    std::fs::write(there.join("run/a.txt"), b"x").unwrap();
+    std::fs::write(there.join("run/sub/c.h5"), b"yy").unwrap();
+    let abs = |p: &str| format!("127.0.0.1:{}/{p}", there.display());
+    let ls = |args: &[String]| run(over_ssh(&sshd, "ls", args), 60);
+    let o = ls(&[abs("run")]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(text(&o.stdout), "a.txt\nb.h5\nsub/\n", "{}", both(&o));
+    let o = ls(&["-r".into(), abs("run")]);
+    assert_eq!(
+        text(&o.stdout),
+        "a.txt\nb.h5\nsub/\nsub/c.h5\n",
+        "{}",
+        both(&o)
+    );
+    let o = ls(&["-l".into(), abs("run/b.h5")]);
+    let out = text(&o.stdout);
+    let tail = format!(" {}/run/b.h5\n", there.display());
+    assert!(
+        out.starts_with("-rw") && out.ends_with(&tail),
+        "{}",
+        both(&o)
+    );
+    assert!(out.contains(" 5 "), "{out}");
+    // JSON, and one path missing: named, the other listed, exit 23.
+    let o = ls(&["-J".into(), abs("run/sub"), abs("gone")]);
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let paths: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, [".", "c.h5"], "{v}");
+    assert!(
+        v["failures"][0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/gone"),
+        "{v}"
+    );
+    let o = ls(&[abs("gone")]);
+    assert_eq!(o.status.code(), Some(1), "{}", both(&o));
+    assert!(
+        text(&o.stderr).contains("gone: no such file or directory"),
+        "{}",
+        both(&o)
+    );
+    // Beneath the login directory, and the login directory itself.
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
+    let name = format!("zcp-ssh-ls-{}", std::process::id());
+    std::fs::create_dir_all(home.join(&name)).unwrap();
+    std::fs::write(home.join(&name).join("x.bin"), b"x").unwrap();
+    let rel = ls(&[format!("127.0.0.1:{name}")]);
+    let tilde = ls(&[format!("127.0.0.1:~/{name}/")]);
+    let login = ls(&["127.0.0.1:".into()]);
+    let _ = std::fs::remove_dir_all(home.join(&name));
+    for o in [&rel, &tilde] {
+        assert!(o.status.success(), "{}", both(o));
+        assert_eq!(text(&o.stdout), "x.bin\n", "{}", both(o));
+    }
+    assert!(login.status.success(), "{}", both(&login));
+    assert!(
+        text(&login.stdout).lines().any(|l| l == format!("{name}/")),
+        "{}",
+        both(&login)
+    );
+    no_far_side_left();
+}
+
 #[test]
 fn login_noise_is_skipped_and_a_relative_path_starts_at_the_home_directory() {
     let env = Env::new();
@@ -365,7 +448,7 @@ fn a_daemon_style_call_with_one_colon_is_refused_naming_the_new_form() {
 fn a_far_side_that_points_elsewhere_or_talks_nonsense_stores_nothing() {
     // A far side (a stand-in for ssh) that names a real zcp server holding another key: the
     // session secret does not open it, so nothing moves; and one that prints garbage then
-    // nothing: given up on within the timeout.
+    // nothing: given up on within the timeout. A listing learns nothing from either.
     let env = Env::new();
     let root = env.mkdir("root");
     let srv = ServerProc::start(&root, &env.key, &[]);
@@ -383,16 +466,25 @@ fn a_far_side_that_points_elsewhere_or_talks_nonsense_stores_nothing() {
         (elsewhere.as_str(), "authentication"),
         (garbage, "did not answer"),
     ] {
-        let mut c = zcp();
-        c.args(["send", "--connect-timeout", "1", "-e"])
-            .arg(format!("sh -c {}", shell_quote(script)))
-            .arg(&src)
-            .arg("far.invalid:x/");
-        let o = run(c, 60);
-        assert_ne!(o.status.code(), Some(0), "{script}: {}", both(&o));
-        assert!(text(&o.stderr).contains(says), "{script}: {}", both(&o));
-        // Nothing from the network reaches the terminal unescaped.
-        assert!(!o.stderr.contains(&0x1b), "{script}");
+        for command in ["send", "ls"] {
+            let mut c = zcp();
+            c.args([command, "--connect-timeout", "1", "-e"])
+                .arg(format!("sh -c {}", shell_quote(script)));
+            if command == "send" {
+                c.arg(&src);
+            }
+            c.arg("far.invalid:x/");
+            let o = run(c, 60);
+            assert_ne!(o.status.code(), Some(0), "{command} {script}: {}", both(&o));
+            assert!(
+                text(&o.stderr).contains(says),
+                "{command} {script}: {}",
+                both(&o)
+            );
+            // Nothing from the network reaches the terminal unescaped; nothing is listed.
+            assert!(!o.stderr.contains(&0x1b), "{command} {script}");
+            assert!(o.stdout.is_empty() || command == "send", "{}", both(&o));
+        }
     }
     assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
 }
@@ -482,6 +574,24 @@ fn with_only_ssh_let_through_the_session_goes_through_ssh_and_says_so() {
     let o = zcp_in_a("get", &[target("through.bin"), back.display().to_string()]);
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&src, &back));
+    // A listing goes through ssh too, and says so.
+    let o = run(
+        {
+            let ssh = sshd.ssh_command();
+            let mut c = tb.zcp('a', &[]);
+            c.args(["ls", "-e", &ssh, "--remote-zcp", env!("CARGO_BIN_EXE_zcp")])
+                .args(["--connect-timeout", "2", &target("")]);
+            c
+        },
+        90,
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(
+        text(&o.stdout).lines().any(|l| l == "through.bin"),
+        "{}",
+        both(&o)
+    );
+    assert!(both(&o).contains("GOES THROUGH SSH"), "{}", both(&o));
     // UDP cannot go through ssh: said, not attempted.
     let o = send(&["--transport", "udp", "--no-encrypt"], "udp.bin");
     assert!(!o.status.success(), "{}", both(&o));

@@ -30,6 +30,9 @@ pub struct ListOptions {
     pub filter: Vec<FilterRule>,
     /// Ask for an encrypted session (`--encrypt`).
     pub encrypt: bool,
+    /// Reach the host over ssh (`[USER@]HOST:PATH`): zcp is started there for the listing,
+    /// and `conn` gives only the timeouts.
+    pub ssh: Option<super::Ssh>,
 }
 
 /// One answer, as it arrives.
@@ -86,6 +89,22 @@ pub fn list(
     opts: &ListOptions,
     on: &mut dyn FnMut(Listed<'_>),
 ) -> Result<ListOutcome, SessionError> {
+    let ssh = &opts.ssh;
+    let far = super::route::start(ssh, &opts.conn, false, &mut |n| on(Listed::Notice(n)))?;
+    let conn = far.as_ref().map(|f| f.connection(&opts.conn));
+    let listed = list_once(opts, conn.as_ref().unwrap_or(&opts.conn), on);
+    let listed = match (ssh, &far) {
+        (Some(s), Some(f)) if f.tunneled() => listed.map_err(|e| super::route::broken_tunnel(s, e)),
+        _ => listed,
+    };
+    super::route::unreachable(ssh, listed)
+}
+
+fn list_once(
+    opts: &ListOptions,
+    conn: &Connection,
+    on: &mut dyn FnMut(Listed<'_>),
+) -> Result<ListOutcome, SessionError> {
     let filter = Filter::new(&opts.filter)
         .map_err(|e| SessionError::Usage(escape(e.to_string().as_bytes())))?;
     let open = zcp_wire::Open {
@@ -93,7 +112,7 @@ pub fn list(
         pull: true,
         recursive: opts.recursive,
         streams: 1,
-        idle_ms: opts.conn.idle_timeout.as_millis().min(u128::from(u32::MAX)) as u32,
+        idle_ms: conn.idle_timeout.as_millis().min(u128::from(u32::MAX)) as u32,
         recv_engine: "auto".into(),
         send_engine: "sendfile".into(),
         block_size: 0,
@@ -112,7 +131,7 @@ pub fn list(
         idle,
         paths,
         ..
-    } = open_session(&opts.conn, open, &opts.paths, opts.encrypt)?;
+    } = open_session(conn, open, &opts.paths, opts.encrypt)?;
     let peer = cs.peer.to_string();
     let exports = cs.exports && paths.is_empty();
     let paths = match paths.is_empty() && !exports {

@@ -8,10 +8,10 @@ use crate::{Connection, Transfer};
 
 /// Over ssh, a far side this host cannot connect to is said as such: the address it
 /// listens on is the one the ssh connection reached, which a NAT or a jump host hides.
-pub(super) fn unreachable(
+pub(super) fn unreachable<T>(
     ssh: &Option<Ssh>,
-    ran: Result<Summary, SessionError>,
-) -> Result<Summary, SessionError> {
+    ran: Result<T, SessionError>,
+) -> Result<T, SessionError> {
     match (ssh, ran) {
         (Some(s), Err(SessionError::Connect { addr, source })) => Err(SessionError::Ssh {
             host: zcp_wire::escape_text(&s.destination),
@@ -34,13 +34,25 @@ pub(super) fn reach(
     t: &Transfer,
     reporter: &mut dyn Reporter,
 ) -> Result<Option<ssh::FarSide>, SessionError> {
+    let udp = t.link.kind == zcp_wire::udp::TransportKind::Udp;
+    start(ssh, conn, udp, &mut |note| {
+        reporter.event(&Event::Notice(note))
+    })
+}
+
+/// [`reach`] for a session without data streams (`zcp ls`): `notice` hears the fallback.
+pub(super) fn start(
+    ssh: &Option<Ssh>,
+    conn: &Connection,
+    udp: bool,
+    notice: &mut dyn FnMut(String),
+) -> Result<Option<ssh::FarSide>, SessionError> {
     let Some(s) = ssh else {
         return Ok(None);
     };
     let mut far = s.start(conn.connect_timeout, conn.idle_timeout)?;
-    let udp = t.link.kind == zcp_wire::udp::TransportKind::Udp;
     if let Some(note) = far.route(s, conn.connect_timeout, udp)? {
-        reporter.event(&Event::Notice(note));
+        notice(note);
     }
     Ok(Some(far))
 }
@@ -66,14 +78,20 @@ pub(super) fn through_ssh(
             )));
             Ok(sum)
         }
-        Err(e @ (SessionError::Connection { .. } | SessionError::Protocol { .. })) => Err(s.fail(
+        Err(e) => Err(broken_tunnel(s, e)),
+    }
+}
+
+/// A session through ssh that failed: when the connection broke, why that may be.
+pub(super) fn broken_tunnel(s: &Ssh, e: SessionError) -> SessionError {
+    match e {
+        e @ (SessionError::Connection { .. } | SessionError::Protocol { .. }) => s.fail(
             format!(
                 "the session through ssh broke ({e}): the ssh server may forbid forwarding \
-                     (AllowTcpForwarding, PermitOpen); open a port for zcp instead \
-                     (--port-range)"
+                 (AllowTcpForwarding, PermitOpen); open a port for zcp instead (--port-range)"
             ),
             true,
-        )),
-        Err(e) => Err(e),
+        ),
+        e => e,
     }
 }
