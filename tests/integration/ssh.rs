@@ -15,6 +15,9 @@ struct Sshd {
     port: u16,
     /// The user's private key, which sshd's authorized_keys lets in.
     key: PathBuf,
+    /// The zcp the far side runs (`--remote-zcp`): a link of this sshd's own to the zcp under
+    /// test, so its far sides are told from other tests' running at the same time.
+    remote: String,
 }
 
 impl Drop for Sshd {
@@ -85,7 +88,15 @@ impl Sshd {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let s = Sshd { child, port, key };
+        let remote = dir.join("zcp");
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_zcp"), &remote).unwrap();
+        let remote = remote.display().to_string();
+        let s = Sshd {
+            child,
+            port,
+            key,
+            remote,
+        };
         let until = Instant::now() + Duration::from_secs(10);
         while !listens(ns, port) {
             assert!(Instant::now() < until, "sshd did not listen on {port}");
@@ -125,33 +136,29 @@ fn has(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The zcp under test, as the far side runs it.
-fn zcp_path() -> String {
-    env!("CARGO_BIN_EXE_zcp").to_string()
-}
-
 /// `zcp ARGS` reaching 127.0.0.1 through `sshd`.
 fn over_ssh<S: AsRef<std::ffi::OsStr>>(sshd: &Sshd, command: &str, args: &[S]) -> Command {
     let mut c = zcp();
     c.arg(command)
-        .args(["-e", &sshd.ssh_command(), "--remote-zcp", &zcp_path()])
+        .args(["-e", &sshd.ssh_command(), "--remote-zcp", &sshd.remote])
         .args(args);
     c
 }
 
-/// Far sides still running (none once a transfer ended).
-fn far_sides() -> usize {
+/// Far sides still running that run `remote` (none once a transfer ended).
+fn far_sides(remote: &str) -> usize {
     let o = Command::new("pgrep")
-        .args(["-f", "zcp far-side"])
+        .args(["-f", &format!("{remote} far-side")])
         .output()
         .unwrap();
     text(&o.stdout).lines().count()
 }
 
-/// No far side left, within a few seconds (ssh and sshd tear down after the client).
-fn no_far_side_left() {
+/// No far side running `remote` left, within a few seconds (ssh and sshd tear down after
+/// the client).
+fn no_far_side_left(remote: &str) {
     let until = Instant::now() + Duration::from_secs(10);
-    while far_sides() > 0 {
+    while far_sides(remote) > 0 {
         assert!(Instant::now() < until, "a far side is still running");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -240,7 +247,7 @@ fn files_and_trees_go_both_ways_over_ssh_and_nothing_stays_running() {
     assert!(same_file(&src, &back.join("big.bin")));
     assert!(same_file(&env.path("tree/d1/f3"), &back.join("tree/d1/f3")));
     assert!(!back.join("tree/d0/f2").exists());
-    no_far_side_left();
+    no_far_side_left(&sshd.remote);
 }
 
 /// `zcp ls` over ssh lists where scp would look: an absolute path, one beneath the login
@@ -323,7 +330,7 @@ fn ls_over_ssh_lists_absolute_and_home_paths() {
         "{}",
         both(&login)
     );
-    no_far_side_left();
+    no_far_side_left(&sshd.remote);
 }
 
 #[test]
@@ -337,7 +344,7 @@ fn login_noise_is_skipped_and_a_relative_path_starts_at_the_home_directory() {
     // What a login script might print before zcp's first line.
     let noisy = format!(
         "echo 'Welcome to the cluster'; echo; printf 'motd\\n'; {}",
-        zcp_path()
+        sshd.remote
     );
     let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
     let name = format!("zcp-ssh-test-{}", std::process::id());
@@ -352,7 +359,7 @@ fn login_noise_is_skipped_and_a_relative_path_starts_at_the_home_directory() {
     assert!(o.status.success(), "{}", both(&o));
     assert!(ok, "not in {}", landed.display());
     assert!(!text(&o.stdout).contains("Welcome"), "{}", both(&o));
-    no_far_side_left();
+    no_far_side_left(&sshd.remote);
 }
 
 #[test]
@@ -382,7 +389,7 @@ fn what_keeps_the_far_side_from_starting_is_said_with_its_fix() {
             sshd.ssh_command()
                 .replace(&format!("-p {}", sshd.port), &format!("-p {closed}")),
         )
-        .args(["--remote-zcp", &zcp_path()])
+        .args(["--remote-zcp", &sshd.remote])
         .arg(&src)
         .arg(&target);
     let o = run(c, 60);
@@ -533,13 +540,7 @@ fn with_only_ssh_let_through_the_session_goes_through_ssh_and_says_so() {
     let target = |p: &str| format!("{ADDR_B}:{}/{p}", there.display());
     let zcp_in_a = |command: &str, args: &[String]| {
         let ssh = sshd.ssh_command();
-        let mut all: Vec<&str> = vec![
-            command,
-            "-e",
-            &ssh,
-            "--remote-zcp",
-            env!("CARGO_BIN_EXE_zcp"),
-        ];
+        let mut all: Vec<&str> = vec![command, "-e", &ssh, "--remote-zcp", &sshd.remote];
         all.extend(["--connect-timeout", "2", "-i", "0"]);
         all.extend(args.iter().map(String::as_str));
         let mut c = tb.zcp('a', &[]);
@@ -579,7 +580,7 @@ fn with_only_ssh_let_through_the_session_goes_through_ssh_and_says_so() {
         {
             let ssh = sshd.ssh_command();
             let mut c = tb.zcp('a', &[]);
-            c.args(["ls", "-e", &ssh, "--remote-zcp", env!("CARGO_BIN_EXE_zcp")])
+            c.args(["ls", "-e", &ssh, "--remote-zcp", &sshd.remote])
                 .args(["--connect-timeout", "2", &target("")]);
             c
         },
@@ -600,8 +601,9 @@ fn with_only_ssh_let_through_the_session_goes_through_ssh_and_says_so() {
         "{}",
         both(&o)
     );
+    let remote = sshd.remote.clone();
     drop(sshd);
-    no_far_side_left();
+    no_far_side_left(&remote);
 }
 
 #[test]
@@ -635,5 +637,5 @@ fn the_far_side_listens_in_the_port_range_asked_for() {
         (u64::from(low)..=u64::from(low) + 20).contains(&port),
         "port {port} outside {range}"
     );
-    no_far_side_left();
+    no_far_side_left(&sshd.remote);
 }
