@@ -274,10 +274,7 @@ impl SessionKeys {
     /// session without encryption.
     pub fn stream_key(&self, stream: u16, salt: &[u8; SALT_LEN]) -> Option<StreamKey> {
         let c = self.cipher.as_ref()?;
-        let mut h = blake3::Hasher::new_keyed(&c.data);
-        h.update(&stream.to_be_bytes());
-        h.update(salt);
-        Some(StreamKey(*h.finalize().as_bytes()))
+        Some(per_stream(&c.data, &[], stream, salt))
     }
 
     /// The key of one direction of UDP stream `stream`'s side channel (its data
@@ -293,11 +290,7 @@ impl SessionKeys {
         salt: &[u8; SALT_LEN],
     ) -> Option<StreamKey> {
         let c = self.cipher.as_ref()?;
-        let mut h = blake3::Hasher::new_keyed(&c.side);
-        h.update(&[u8::from(!from_sender)]);
-        h.update(&stream.to_be_bytes());
-        h.update(salt);
-        Some(StreamKey(*h.finalize().as_bytes()))
+        Some(per_stream(&c.side, &[u8::from(!from_sender)], stream, salt))
     }
 
     /// The key of UDP stream `stream`'s datagrams, which only its sender seals:
@@ -305,10 +298,7 @@ impl SessionKeys {
     /// channel opened with. `None` in a session without encryption.
     pub fn datagram_key(&self, stream: u16, salt: &[u8; SALT_LEN]) -> Option<StreamKey> {
         let c = self.cipher.as_ref()?;
-        let mut h = blake3::Hasher::new_keyed(&c.datagram);
-        h.update(&stream.to_be_bytes());
-        h.update(salt);
-        Some(StreamKey(*h.finalize().as_bytes()))
+        Some(per_stream(&c.datagram, &[], stream, salt))
     }
 
     /// Counts time spent encrypting or decrypting (the caller measures it: this crate reads
@@ -402,6 +392,16 @@ impl SessionKeys {
         h.update(&chunk_size.to_be_bytes());
         FileDigest(h)
     }
+}
+
+/// `BLAKE3-keyed(key, prefix || stream:u16 || salt)`: a per-stream key under one of the
+/// session's keys.
+fn per_stream(key: &[u8; 32], prefix: &[u8], stream: u16, salt: &[u8; SALT_LEN]) -> StreamKey {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(prefix);
+    h.update(&stream.to_be_bytes());
+    h.update(salt);
+    StreamKey(*h.finalize().as_bytes())
 }
 
 /// The whole-file digest: a keyed BLAKE3 over the file's size, its chunk size and its chunk
@@ -512,6 +512,25 @@ pub(crate) mod tests {
         assert!(plain.side_key(0, true, &[1; 32]).is_none());
         assert!(plain.datagram_key(0, &[1; 32]).is_none());
         let c = enc.cipher.as_ref().unwrap();
+        // Each is the construction PROTOCOL.md gives, byte for byte.
+        let keyed = |key: &[u8; 32], parts: &[&[u8]]| {
+            let mut h = blake3::Hasher::new_keyed(key);
+            for p in parts {
+                h.update(p);
+            }
+            *h.finalize().as_bytes()
+        };
+        let (s7, salt) = (7u16.to_be_bytes(), [9u8; 32]);
+        assert_eq!(
+            enc.stream_key(7, &salt).unwrap().0,
+            keyed(&c.data, &[&s7, &salt])
+        );
+        let sender = enc.side_key(7, true, &salt).unwrap().0;
+        assert_eq!(sender, keyed(&c.side, &[&[0], &s7, &salt]));
+        let receiver = enc.side_key(7, false, &salt).unwrap().0;
+        assert_eq!(receiver, keyed(&c.side, &[&[1], &s7, &salt]));
+        let datagram = enc.datagram_key(7, &salt).unwrap().0;
+        assert_eq!(datagram, keyed(&c.datagram, &[&s7, &salt]));
         assert_ne!(c.control_c2s, c.control_s2c);
         assert_ne!(c.control_c2s, c.data);
         assert_ne!(c.control_c2s, plain.control_c2s);
