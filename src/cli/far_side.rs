@@ -1,4 +1,4 @@
-//! `zcp far-side` (hidden): the far side of `zcp send/get [USER@]HOST:PATH`, started by ssh.
+//! `zcp far-side` (hidden): the far side of `zcp send/get/ls [USER@]HOST:PATH`, started by ssh.
 //! It reads the session's secret from its stdin (`zcp-secret HEX`: never on a command line,
 //! where `ps` would show it), listens on the address the ssh connection reached
 //! (`$SSH_CONNECTION`'s third field) at a port of its choosing (or of `--port-range`), says
@@ -91,7 +91,7 @@ fn read_secret() -> anyhow::Result<zcp_wire::Psk> {
         .map(str::trim)
         .ok_or_else(|| {
             anyhow::anyhow!(
-                "no session secret on stdin (zcp far-side is started by `zcp send/get \
+                "no session secret on stdin (zcp far-side is started by `zcp send/get/ls \
                  HOST:PATH` over ssh, which passes it there; not by hand, and not through an ssh \
                  that gives it no stdin, such as ssh -n)"
             )
@@ -104,7 +104,7 @@ fn listen_ip() -> anyhow::Result<IpAddr> {
     let conn = std::env::var("SSH_CONNECTION").map_err(|_| {
         anyhow::anyhow!(
             "$SSH_CONNECTION is not set: zcp far-side runs under sshd, started by \
-             `zcp send/get HOST:PATH` (a --ssh-command that is not ssh must set it)"
+             `zcp send/get/ls HOST:PATH` (a --ssh-command that is not ssh must set it)"
         )
     })?;
     conn.split_whitespace()

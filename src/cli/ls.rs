@@ -149,7 +149,10 @@ impl Printer {
                 self.flush();
                 let path = match rel.is_empty() {
                     true => self.asked[request].clone(),
-                    false => format!("{}/{}", self.asked[request], escape(rel)),
+                    false => {
+                        let asked = self.asked[request].trim_end_matches('/');
+                        format!("{asked}/{}", escape(rel))
+                    }
                 };
                 eprintln!("zcp: ls: {path}: {message}");
                 let v = serde_json::json!({"path": path, "message": message});

@@ -174,7 +174,7 @@ enum Command {
     Send(send::SendArgs),
     /// Fetch files and directory trees from a server.
     Get(get::GetArgs),
-    /// List what a server holds beneath paths this key may read, or the exports it may use.
+    /// List what a host holds beneath paths (over ssh, or on a daemon what this key may read), or a daemon's exports.
     Ls(ls::LsArgs),
     /// Take one bare TCP stream (nc, a Java client, zcp send --raw) into a file, durably.
     /// No authentication.
@@ -194,7 +194,7 @@ enum Command {
     /// A chart from a benchmark script's CSV (`benches/udp.sh` runs it).
     #[command(hide = true)]
     BenchChart(bench::BenchChartArgs),
-    /// The far side of `zcp send/get HOST:PATH`, started over ssh.
+    /// The far side of `zcp send/get/ls HOST:PATH`, started over ssh.
     #[command(hide = true)]
     FarSide(far_side::FarSideArgs),
 }

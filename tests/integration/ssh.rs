@@ -81,6 +81,9 @@ impl Sshd {
             }
             None => Command::new(sshd),
         };
+        let remote = dir.join("zcp");
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_zcp"), &remote).unwrap();
+        let remote = remote.display().to_string();
         let child = c
             .args(["-D", "-e", "-f"])
             .arg(&config)
@@ -88,9 +91,6 @@ impl Sshd {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let remote = dir.join("zcp");
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_zcp"), &remote).unwrap();
-        let remote = remote.display().to_string();
         let s = Sshd {
             child,
             port,
@@ -271,6 +271,7 @@ fn ls_over_ssh_lists_absolute_and_home_paths() {
     assert!(o.status.success(), "{}", both(&o));
     assert_eq!(text(&o.stdout), "a.txt\nb.h5\nsub/\n", "{}", both(&o));
     let o = ls(&["-r".into(), abs("run")]);
+    assert!(o.status.success(), "{}", both(&o));
     assert_eq!(
         text(&o.stdout),
         "a.txt\nb.h5\nsub/\nsub/c.h5\n",
@@ -278,6 +279,7 @@ fn ls_over_ssh_lists_absolute_and_home_paths() {
         both(&o)
     );
     let o = ls(&["-l".into(), abs("run/b.h5")]);
+    assert!(o.status.success(), "{}", both(&o));
     let out = text(&o.stdout);
     let tail = format!(" {}/run/b.h5\n", there.display());
     assert!(
@@ -311,6 +313,12 @@ fn ls_over_ssh_lists_absolute_and_home_paths() {
         "{}",
         both(&o)
     );
+    // Encrypted unless asked not to; in clear, said so.
+    assert!(!both(&o).contains("--no-encrypt"), "{}", both(&o));
+    let o = ls(&["--no-encrypt".into(), abs("run/")]);
+    assert!(o.status.success(), "{}", both(&o));
+    assert_eq!(text(&o.stdout), "a.txt\nb.h5\nsub/\n", "{}", both(&o));
+    assert!(text(&o.stderr).contains("--no-encrypt"), "{}", both(&o));
     // Beneath the login directory, and the login directory itself.
     let home = PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()));
     let name = format!("zcp-ssh-ls-{}", std::process::id());

@@ -91,11 +91,18 @@ pub fn list(
 ) -> Result<ListOutcome, SessionError> {
     let ssh = &opts.ssh;
     let far = super::route::start(ssh, &opts.conn, false, &mut |n| on(Listed::Notice(n)))?;
+    if ssh.is_some() && !opts.encrypt {
+        on(Listed::Notice(super::ssh::IN_THE_CLEAR.into()));
+    }
     let conn = far.as_ref().map(|f| f.connection(&opts.conn));
     let listed = list_once(opts, conn.as_ref().unwrap_or(&opts.conn), on);
-    let listed = match (ssh, &far) {
-        (Some(s), Some(f)) if f.tunneled() => listed.map_err(|e| super::route::broken_tunnel(s, e)),
-        _ => listed,
+    // A connection through ssh that broke may be ssh's doing; a listing the far side got
+    // wrong (a protocol error) is not.
+    let listed = match (ssh, &far, listed) {
+        (Some(s), Some(f), Err(e @ SessionError::Connection { .. })) if f.tunneled() => {
+            Err(super::route::broken_tunnel(s, e))
+        }
+        (_, _, listed) => listed,
     };
     super::route::unreachable(ssh, listed)
 }
