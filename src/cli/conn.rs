@@ -43,6 +43,10 @@ pub(crate) struct ConnArgs {
     /// Send in clear even over ssh (data is still authenticated and verified).
     #[arg(long)]
     no_encrypt: bool,
+    /// The note on where a daemon's targets went was printed (once a command, however many
+    /// paths it names).
+    #[arg(skip)]
+    noted: std::cell::Cell<bool>,
 }
 
 impl ConnArgs {
@@ -142,7 +146,9 @@ impl ConnArgs {
                  the daemon, or leave them out to go over ssh"
             );
         }
-        if zcp_session::keyfile::default_key_path().is_some_and(|p| p.exists()) {
+        if !self.noted.replace(true)
+            && zcp_session::keyfile::default_key_path().is_some_and(|p| p.exists())
+        {
             eprintln!(
                 "zcp: {host}:PATH goes over ssh (a zcp serve daemon, which your key file is for, \
                  is {host}::PATH)"

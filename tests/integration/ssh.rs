@@ -457,6 +457,19 @@ fn a_daemon_style_call_with_one_colon_is_refused_naming_the_new_form() {
     let o = run(c, 10);
     assert_eq!(o.status.code(), Some(2), "{}", both(&o));
     assert!(text(&o.stderr).contains("over ssh"), "{}", both(&o));
+    // With only the default key file present, where a daemon's targets went is said once,
+    // however many paths there are.
+    let home = env.mkdir("home");
+    std::fs::create_dir_all(home.join(".config/zcp")).unwrap();
+    std::fs::copy(&env.key, home.join(".config/zcp/key")).unwrap();
+    let mut c = zcp();
+    c.env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .args(["ls", "-e", "false", "dtn.invalid:a", "dtn.invalid:b"]);
+    let o = run(c, 10);
+    assert_ne!(o.status.code(), Some(0), "{}", both(&o));
+    let said = text(&o.stderr).matches("dtn.invalid::PATH").count();
+    assert_eq!(said, 1, "{}", both(&o));
 }
 
 #[test]
