@@ -105,6 +105,17 @@ impl HandshakeError {
     }
 }
 
+/// Refuses a peer speaking another protocol version.
+fn same_version(peer: u16) -> Result<(), HandshakeError> {
+    match peer == PROTOCOL_VERSION {
+        true => Ok(()),
+        false => Err(HandshakeError::Version {
+            peer,
+            ours: PROTOCOL_VERSION,
+        }),
+    }
+}
+
 fn unexpected(expected: &'static str, got: Message) -> HandshakeError {
     match got {
         Message::Error { code, message } => HandshakeError::Refused { code, message },
@@ -197,12 +208,7 @@ impl ClientHandshake {
         else {
             return Err(unexpected("Challenge", msg));
         };
-        if version != PROTOCOL_VERSION {
-            return Err(HandshakeError::Version {
-                peer: version,
-                ours: PROTOCOL_VERSION,
-            });
-        }
+        same_version(version)?;
         let agreement = match (self.ephemeral, share) {
             (None, None) => None,
             (Some(_), None) => return Err(HandshakeError::Downgrade),
@@ -330,12 +336,7 @@ pub fn accept_any(
     else {
         return Err(unexpected("Hello", hello));
     };
-    if version != PROTOCOL_VERSION {
-        return Err(HandshakeError::Version {
-            peer: version,
-            ours: PROTOCOL_VERSION,
-        });
-    }
+    same_version(version)?;
     Ok(match (role, identity) {
         (Role::Control, Some(tag)) => {
             let i = keys::find_identity(keys, &client, &tag).ok_or(HandshakeError::ClientProof)?;
@@ -691,6 +692,17 @@ mod tests {
                 expected: "Hello",
                 got: "Finish"
             })
+        ));
+        // A server speaking another version is refused by the client too.
+        let other = Message::Challenge {
+            version: 99,
+            nonce: [2; 32],
+            proof: [0; 32],
+            share: None,
+        };
+        assert!(matches!(
+            ClientHandshake::new(psk(1), [1; 32]).on_challenge(other),
+            Err(HandshakeError::Version { peer: 99, .. })
         ));
         let client = ClientHandshake::new(psk(1), [1; 32]);
         let refused = Message::Error {
