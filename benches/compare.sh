@@ -7,14 +7,18 @@
 # verified, to DIR's disk), --recv-engine mem (verified, into memory) and --recv-engine null
 # (network only) — both binaries send the same page-cached SIZE file over loopback to a server
 # of their own build, in alternating order (so drift hits both alike). Prints, per
-# configuration, the median Gbit/s and CPU seconds per GiB (both sides) of each build and the
-# ratio AFTER/BEFORE. Raw JSON documents and the table go to OUTDIR when given.
+# configuration, the median Gbit/s and CPU seconds per GiB (both sides, and each side) of each
+# build and the ratio AFTER/BEFORE. Any other receiver engine (splice, rw, direct) is a
+# configuration too, e.g. -c splice,rw. Raw JSON documents and the table go to OUTDIR when given.
 # -c picks the configurations (default: default,mem,null); `tree` is a tree of FILES (10000)
 # files of 4-64 KiB sent with -r -P 2 (durable, verified; each run into a new directory),
 # measured in files per second (wall time, process start to exit) and CPU seconds (both
 # sides), with an rsync daemon (rsync -a, not synced) in the same rotation when rsync is
-# installed. Every tree is deleted at the end: on ext4 without a journal, creating files is
-# slower after many deletions nearby, so leave the filesystem a while between sessions.
+# installed. -w SIZE writes SIZE of another file (zeros, not synced) to DIR's filesystem just
+# before each tree run, so every run starts with that much of another writer's dirty data
+# there (what `syncfs` has to wait for). Every tree is deleted at the end: on ext4 without a
+# journal, creating files is slower after many deletions nearby, so leave the filesystem a
+# while between sessions.
 # Needs: python3. Example: cp target/release/zcp /tmp/zcp-before; (change, rebuild);
 # benches/compare.sh -n 5 /tmp/zcp-before target/release/zcp
 set -euo pipefail
@@ -25,7 +29,8 @@ DIR=/var/tmp/zcp-bench
 OUT=""
 CONFIGS=default,mem,null
 FILES=10000
-while getopts "n:s:d:o:c:f:h" opt; do
+DIRTY=""
+while getopts "n:s:d:o:c:f:w:h" opt; do
     case $opt in
         n) REPS=$OPTARG ;;
         s) SIZE=$OPTARG ;;
@@ -33,11 +38,12 @@ while getopts "n:s:d:o:c:f:h" opt; do
         o) OUT=$OPTARG ;;
         c) CONFIGS=$OPTARG ;;
         f) FILES=$OPTARG ;;
-        *) sed -n '2,21p' "$0"; exit 2 ;;
+        w) DIRTY=$OPTARG ;;
+        *) sed -n '2,23p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { sed -n '2,21p' "$0"; exit 2; }
+[ $# -eq 2 ] || { sed -n '2,23p' "$0"; exit 2; }
 BIN=("$(realpath "$1")" "$(realpath "$2")")
 NAME=(before after)
 for b in "${BIN[@]}"; do [ -x "$b" ] || { echo "compare.sh: $b is not an executable" >&2; exit 2; }; done
@@ -99,7 +105,7 @@ if [ -n "$RSYNC" ]; then
 fi
 
 RAW=$WORK/raw.jsonl
-args_of() { case $1 in default) ;; mem) echo --recv-engine mem ;; null) echo --recv-engine null ;; esac; }
+args_of() { case $1 in default) ;; *) echo --recv-engine "$1" ;; esac; }
 now() { date +%s.%N; }
 record() { # build cfg wall: the JSON document on stdin
     python3 -c 'import json,sys; print(json.dumps({"build": sys.argv[1], "cfg": sys.argv[2], "wall": float(sys.argv[3]), "data": json.loads(sys.stdin.read() or "{}")}))' \
@@ -115,6 +121,10 @@ tree_run() { # rep who (0, 1 or r): the tree into a new directory; nothing is de
     local rep=$1 who=$2 t0 t1
     find "$WORK/tree" -type f -exec cat {} + >/dev/null
     sync
+    if [ -n "$DIRTY" ]; then
+        rm -f "$WORK/dirty"
+        head -c "$DIRTY" /dev/zero >"$WORK/dirty"
+    fi
     t0=$(now)
     if [ "$who" = r ]; then
         # CPU of both sides: the client's from bash's `times` (children), the daemon's from its
@@ -190,21 +200,23 @@ for line in open(raw):
         continue
     e = d["end"]
     gib = e["sum"]["bytes"] / (1 << 30)
-    cpu = (e["cpu"]["sender"]["total"] + e["cpu"]["receiver"]["total"]) / gib
-    runs.setdefault((r["cfg"], r["build"]), []).append((e["sum"]["bits_per_second"] / 1e9, cpu))
+    snd, rcv = e["cpu"]["sender"]["total"] / gib, e["cpu"]["receiver"]["total"] / gib
+    runs.setdefault((r["cfg"], r["build"]), []).append((e["sum"]["bits_per_second"] / 1e9, snd + rcv, snd, rcv))
 med = statistics.median
 print(f"medians of each build's runs, interleaved")
 print(f"before: {before}\nafter:  {after}")
 if runs:
     print(f"\n{size} over loopback")
-    print(f"{'config':<10} {'before Gbit/s':>14} {'after Gbit/s':>13} {'after/before':>13} {'CPU s/GiB before':>17} {'after':>7}")
-for cfg in ["default", "mem", "null"]:
+    print(f"{'config':<10} {'before Gbit/s':>14} {'after Gbit/s':>13} {'after/before':>13} {'CPU s/GiB before':>17} {'after':>7}"
+          f" {'send/recv before':>17} {'after':>11}")
+for cfg in dict.fromkeys(c for c, _ in runs):
     b, a = runs.get((cfg, "before"), []), runs.get((cfg, "after"), [])
     if not b or not a:
         continue
     mb, ma = med(x[0] for x in b), med(x[0] for x in a)
     cb, ca = med(x[1] for x in b), med(x[1] for x in a)
-    print(f"{cfg:<10} {mb:>14.2f} {ma:>13.2f} {ma / mb:>13.2f} {cb:>17.2f} {ca:>7.2f}")
+    side = lambda xs: f"{med(x[2] for x in xs):.2f}/{med(x[3] for x in xs):.2f}"
+    print(f"{cfg:<10} {mb:>14.2f} {ma:>13.2f} {ma / mb:>13.2f} {cb:>17.2f} {ca:>7.2f} {side(b):>17} {side(a):>11}")
     print(f"{'':<10} {'range ' + format(min(x[0] for x in b), '.2f') + '-' + format(max(x[0] for x in b), '.2f'):>14} "
           f"{'range ' + format(min(x[0] for x in a), '.2f') + '-' + format(max(x[0] for x in a), '.2f'):>13}")
 if trees:

@@ -273,7 +273,13 @@ fn many_small_files_keep_every_stream_busy() {
         make_dense(&dir.join(format!("f{i}")), 4096 + (i * 997) % 61440, i);
     }
     let root = env.mkdir("root");
-    let srv = ServerProc::start(&root, &env.key, &[]);
+    // A batch of files is made durable by one syncfs, or by an fsync of each where other
+    // writers' dirty data would hold syncfs up; ZCP_COMMIT_SYNC fixes the second way here.
+    let mut serve = zcp();
+    serve
+        .args(["serve", "--bind", "127.0.0.1"])
+        .env("ZCP_COMMIT_SYNC", "each");
+    let srv = ServerProc::spawn(serve, &root, &env.key, &["--log-level", "debug"]);
     let (o, v) = send_json(
         srv.port,
         &env.key,
@@ -284,6 +290,16 @@ fn many_small_files_keep_every_stream_busy() {
     );
     assert!(o.status.success(), "{}", both(&o));
     assert_eq!(v["end"]["files"]["committed"], 1500, "{}", v["end"]);
+    let log = srv.log();
+    let batches = |how: &str| log.matches(&format!("how=\"{how}\"")).count();
+    assert!(
+        batches("fsync of each file") >= 1 && batches("syncfs") == 0,
+        "{}",
+        log.lines()
+            .filter(|l| l.contains("commit batch"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // Every stream carried data.
     let mut per_stream = [0u64; 4];
     for iv in v["intervals"].as_array().unwrap() {

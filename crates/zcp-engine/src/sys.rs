@@ -245,6 +245,25 @@ pub fn current_rss_bytes() -> Option<u64> {
     Some(pages * rustix::param::page_size() as u64)
 }
 
+/// Bytes of the page cache that are dirty or being written back, host-wide (`Dirty` plus
+/// `Writeback` of `/proc/meminfo`); `None` where procfs is not mounted.
+pub fn dirty_bytes() -> Option<u64> {
+    parse_dirty(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+fn parse_dirty(meminfo: &str) -> Option<u64> {
+    let kib = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((kib("Dirty:")? + kib("Writeback:")?) * 1024)
+}
+
 /// The peak of [`current_rss_bytes`] over a stretch of time (a session), sampled at most
 /// every 100 ms.
 #[derive(Debug, Default)]
@@ -357,5 +376,14 @@ mod tests {
         let a: [u8; 32] = random().unwrap();
         let b: [u8; 32] = random().unwrap();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn dirty_bytes_adds_dirty_and_writeback() {
+        let m = "MemFree:        1000 kB\nDirty:            12 kB\nWriteback:         3 kB\n\
+                 WritebackTmp:      7 kB\n";
+        assert_eq!(parse_dirty(m), Some(15 * 1024));
+        assert_eq!(parse_dirty("Dirty: 12 kB\n"), None);
+        assert!(dirty_bytes().is_some(), "procfs is mounted here");
     }
 }

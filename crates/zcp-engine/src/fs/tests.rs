@@ -315,3 +315,52 @@ fn a_new_name_is_never_taken_from_a_file_that_appeared() {
     assert!(keep_as_backup(&*dir(), b"m").is_err());
     assert!(d.path().join("m").is_file());
 }
+
+#[test]
+fn each_on_threads_runs_every_item_once_and_returns_an_error_after_all_ran() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    for (n, threads) in [(0usize, 8usize), (1, 8), (7, 3), (300, 8), (5, 0)] {
+        let seen: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        let items: Vec<usize> = (0..n).collect();
+        each_on_threads(&items, threads, |&i| {
+            seen[i].fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        assert!(
+            seen.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+            "{n} on {threads}"
+        );
+    }
+    let ran = AtomicU32::new(0);
+    let items: Vec<usize> = (0..50).collect();
+    let e = each_on_threads(&items, 4, |&i| {
+        ran.fetch_add(1, Ordering::Relaxed);
+        if i % 10 == 3 {
+            Err(EngineError::Path(format!("item {i}")))
+        } else {
+            Ok(())
+        }
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("item "), "{e}");
+    assert_eq!(ran.load(Ordering::Relaxed), 50, "the others still ran");
+}
+
+#[test]
+fn fsync_each_syncs_part_files() {
+    let (d, r) = root();
+    let parts: Vec<PartFile> = (0..20)
+        .map(|i| {
+            let dir = Arc::new(r.open_dir(&[], false).unwrap());
+            PartFile::open(dir, &format!("f{i}")).unwrap().0
+        })
+        .collect();
+    for p in &parts {
+        rustix::io::pwrite(&*p.shared_fd(), b"data", 0).unwrap();
+    }
+    let refs: Vec<&PartFile> = parts.iter().collect();
+    fsync_each(&refs, 8).unwrap();
+    fsync_each(&[], 8).unwrap();
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 20);
+}

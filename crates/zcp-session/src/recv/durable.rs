@@ -3,8 +3,10 @@
 //! The **journal thread** makes verified chunks durable in batches — one `fdatasync` of a
 //! file and one append (and `fsync`) of its journal for many chunks — and only then do they
 //! count as durable and get acknowledged. The **committer** commits finished files in
-//! batches: one `syncfs` for many small files or an `fsync` for a lone one, then the renames,
-//! then one `fsync` per directory. A file is renamed into place only after the role decided
+//! batches: one `syncfs` for many small files, or an `fsync` of each on a few threads where
+//! other writers' dirty data would hold `syncfs` up ([`super::sync_choice`]), or an `fsync`
+//! for a lone one; then the renames, then one `fsync`
+//! per directory. A file is renamed into place only after the role decided
 //! it ([`super::state::Receiving::settle`]): every chunk verified and durable, digests equal.
 
 use std::os::fd::OwnedFd;
@@ -20,6 +22,7 @@ use zcp_wire::{ErrorCode, ExistingMode};
 use super::RxCore;
 use super::prepare::engine_err;
 use super::state::{CommitJob, JournalJob, Refusal};
+use super::sync_choice::{FSYNC_THREADS, Way};
 
 /// Files committed together at most.
 const COMMIT_BATCH: usize = 256;
@@ -87,6 +90,7 @@ struct Step {
 
 /// Commits finished files in batches.
 pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
+    let forced = super::sync_choice::forced();
     while let Ok(first) = rx.recv() {
         let u0 = thread_usage();
         let mut batch = vec![first];
@@ -98,7 +102,7 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
                 Err(_) => break,
             }
         }
-        let (done, failed) = commit(&core, batch);
+        let (done, failed) = commit(&core, batch, forced);
         let _cork = core.ctl.cork();
         for (job, r) in done.into_iter().chain(failed) {
             let (id, digest) = (job.spec.id, job.digest);
@@ -110,9 +114,9 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
 
 type Decided = Vec<(CommitJob, Result<(), Refusal>)>;
 
-/// One batch: final metadata, one sync for all, the renames, each directory synced once.
+/// One batch: final metadata, one sync for all (`forced`: the way `ZCP_COMMIT_SYNC` fixed), the renames, each directory synced once.
 /// Returns what committed and what failed, each with its result.
-fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
+fn commit(core: &RxCore, batch: Vec<CommitJob>, forced: Option<Way>) -> (Decided, Decided) {
     let mut steps: Vec<Step> = Vec::new();
     let mut failed: Decided = Vec::new();
     for job in batch {
@@ -122,17 +126,29 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
             Err(r) => failed.push((job, Err(r))),
         }
     }
-    let storing = steps.iter().filter(|s| s.part.is_some()).count();
+    let parts: Vec<&PartFile> = steps.iter().filter_map(|s| s.part.as_ref()).collect();
+    let storing = parts.len();
     let began = Instant::now();
-    let synced = match storing {
-        0 => Ok(()),
-        1 => steps
-            .iter()
-            .find_map(|s| s.part.as_ref())
-            .expect("one")
-            .sync(),
-        _ => zcp_engine::fs::syncfs(core.disk.root.fd()),
+    let (synced, way) = match storing {
+        0 => (Ok(()), None),
+        1 => (parts[0].sync(), None),
+        _ => {
+            let bytes = steps
+                .iter()
+                .filter(|s| s.part.is_some())
+                .map(|s| s.job.spec.plan.size())
+                .sum();
+            let way = forced.unwrap_or_else(|| {
+                super::sync_choice::way(zcp_engine::sys::dirty_bytes(), storing, bytes)
+            });
+            let r = match way {
+                Way::Syncfs => zcp_engine::fs::syncfs(core.disk.root.fd()),
+                Way::EachFile => zcp_engine::fs::fsync_each(&parts, FSYNC_THREADS),
+            };
+            (r, Some(way))
+        }
     };
+    drop(parts);
     if let Err(e) = synced {
         let r = engine_err(e);
         for s in steps.drain(..) {
@@ -188,6 +204,7 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>) -> (Decided, Decided) {
         .try_for_each(|d| zcp_engine::fs::fsync_dir(&**d));
     tracing::debug!(
         files = storing,
+        how = way.map_or("fsync", Way::name),
         sync_ms = (synced_at - began).as_secs_f64() * 1e3,
         rename_ms = synced_at.elapsed().as_secs_f64() * 1e3,
         dirs = dirs.len(),

@@ -23,6 +23,7 @@ mod prepare;
 pub(crate) mod prune;
 mod resume;
 pub(crate) mod state;
+mod sync_choice;
 
 pub(crate) use state::frames;
 
