@@ -292,6 +292,21 @@ fn many_small_files_keep_every_stream_busy() {
     assert_eq!(v["end"]["files"]["committed"], 1500, "{}", v["end"]);
     let log = srv.log();
     let batches = |how: &str| log.matches(&format!("how=\"{how}\"")).count();
+    // Each directory made for the tree is in its parent durably too, each parent synced once
+    // for each directory below it: small for d0..d14, s for small, the root for s.
+    let parents: usize = log
+        .lines()
+        .filter(|l| l.contains("commit batch"))
+        .filter_map(|l| {
+            l.split("parents=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(parents, 17, "{log}");
     assert!(
         batches("fsync of each file") >= 1 && batches("syncfs") == 0,
         "{}",

@@ -299,6 +299,48 @@ pub fn fsync_dir(dir: impl AsFd) -> Result<(), EngineError> {
     })
 }
 
+/// Makes the entries of `dir` and of each directory above it, up to `root`, durable: an `fsync`
+/// of each parent whose child is not in `known` (device and inode of directories whose entry
+/// is durable; kept across calls, so each directory costs one parent sync). A directory the
+/// receiver created is in its parent only once the parent is synced: [`fsync_dir`] of the
+/// directory itself makes its files' renames durable, not its own name. Stops at `root`
+/// (whose entry is not the receiver's to make), at a mount point, and at the filesystem's top
+/// (where a directory reached through a followed symlink, or moved meanwhile, leads past
+/// `root`: only `fsync`s are made there). Returns the parents synced.
+pub fn sync_entries_up_to(
+    dir: BorrowedFd<'_>,
+    root: BorrowedFd<'_>,
+    known: &mut std::collections::HashSet<(u64, u64)>,
+) -> Result<Vec<(u64, u64)>, EngineError> {
+    let top = meta::stat_fd(root)?.id;
+    let mut synced = Vec::new();
+    let mut id = meta::stat_fd(dir)?.id;
+    let mut cur: Option<OwnedFd> = None;
+    for _ in 0..4096 {
+        if id == top || known.contains(&id) {
+            break;
+        }
+        let here = cur.as_ref().map_or(dir, |fd| fd.as_fd());
+        let parent = rustix::fs::openat(
+            here,
+            "..",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| EngineError::sys("openat(..)", "destination directory", e))?;
+        let parent_id = meta::stat_fd(&parent)?.id;
+        if parent_id == id || parent_id.0 != id.0 {
+            break;
+        }
+        fsync_dir(&parent)?;
+        known.insert(id);
+        synced.push(parent_id);
+        id = parent_id;
+        cur = Some(parent);
+    }
+    Ok(synced)
+}
+
 /// `syncfs`: everything written to the filesystem under `fd` reaches stable storage. One call
 /// for a batch of small files instead of an `fsync` each.
 pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {

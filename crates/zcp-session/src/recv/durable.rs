@@ -9,7 +9,8 @@
 //! per directory. A file is renamed into place only after the role decided
 //! it ([`super::state::Receiving::settle`]): every chunk verified and durable, digests equal.
 
-use std::os::fd::OwnedFd;
+use std::collections::HashSet;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,8 @@ struct Step {
 /// Commits finished files in batches.
 pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
     let forced = super::sync_choice::forced();
+    // Directories whose own entry is durable (see `sync_entries_up_to`), for the session.
+    let mut entries = HashSet::new();
     while let Ok(first) = rx.recv() {
         let u0 = thread_usage();
         let mut batch = vec![first];
@@ -102,7 +105,7 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
                 Err(_) => break,
             }
         }
-        let (done, failed) = commit(&core, batch, forced);
+        let (done, failed) = commit(&core, batch, forced, &mut entries);
         let _cork = core.ctl.cork();
         for (job, r) in done.into_iter().chain(failed) {
             let (id, digest) = (job.spec.id, job.digest);
@@ -114,9 +117,15 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
 
 type Decided = Vec<(CommitJob, Result<(), Refusal>)>;
 
-/// One batch: final metadata, one sync for all (`forced`: the way `ZCP_COMMIT_SYNC` fixed), the renames, each directory synced once.
-/// Returns what committed and what failed, each with its result.
-fn commit(core: &RxCore, batch: Vec<CommitJob>, forced: Option<Way>) -> (Decided, Decided) {
+/// One batch: final metadata, one sync for all (`forced`: the way `ZCP_COMMIT_SYNC` fixed),
+/// the renames, each directory synced once and its entry up to the root once a session
+/// (`entries`). Returns what committed and what failed, each with its result.
+fn commit(
+    core: &RxCore,
+    batch: Vec<CommitJob>,
+    forced: Option<Way>,
+    entries: &mut HashSet<(u64, u64)>,
+) -> (Decided, Decided) {
     let mut steps: Vec<Step> = Vec::new();
     let mut failed: Decided = Vec::new();
     for job in batch {
@@ -199,15 +208,22 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>, forced: Option<Way>) -> (Decided
         }
     }
     let synced_at = Instant::now();
-    let dir_sync = dirs
-        .iter()
-        .try_for_each(|d| zcp_engine::fs::fsync_dir(&**d));
+    // Each directory's renames, then its own entry and those above it (once a session): a
+    // directory made for this transfer is otherwise durable only through a syncfs.
+    let mut parents = 0;
+    let dir_sync = dirs.iter().try_for_each(|d| {
+        zcp_engine::fs::fsync_dir(&**d)?;
+        let root = core.disk.root.fd();
+        parents += zcp_engine::fs::sync_entries_up_to(d.as_fd(), root, entries)?.len();
+        Ok::<_, EngineError>(())
+    });
     tracing::debug!(
         files = storing,
         how = way.map_or("fsync", Way::name),
         sync_ms = (synced_at - began).as_secs_f64() * 1e3,
         rename_ms = synced_at.elapsed().as_secs_f64() * 1e3,
         dirs = dirs.len(),
+        parents,
         "commit batch"
     );
     let done = renamed
