@@ -290,10 +290,12 @@ fn many_small_files_keep_every_stream_busy() {
     );
     assert!(o.status.success(), "{}", both(&o));
     assert_eq!(v["end"]["files"]["committed"], 1500, "{}", v["end"]);
+    // The session's last line comes after every batch's.
+    assert!(srv.wait_log(") finished: 1500 files", 10), "{}", srv.log());
     let log = srv.log();
     let batches = |how: &str| log.matches(&format!("how=\"{how}\"")).count();
-    // Each directory made for the tree is in its parent durably too, each parent synced once
-    // for each directory below it: small for d0..d14, s for small, the root for s.
+    // Each directory made for the tree is in its parent durably too: the directories made in
+    // (the root for s, s for small, small for d0..d14) are synced, once a batch each at most.
     let parents: usize = log
         .lines()
         .filter(|l| l.contains("commit batch"))
@@ -306,7 +308,10 @@ fn many_small_files_keep_every_stream_busy() {
                 .ok()
         })
         .sum();
-    assert_eq!(parents, 17, "{log}");
+    assert!(
+        (3..=17).contains(&parents),
+        "{parents} parents synced: {log}"
+    );
     assert!(
         batches("fsync of each file") >= 1 && batches("syncfs") == 0,
         "{}",

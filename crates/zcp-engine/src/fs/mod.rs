@@ -299,48 +299,6 @@ pub fn fsync_dir(dir: impl AsFd) -> Result<(), EngineError> {
     })
 }
 
-/// Makes the entries of `dir` and of each directory above it, up to `root`, durable: an `fsync`
-/// of each parent whose child is not in `known` (device and inode of directories whose entry
-/// is durable; kept across calls, so each directory costs one parent sync). A directory the
-/// receiver created is in its parent only once the parent is synced: [`fsync_dir`] of the
-/// directory itself makes its files' renames durable, not its own name. Stops at `root`
-/// (whose entry is not the receiver's to make), at a mount point, and at the filesystem's top
-/// (where a directory reached through a followed symlink, or moved meanwhile, leads past
-/// `root`: only `fsync`s are made there). Returns the parents synced.
-pub fn sync_entries_up_to(
-    dir: BorrowedFd<'_>,
-    root: BorrowedFd<'_>,
-    known: &mut std::collections::HashSet<(u64, u64)>,
-) -> Result<Vec<(u64, u64)>, EngineError> {
-    let top = meta::stat_fd(root)?.id;
-    let mut synced = Vec::new();
-    let mut id = meta::stat_fd(dir)?.id;
-    let mut cur: Option<OwnedFd> = None;
-    for _ in 0..4096 {
-        if id == top || known.contains(&id) {
-            break;
-        }
-        let here = cur.as_ref().map_or(dir, |fd| fd.as_fd());
-        let parent = rustix::fs::openat(
-            here,
-            "..",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| EngineError::sys("openat(..)", "destination directory", e))?;
-        let parent_id = meta::stat_fd(&parent)?.id;
-        if parent_id == id || parent_id.0 != id.0 {
-            break;
-        }
-        fsync_dir(&parent)?;
-        known.insert(id);
-        synced.push(parent_id);
-        id = parent_id;
-        cur = Some(parent);
-    }
-    Ok(synced)
-}
-
 /// `syncfs`: everything written to the filesystem under `fd` reaches stable storage. One call
 /// for a batch of small files instead of an `fsync` each.
 pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {
@@ -349,12 +307,47 @@ pub fn syncfs(fd: impl AsFd) -> Result<(), EngineError> {
     })
 }
 
-/// `fsync` of each file, on up to `threads` threads at once, so the filesystem's journal can
-/// commit them together: what a batch of files uses instead of [`syncfs`] where the filesystem
-/// holds other processes' dirty data, which `syncfs` would wait for too. Every file is synced
-/// even when one fails; the first error is returned.
-pub fn fsync_each(files: &[&PartFile], threads: usize) -> Result<(), EngineError> {
-    each_on_threads(files, threads, |f| f.sync())
+/// `fsync` of each file or directory, on up to `threads` threads at once, so the
+/// filesystem's journal can commit them together: what a batch of files uses instead of
+/// [`syncfs`] where the filesystem holds other processes' dirty data, which `syncfs` would
+/// wait for too. Every one is synced even when one fails; the first error is returned.
+pub fn fsync_each(fds: &[BorrowedFd<'_>], threads: usize) -> Result<(), EngineError> {
+    each_on_threads(fds, threads, |fd| {
+        retry("fsync", "destination file", None, || rustix::fs::fsync(fd))
+    })
+}
+
+/// Creates `path` and every missing directory above it (mode 0755 less the umask), durably:
+/// each directory it made is synced into its parent. What a `get` does for its destination.
+pub fn create_dir_all_durable(path: &Path) -> Result<(), EngineError> {
+    let mut missing = Vec::new();
+    let mut at = path;
+    while std::fs::symlink_metadata(at).is_err() {
+        missing.push(at);
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            _ => break,
+        }
+    }
+    std::fs::create_dir_all(path).map_err(|source| EngineError::Sys {
+        call: "mkdir",
+        what: "destination directory",
+        source,
+    })?;
+    for made in missing {
+        let parent = match made.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let fd = rustix::fs::open(
+            parent,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| EngineError::sys("open", "destination directory", e))?;
+        fsync_dir(&fd)?;
+    }
+    Ok(())
 }
 
 /// Runs `op` once for each item, on up to `threads` threads (this one among them); returns the

@@ -359,49 +359,21 @@ fn fsync_each_syncs_part_files() {
     for p in &parts {
         rustix::io::pwrite(&*p.shared_fd(), b"data", 0).unwrap();
     }
-    let refs: Vec<&PartFile> = parts.iter().collect();
-    fsync_each(&refs, 8).unwrap();
+    let fds: Vec<Arc<OwnedFd>> = parts.iter().map(|p| p.shared_fd()).collect();
+    let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+    fsync_each(&borrowed, 8).unwrap();
     fsync_each(&[], 8).unwrap();
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 20);
 }
 
 #[test]
-fn entries_are_synced_up_to_the_root_once_each() {
-    let (d, r) = root();
-    let id = |p: &std::path::Path| {
-        let m = std::fs::metadata(p).unwrap();
-        (
-            std::os::unix::fs::MetadataExt::dev(&m),
-            std::os::unix::fs::MetadataExt::ino(&m),
-        )
-    };
-    let path = |parts: &[&str]| parts.iter().fold(d.path().to_path_buf(), |p, c| p.join(c));
-    let open = |parts: &[&str]| {
-        let way: Vec<Vec<u8>> = parts.iter().map(|c| c.as_bytes().to_vec()).collect();
-        r.open_dir(&way, true).unwrap()
-    };
-    let mut known = std::collections::HashSet::new();
-    let c = open(&["a", "b", "c"]);
-    let synced = sync_entries_up_to(c.as_fd(), r.fd(), &mut known).unwrap();
-    assert_eq!(
-        synced,
-        [id(&path(&["a", "b"])), id(&path(&["a"])), id(d.path())],
-        "c's parent, then b's, then a's (the root); nothing above the root"
-    );
-    assert!(
-        sync_entries_up_to(c.as_fd(), r.fd(), &mut known)
-            .unwrap()
-            .is_empty()
-    );
-    // A new directory beside b: only its own parent, a, is synced again.
-    let e = open(&["a", "e"]);
-    let synced = sync_entries_up_to(e.as_fd(), r.fd(), &mut known).unwrap();
-    assert_eq!(synced, [id(&path(&["a"]))]);
-    // The root itself has nothing to sync.
-    let top = r.open_dir(&[], false).unwrap();
-    assert!(
-        sync_entries_up_to(top.as_fd(), r.fd(), &mut known)
-            .unwrap()
-            .is_empty()
-    );
+fn create_dir_all_durable_makes_every_missing_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let deep = d.path().join("x/y/z");
+    create_dir_all_durable(&deep).unwrap();
+    assert!(deep.is_dir());
+    create_dir_all_durable(&deep).unwrap();
+    std::fs::write(d.path().join("f"), b"").unwrap();
+    let e = create_dir_all_durable(&d.path().join("f/g")).unwrap_err();
+    assert!(e.to_string().contains("mkdir"), "{e}");
 }

@@ -658,9 +658,13 @@ fn get_once(
     let root = Arc::new(match early {
         Some(root) => root,
         None => {
-            std::fs::create_dir_all(&root_path).map_err(|source| SessionError::Io {
+            // Made durably: each directory it makes is synced into its parent.
+            zcp_engine::fs::create_dir_all_durable(&root_path).map_err(|e| SessionError::Io {
                 what: format!("creating {}", root_path.display()),
-                source,
+                source: match e {
+                    zcp_engine::EngineError::Sys { source, .. } => source,
+                    other => std::io::Error::other(other.to_string()),
+                },
             })?;
             Root::open(&root_path)?
         }

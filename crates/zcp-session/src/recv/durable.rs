@@ -5,12 +5,13 @@
 //! count as durable and get acknowledged. The **committer** commits finished files in
 //! batches: one `syncfs` for many small files, or an `fsync` of each on a few threads where
 //! other writers' dirty data would hold `syncfs` up ([`super::sync_choice`]), or an `fsync`
-//! for a lone one; then the renames, then one `fsync`
-//! per directory. A file is renamed into place only after the role decided
-//! it ([`super::state::Receiving::settle`]): every chunk verified and durable, digests equal.
+//! for a lone one; then the renames, then one `fsync` per directory, and one of each
+//! directory a directory was made in since the last batch (so the new directory's name is
+//! durable too). A file is renamed into place only after the role decided it
+//! ([`super::state::Receiving::settle`]): every chunk verified and durable, digests equal.
 
 use std::collections::HashSet;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -92,8 +93,6 @@ struct Step {
 /// Commits finished files in batches.
 pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
     let forced = super::sync_choice::forced();
-    // Directories whose own entry is durable (see `sync_entries_up_to`), for the session.
-    let mut entries = HashSet::new();
     while let Ok(first) = rx.recv() {
         let u0 = thread_usage();
         let mut batch = vec![first];
@@ -105,7 +104,7 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
                 Err(_) => break,
             }
         }
-        let (done, failed) = commit(&core, batch, forced, &mut entries);
+        let (done, failed) = commit(&core, batch, forced);
         let _cork = core.ctl.cork();
         for (job, r) in done.into_iter().chain(failed) {
             let (id, digest) = (job.spec.id, job.digest);
@@ -118,14 +117,9 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
 type Decided = Vec<(CommitJob, Result<(), Refusal>)>;
 
 /// One batch: final metadata, one sync for all (`forced`: the way `ZCP_COMMIT_SYNC` fixed),
-/// the renames, each directory synced once and its entry up to the root once a session
-/// (`entries`). Returns what committed and what failed, each with its result.
-fn commit(
-    core: &RxCore,
-    batch: Vec<CommitJob>,
-    forced: Option<Way>,
-    entries: &mut HashSet<(u64, u64)>,
-) -> (Decided, Decided) {
+/// the renames, each directory synced once, and each directory a directory was made in since
+/// the last batch. Returns what committed and what failed, each with its result.
+fn commit(core: &RxCore, batch: Vec<CommitJob>, forced: Option<Way>) -> (Decided, Decided) {
     let mut steps: Vec<Step> = Vec::new();
     let mut failed: Decided = Vec::new();
     for job in batch {
@@ -135,12 +129,21 @@ fn commit(
             Err(r) => failed.push((job, Err(r))),
         }
     }
-    let parts: Vec<&PartFile> = steps.iter().filter_map(|s| s.part.as_ref()).collect();
-    let storing = parts.len();
+    // What the batch makes durable: each part file, and each target kept in place (its new
+    // mode and mtime).
+    let fds: Vec<BorrowedFd<'_>> = steps
+        .iter()
+        .filter_map(|s| match &s.part {
+            Some(p) => Some(p.fd()),
+            None if s.job.in_place => s.job.spec.existing.as_ref().map(|e| e.fd.as_fd()),
+            None => None,
+        })
+        .collect();
+    let storing = fds.len();
     let began = Instant::now();
     let (synced, way) = match storing {
-        0 => (Ok(()), None),
-        1 => (parts[0].sync(), None),
+        0 => (Ok(()), "none"),
+        1 => (zcp_engine::fs::fsync_each(&fds, 1), "fsync"),
         _ => {
             let bytes = steps
                 .iter()
@@ -152,12 +155,12 @@ fn commit(
             });
             let r = match way {
                 Way::Syncfs => zcp_engine::fs::syncfs(core.disk.root.fd()),
-                Way::EachFile => zcp_engine::fs::fsync_each(&parts, FSYNC_THREADS),
+                Way::EachFile => zcp_engine::fs::fsync_each(&fds, FSYNC_THREADS),
             };
-            (r, Some(way))
+            (r, way.name())
         }
     };
-    drop(parts);
+    drop(fds);
     if let Err(e) = synced {
         let r = engine_err(e);
         for s in steps.drain(..) {
@@ -208,18 +211,23 @@ fn commit(
         }
     }
     let synced_at = Instant::now();
-    // Each directory's renames, then its own entry and those above it (once a session): a
-    // directory made for this transfer is otherwise durable only through a syncfs.
-    let mut parents = 0;
-    let dir_sync = dirs.iter().try_for_each(|d| {
-        zcp_engine::fs::fsync_dir(&**d)?;
-        let root = core.disk.root.fd();
-        parents += zcp_engine::fs::sync_entries_up_to(d.as_fd(), root, entries)?.len();
-        Ok::<_, EngineError>(())
-    });
+    // Each directory's renames, then the names of the directories made since the last batch
+    // (in their parents), which a syncfs covers but an fsync of each file does not.
+    let made_in = core.disk.take_unsynced_parents();
+    let dir_sync = dirs
+        .iter()
+        .try_for_each(|d| zcp_engine::fs::fsync_dir(&**d))
+        .and_then(|()| sync_parents(core, &made_in));
+    let parents = match &dir_sync {
+        Ok(n) => *n,
+        Err(_) => {
+            core.disk.give_back_parents(made_in);
+            0
+        }
+    };
     tracing::debug!(
         files = storing,
-        how = way.map_or("fsync", Way::name),
+        how = way,
         sync_ms = (synced_at - began).as_secs_f64() * 1e3,
         rename_ms = synced_at.elapsed().as_secs_f64() * 1e3,
         dirs = dirs.len(),
@@ -234,10 +242,27 @@ fn commit(
                 let why = format!("syncing the directory after the rename failed: {e}");
                 Refusal::new(ErrorCode::Io, why)
             });
-            (job, r.copied())
+            (job, r.map(drop))
         })
         .collect();
     (done, failed)
+}
+
+/// Syncs each directory in `made_in` (components beneath the root); returns how many. One
+/// that can no longer be opened (removed or replaced since) holds nothing of this transfer's
+/// to make durable, and is passed over.
+fn sync_parents(core: &RxCore, made_in: &HashSet<Vec<Vec<u8>>>) -> Result<usize, EngineError> {
+    let mut synced = 0;
+    for parent in made_in {
+        match core.disk.root.open_dir(parent, false) {
+            Ok(fd) => {
+                zcp_engine::fs::fsync_dir(&fd)?;
+                synced += 1;
+            }
+            Err(e) => tracing::debug!(error = %e, "a directory made in is gone; not synced"),
+        }
+    }
+    Ok(synced)
 }
 
 /// The file's final metadata, before the batch's sync: the part file gets size, mode and

@@ -173,6 +173,10 @@ pub(crate) struct Disk {
     /// leading components were there already (every longer prefix was made). One entry per
     /// resolution, so a deep path costs its length once, not once per level.
     made: Mutex<Vec<(Vec<Vec<u8>>, usize)>>,
+    /// The directories (components beneath the root) something was made in since the
+    /// committer last synced them: a new directory's name is durable only once its parent is
+    /// synced. Paths, not descriptors: a tree of many directories must not hold one open each.
+    unsynced_parents: Mutex<HashSet<Vec<Vec<u8>>>>,
 }
 
 pub(crate) fn engine_err(e: EngineError) -> Refusal {
@@ -234,7 +238,19 @@ impl Disk {
             draining: Mutex::new(Vec::new()),
             places: Mutex::new(Places::default()),
             made: Mutex::new(Vec::new()),
+            unsynced_parents: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The directories something was made in since the last call, to sync (see
+    /// [`Disk::give_back_parents`] when that fails).
+    pub(crate) fn take_unsynced_parents(&self) -> HashSet<Vec<Vec<u8>>> {
+        std::mem::take(&mut *self.unsynced_parents.locked())
+    }
+
+    /// Parents taken but not synced: the next batch tries them again.
+    pub(crate) fn give_back_parents(&self, parents: HashSet<Vec<Vec<u8>>>) {
+        self.unsynced_parents.locked().extend(parents);
     }
 
     /// Directories made since the last call, for the role's scope.
@@ -394,6 +410,8 @@ impl Disk {
         let (fd, existed) = self.root.open_dir_made(components, create)?;
         if existed < components.len() {
             self.made.locked().push((components.to_vec(), existed));
+            let mut parents = self.unsynced_parents.locked();
+            parents.extend((existed..components.len()).map(|k| components[..k].to_vec()));
         }
         let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
         let d = Dir {
