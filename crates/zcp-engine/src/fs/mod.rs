@@ -151,6 +151,39 @@ impl Root {
 }
 
 impl Root {
+    /// Syncs each directory that `components[existed..]` were made in (as
+    /// [`Root::open_dir_made`] reported them made), so their names are durable: the deepest
+    /// one that was there already and every one made but the last. Directories whose
+    /// (device, inode) is in `seen` are not synced again; each synced one is added. One that
+    /// can no longer be opened (removed or replaced since) ends the walk: nothing of it is
+    /// left to make durable.
+    pub fn sync_made_in(
+        &self,
+        components: &[Vec<u8>],
+        existed: usize,
+        seen: &mut std::collections::HashSet<(u64, u64)>,
+    ) -> Result<(), EngineError> {
+        if existed >= components.len() {
+            return Ok(());
+        }
+        let Ok(mut cur) = self.open_dir(&components[..existed], false) else {
+            return Ok(());
+        };
+        for k in existed..components.len() {
+            if seen.insert(meta::stat_fd(&cur)?.id) {
+                fsync_dir(&cur)?;
+            }
+            if k + 1 == components.len() {
+                break;
+            }
+            match self.open_component(&cur, &components[k]) {
+                Ok(next) => cur = next,
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
     /// Opens directory `name` in `dir`: refusing a symlink, or following one when the root
     /// follows them.
     fn open_component(&self, dir: &OwnedFd, name: &[u8]) -> Result<OwnedFd, Errno> {

@@ -377,3 +377,34 @@ fn create_dir_all_durable_makes_every_missing_directory() {
     let e = create_dir_all_durable(&d.path().join("f/g")).unwrap_err();
     assert!(e.to_string().contains("mkdir"), "{e}");
 }
+
+#[test]
+fn sync_made_in_syncs_each_directory_something_was_made_in_once() {
+    let (d, r) = root();
+    let id = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (
+            std::os::unix::fs::MetadataExt::dev(&m),
+            std::os::unix::fs::MetadataExt::ino(&m),
+        )
+    };
+    std::fs::create_dir(d.path().join("a")).unwrap();
+    let comps: Vec<Vec<u8>> = ["a", "b", "c"]
+        .iter()
+        .map(|c| c.as_bytes().to_vec())
+        .collect();
+    let (_, existed) = r.open_dir_made(&comps, true).unwrap();
+    assert_eq!(existed, 1);
+    let mut seen = std::collections::HashSet::new();
+    r.sync_made_in(&comps, existed, &mut seen).unwrap();
+    let want: std::collections::HashSet<_> =
+        [id(&d.path().join("a")), id(&d.path().join("a/b"))].into();
+    assert_eq!(seen, want, "a (b made in it) and a/b (c made in it), not c");
+    r.sync_made_in(&comps, 3, &mut seen).unwrap();
+    assert_eq!(seen.len(), 2, "nothing made: nothing synced");
+    // Gone since: the walk ends without an error.
+    std::fs::remove_dir_all(d.path().join("a/b")).unwrap();
+    let mut fresh = std::collections::HashSet::new();
+    r.sync_made_in(&comps, 1, &mut fresh).unwrap();
+    assert_eq!(fresh.len(), 1, "only a is left to sync");
+}

@@ -24,7 +24,7 @@ use zcp_wire::{ErrorCode, ExistingMode};
 use super::RxCore;
 use super::prepare::engine_err;
 use super::state::{CommitJob, JournalJob, Refusal};
-use super::sync_choice::{FSYNC_THREADS, Way};
+use super::sync_choice::{FSYNC_THREADS, MadeIn, Way};
 
 /// Files committed together at most.
 const COMMIT_BATCH: usize = 256;
@@ -248,21 +248,21 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>, forced: Option<Way>) -> (Decided
     (done, failed)
 }
 
-/// Syncs each directory in `made_in` (components beneath the root); returns how many. One
-/// that can no longer be opened (removed or replaced since) holds nothing of this transfer's
-/// to make durable, and is passed over.
-fn sync_parents(core: &RxCore, made_in: &HashSet<Vec<Vec<u8>>>) -> Result<usize, EngineError> {
-    let mut synced = 0;
-    for parent in made_in {
-        match core.disk.root.open_dir(parent, false) {
-            Ok(fd) => {
-                zcp_engine::fs::fsync_dir(&fd)?;
-                synced += 1;
-            }
-            Err(e) => tracing::debug!(error = %e, "a directory made in is gone; not synced"),
-        }
+/// Syncs each directory something in `made_in` was made in, once, or the whole filesystem
+/// when there were too many to remember; returns how many directories.
+fn sync_parents(core: &RxCore, made_in: &MadeIn) -> Result<usize, EngineError> {
+    if made_in.overflow {
+        zcp_engine::fs::syncfs(core.disk.root.fd())?;
+        return Ok(0);
     }
-    Ok(synced)
+    let mut seen = HashSet::new();
+    for (path, existed) in &made_in.made {
+        let components: Vec<Vec<u8>> = path.split(|b| *b == b'/').map(<[u8]>::to_vec).collect();
+        core.disk
+            .root
+            .sync_made_in(&components, *existed, &mut seen)?;
+    }
+    Ok(seen.len())
 }
 
 /// The file's final metadata, before the batch's sync: the part file gets size, mode and

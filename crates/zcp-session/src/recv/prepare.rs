@@ -21,6 +21,7 @@ use zcp_wire::{
 use super::chunks::{Existing, FileSpec, JournalState};
 use super::frames::{FsDone, FsJob, Offer, Prepared};
 use super::state::Refusal;
+use super::sync_choice::MadeIn;
 use crate::confine::Act;
 use crate::control::ControlWriter;
 use crate::control::keepalive_every;
@@ -173,10 +174,8 @@ pub(crate) struct Disk {
     /// leading components were there already (every longer prefix was made). One entry per
     /// resolution, so a deep path costs its length once, not once per level.
     made: Mutex<Vec<(Vec<Vec<u8>>, usize)>>,
-    /// The directories (components beneath the root) something was made in since the
-    /// committer last synced them: a new directory's name is durable only once its parent is
-    /// synced. Paths, not descriptors: a tree of many directories must not hold one open each.
-    unsynced_parents: Mutex<HashSet<Vec<Vec<u8>>>>,
+    /// The directories something was made in since the committer last synced them.
+    unsynced_parents: Mutex<MadeIn>,
 }
 
 pub(crate) fn engine_err(e: EngineError) -> Refusal {
@@ -238,19 +237,19 @@ impl Disk {
             draining: Mutex::new(Vec::new()),
             places: Mutex::new(Places::default()),
             made: Mutex::new(Vec::new()),
-            unsynced_parents: Mutex::new(HashSet::new()),
+            unsynced_parents: Mutex::new(MadeIn::default()),
         }
     }
 
     /// The directories something was made in since the last call, to sync (see
     /// [`Disk::give_back_parents`] when that fails).
-    pub(crate) fn take_unsynced_parents(&self) -> HashSet<Vec<Vec<u8>>> {
+    pub(crate) fn take_unsynced_parents(&self) -> MadeIn {
         std::mem::take(&mut *self.unsynced_parents.locked())
     }
 
     /// Parents taken but not synced: the next batch tries them again.
-    pub(crate) fn give_back_parents(&self, parents: HashSet<Vec<Vec<u8>>>) {
-        self.unsynced_parents.locked().extend(parents);
+    pub(crate) fn give_back_parents(&self, parents: MadeIn) {
+        self.unsynced_parents.locked().merge(parents);
     }
 
     /// Directories made since the last call, for the role's scope.
@@ -410,8 +409,7 @@ impl Disk {
         let (fd, existed) = self.root.open_dir_made(components, create)?;
         if existed < components.len() {
             self.made.locked().push((components.to_vec(), existed));
-            let mut parents = self.unsynced_parents.locked();
-            parents.extend((existed..components.len()).map(|k| components[..k].to_vec()));
+            self.unsynced_parents.locked().add(key.clone(), existed);
         }
         let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
         let d = Dir {

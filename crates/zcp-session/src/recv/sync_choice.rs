@@ -66,11 +66,84 @@ pub(crate) fn way(dirty: Option<u64>, files: usize, bytes: u64) -> Way {
     }
 }
 
+/// Bytes of paths the receiver remembers between two batches, at most: past this, a batch
+/// syncs the whole filesystem instead, so a client that makes many directories and commits
+/// no file cannot grow the list without bound.
+pub(crate) const MAX_MADE_BYTES: usize = 1 << 20;
+
+/// The directories made since the committer last synced their parents: a new directory's name
+/// is durable only once its parent is synced. Each as the path it was made for
+/// (components joined by `/`, as the receiver's directory cache keys them) and how many of
+/// its leading components were there already: one copy of the path, however deep, so a
+/// deep path costs its length and not its length squared.
+#[derive(Debug, Default)]
+pub(crate) struct MadeIn {
+    pub(crate) made: Vec<(Vec<u8>, usize)>,
+    bytes: usize,
+    /// More than [`MAX_MADE_BYTES`] were noted: the whole filesystem is to be synced instead.
+    pub(crate) overflow: bool,
+}
+
+impl MadeIn {
+    pub(crate) fn add(&mut self, path: Vec<u8>, existed: usize) {
+        if self.overflow {
+            return;
+        }
+        if self.bytes + path.len() > MAX_MADE_BYTES {
+            *self = MadeIn {
+                overflow: true,
+                ..MadeIn::default()
+            };
+            return;
+        }
+        self.bytes += path.len();
+        self.made.push((path, existed));
+    }
+
+    /// Takes back what a failed batch could not sync.
+    pub(crate) fn merge(&mut self, other: MadeIn) {
+        if other.overflow {
+            *self = MadeIn {
+                overflow: true,
+                ..MadeIn::default()
+            };
+        }
+        for (p, e) in other.made {
+            self.add(p, e);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn made_in_is_bounded_and_overflows_into_a_whole_sync() {
+        let mut m = MadeIn::default();
+        let path = vec![b'a'; 4096];
+        for _ in 0..MAX_MADE_BYTES / 4096 {
+            m.add(path.clone(), 1);
+        }
+        assert_eq!(m.made.len(), MAX_MADE_BYTES / 4096);
+        assert!(!m.overflow);
+        m.add(b"b".to_vec(), 0);
+        assert!(m.overflow && m.made.is_empty());
+        m.add(b"c".to_vec(), 0);
+        assert!(m.made.is_empty(), "stays a whole sync until taken");
+        let mut fresh = MadeIn::default();
+        fresh.add(b"d".to_vec(), 0);
+        fresh.merge(m);
+        assert!(fresh.overflow && fresh.made.is_empty());
+        let mut a = MadeIn::default();
+        a.add(b"e".to_vec(), 0);
+        let mut b = MadeIn::default();
+        b.add(b"f/g".to_vec(), 1);
+        a.merge(b);
+        assert_eq!(a.made, [(b"e".to_vec(), 0), (b"f/g".to_vec(), 1)]);
+    }
 
     #[test]
     fn syncfs_while_the_batch_is_most_of_what_is_dirty() {
