@@ -155,8 +155,8 @@ impl Root {
     /// [`Root::open_dir_made`] reported them made), so their names are durable: the deepest
     /// one that was there already and every one made but the last. Directories whose
     /// (device, inode) is in `seen` are not synced again; each synced one is added. One that
-    /// can no longer be opened (removed or replaced since) ends the walk: nothing of it is
-    /// left to make durable.
+    /// is no longer there (removed, or replaced by something else since) ends the walk:
+    /// nothing of it is left to make durable. Any other failure to open one is an error.
     pub fn sync_made_in(
         &self,
         components: &[Vec<u8>],
@@ -166,20 +166,20 @@ impl Root {
         if existed >= components.len() {
             return Ok(());
         }
-        let Ok(mut cur) = self.open_dir(&components[..existed], false) else {
-            return Ok(());
-        };
-        for k in existed..components.len() {
-            if seen.insert(meta::stat_fd(&cur)?.id) {
+        let mut cur = rustix::io::fcntl_dupfd_cloexec(&self.dir, 0)
+            .map_err(|e| EngineError::sys("dup", "root directory", e))?;
+        for (k, comp) in components[..components.len() - 1].iter().enumerate() {
+            if k >= existed && seen.insert(meta::stat_fd(&cur)?.id) {
                 fsync_dir(&cur)?;
             }
-            if k + 1 == components.len() {
-                break;
-            }
-            match self.open_component(&cur, &components[k]) {
-                Ok(next) => cur = next,
-                Err(_) => break,
-            }
+            cur = match self.open_component(&cur, comp) {
+                Ok(next) => next,
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(()),
+                Err(e) => return Err(EngineError::sys("openat2", "directory made in", e)),
+            };
+        }
+        if seen.insert(meta::stat_fd(&cur)?.id) {
+            fsync_dir(&cur)?;
         }
         Ok(())
     }

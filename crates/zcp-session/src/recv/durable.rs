@@ -112,6 +112,13 @@ pub(crate) fn commit_thread(core: Arc<RxCore>, rx: mpsc::Receiver<CommitJob>) {
         }
         core.usage.locked().add(&thread_usage().since(&u0));
     }
+    // The session is over: directories made since the last batch (or in a session cut short
+    // before any) are synced into their parents too, so the next run finds their names
+    // durable when it takes them as there already.
+    let rest = core.disk.take_unsynced_parents();
+    if let Err(e) = sync_parents(&core, &rest) {
+        tracing::debug!(error = %e, "syncing the directories made at the session's end");
+    }
 }
 
 type Decided = Vec<(CommitJob, Result<(), Refusal>)>;
@@ -252,11 +259,12 @@ fn commit(core: &RxCore, batch: Vec<CommitJob>, forced: Option<Way>) -> (Decided
 /// when there were too many to remember; returns how many directories.
 fn sync_parents(core: &RxCore, made_in: &MadeIn) -> Result<usize, EngineError> {
     if made_in.overflow {
+        tracing::debug!("too many directories made since the last batch: syncfs instead");
         zcp_engine::fs::syncfs(core.disk.root.fd())?;
         return Ok(0);
     }
     let mut seen = HashSet::new();
-    for (path, existed) in &made_in.made {
+    for (path, existed, _) in &made_in.made {
         let components: Vec<Vec<u8>> = path.split(|b| *b == b'/').map(<[u8]>::to_vec).collect();
         core.disk
             .root

@@ -406,10 +406,24 @@ impl Disk {
         if let Some(d) = self.dirs.locked().get(&key) {
             return Ok(d.clone());
         }
-        let (fd, existed) = self.root.open_dir_made(components, create)?;
+        let (fd, existed) = match self.root.open_dir_made(components, create) {
+            Ok(opened) => opened,
+            Err(e) => {
+                // Some of the path may have been made before it failed: sync whatever of it
+                // is there (syncing a directory that was there already costs only the sync).
+                if create {
+                    let all = components.len();
+                    self.unsynced_parents.locked().add(key, 0, all);
+                }
+                return Err(e);
+            }
+        };
         if existed < components.len() {
             self.made.locked().push((components.to_vec(), existed));
-            self.unsynced_parents.locked().add(key.clone(), existed);
+            let made = components.len() - existed;
+            self.unsynced_parents
+                .locked()
+                .add(key.clone(), existed, made);
         }
         let dev = zcp_engine::fs::stat_fd(&fd)?.id.0;
         let d = Dir {

@@ -66,10 +66,12 @@ pub(crate) fn way(dirty: Option<u64>, files: usize, bytes: u64) -> Way {
     }
 }
 
-/// Bytes of paths the receiver remembers between two batches, at most: past this, a batch
-/// syncs the whole filesystem instead, so a client that makes many directories and commits
-/// no file cannot grow the list without bound.
+/// Bytes of paths the receiver remembers between two batches (each counted with 64 bytes of
+/// its own keeping), at most, and directories made: past either, a batch syncs the whole
+/// filesystem instead, so a client that makes many directories and commits no file cannot
+/// grow the list, or the syncs a batch makes, without bound.
 pub(crate) const MAX_MADE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_MADE_DIRS: usize = 4096;
 
 /// The directories made since the committer last synced their parents: a new directory's name
 /// is durable only once its parent is synced. Each as the path it was made for
@@ -78,26 +80,31 @@ pub(crate) const MAX_MADE_BYTES: usize = 1 << 20;
 /// deep path costs its length and not its length squared.
 #[derive(Debug, Default)]
 pub(crate) struct MadeIn {
-    pub(crate) made: Vec<(Vec<u8>, usize)>,
+    /// Each path, how many of its components were there already, how many were made.
+    pub(crate) made: Vec<(Vec<u8>, usize, usize)>,
     bytes: usize,
+    dirs: usize,
     /// More than [`MAX_MADE_BYTES`] were noted: the whole filesystem is to be synced instead.
     pub(crate) overflow: bool,
 }
 
 impl MadeIn {
-    pub(crate) fn add(&mut self, path: Vec<u8>, existed: usize) {
+    /// Notes `path`, of which `made` directories were made (its last ones).
+    pub(crate) fn add(&mut self, path: Vec<u8>, existed: usize, made: usize) {
         if self.overflow {
             return;
         }
-        if self.bytes + path.len() > MAX_MADE_BYTES {
+        let bytes = self.bytes + path.len() + 64;
+        let dirs = self.dirs + made;
+        if bytes > MAX_MADE_BYTES || dirs > MAX_MADE_DIRS {
             *self = MadeIn {
                 overflow: true,
                 ..MadeIn::default()
             };
             return;
         }
-        self.bytes += path.len();
-        self.made.push((path, existed));
+        (self.bytes, self.dirs) = (bytes, dirs);
+        self.made.push((path, existed, made));
     }
 
     /// Takes back what a failed batch could not sync.
@@ -108,8 +115,8 @@ impl MadeIn {
                 ..MadeIn::default()
             };
         }
-        for (p, e) in other.made {
-            self.add(p, e);
+        for (p, e, n) in other.made {
+            self.add(p, e, n);
         }
     }
 }
@@ -122,27 +129,38 @@ mod tests {
 
     #[test]
     fn made_in_is_bounded_and_overflows_into_a_whole_sync() {
+        // By bytes: 4 KiB paths of one directory each.
         let mut m = MadeIn::default();
         let path = vec![b'a'; 4096];
-        for _ in 0..MAX_MADE_BYTES / 4096 {
-            m.add(path.clone(), 1);
+        let fit = MAX_MADE_BYTES / (4096 + 64);
+        for _ in 0..fit {
+            m.add(path.clone(), 0, 1);
         }
-        assert_eq!(m.made.len(), MAX_MADE_BYTES / 4096);
+        assert_eq!(m.made.len(), fit);
         assert!(!m.overflow);
-        m.add(b"b".to_vec(), 0);
+        m.add(path.clone(), 0, 1);
         assert!(m.overflow && m.made.is_empty());
-        m.add(b"c".to_vec(), 0);
+        m.add(b"c".to_vec(), 0, 1);
         assert!(m.made.is_empty(), "stays a whole sync until taken");
+        // By directories: one deep path of 2047 made, then another.
+        let mut m = MadeIn::default();
+        m.add(b"deep".to_vec(), 0, 2047);
+        m.add(b"deeper".to_vec(), 0, 2047);
+        assert!(!m.overflow);
+        m.add(b"x".to_vec(), 3, 3);
+        assert!(m.overflow, "{} directories", 2047 * 2 + 3);
+        // A failed batch's list comes back, overflow and all.
         let mut fresh = MadeIn::default();
-        fresh.add(b"d".to_vec(), 0);
+        fresh.add(b"d".to_vec(), 0, 1);
         fresh.merge(m);
         assert!(fresh.overflow && fresh.made.is_empty());
         let mut a = MadeIn::default();
-        a.add(b"e".to_vec(), 0);
+        a.add(b"e".to_vec(), 0, 1);
         let mut b = MadeIn::default();
-        b.add(b"f/g".to_vec(), 1);
+        b.add(b"f/g".to_vec(), 1, 1);
         a.merge(b);
-        assert_eq!(a.made, [(b"e".to_vec(), 0), (b"f/g".to_vec(), 1)]);
+        assert_eq!(a.made, [(b"e".to_vec(), 0, 1), (b"f/g".to_vec(), 1, 1)]);
+        assert_eq!(a.dirs, 2);
     }
 
     #[test]
