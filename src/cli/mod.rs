@@ -20,9 +20,11 @@ mod raw;
 mod recv;
 mod send;
 mod serve;
+mod serve_http;
 mod serve_log;
 mod signals;
 mod target;
+mod token;
 mod transfer;
 mod version;
 
@@ -172,6 +174,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send files and directory trees to a server.
     Send(send::SendArgs),
+    /// Print a bearer token for `zcp serve`'s HTTPS/WebDAV face (its config's [http]).
+    Token(token::TokenArgs),
     /// Fetch files and directory trees from a server.
     Get(get::GetArgs),
     /// List what a host holds beneath paths (over ssh, or on a daemon what this key may read), or a daemon's exports.
@@ -208,6 +212,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Command::Keygen(a) => keygen::run(a),
         Command::Serve(a) => serve::run(a, verbose),
         Command::Send(a) => send::run(a),
+        Command::Token(a) => token::run(a),
         Command::Get(a) => get::run(a),
         Command::Ls(a) => ls::run(a),
         Command::Recv(a) => recv::run(a),
@@ -511,7 +516,7 @@ mod tests {
     }
 
     /// `(command, examples)` for every help text that has examples.
-    const ALL_EXAMPLES: [(&str, &str); 12] = [
+    const ALL_EXAMPLES: [(&str, &str); 13] = [
         ("", EXAMPLES),
         ("demo", demo::EXAMPLES),
         ("keygen", keygen::EXAMPLES),
@@ -524,6 +529,7 @@ mod tests {
         ("clean", clean::EXAMPLES),
         ("recv", recv::EXAMPLES),
         ("generate", generate::EXAMPLES),
+        ("token", token::EXAMPLES),
     ];
 
     /// The words of one example line, as a shell would split them (single quotes only),

@@ -10,24 +10,23 @@
 //! every read and write. Requests are parsed by `httparse`.
 //!
 //! Nobody can lock a scraper out by holding connections: the connections are kept in the
-//! server's [`PendingTable`], so a newcomer is never refused for want of room but evicts one
-//! that got less far (no whole request head yet, then the oldest) from the source holding the
+//! server's `PendingTable` (through `zcp_http::slots::Slots`, which the HTTP face shares),
+//! so a newcomer is never refused for want of room but evicts one that got less far (no whole request head yet, then the oldest) from the source holding the
 //! most; an evicted connection is shut down, which ends its thread's read or write at once.
 //! While six of the eight are taken, a connection has [`PendingLimits::pressed`] (2 s) to be
 //! served. Only when threads still winding down from evictions reach [`MAX_THREADS`] is a
 //! newcomer answered 503.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zcp_engine::sync::Locked;
+use zcp_http::slots::{Slots, ThreadCount};
 use zcp_report::Monitor;
 use zcp_report::monitor::{APP_CSS, APP_JS, FAVICON_SVG, INDEX_HTML};
-use zcp_session::{PendingId, PendingLimits, PendingSource, PendingTable};
+use zcp_session::PendingLimits;
 
 /// Connections served at once, at most (a newer one evicts one of them).
 pub(crate) const MAX_CONNECTIONS: usize = 8;
@@ -62,57 +61,13 @@ pub(crate) fn spawn(listener: TcpListener, monitor: Arc<Monitor>) -> std::io::Re
     Ok(())
 }
 
-/// The connections being served: the table decides who goes, the map holds a handle to shut
-/// each down.
-struct Slots {
-    table: PendingTable,
-    conns: HashMap<PendingId, TcpStream>,
-}
-
-impl Slots {
-    fn new() -> Slots {
-        Slots {
-            table: PendingTable::new(PendingLimits {
-                max: MAX_CONNECTIONS,
-                per_source: MAX_CONNECTIONS,
-                timeout: HEAD_DEADLINE + IO_TIMEOUT,
-            }),
-            conns: HashMap::new(),
-        }
-    }
-
-    /// Takes in a connection, shutting down the ones it evicts and those past their time.
-    fn admit(&mut self, stream: &TcpStream, peer: SocketAddr) -> Option<PendingId> {
-        let now = Instant::now();
-        let mut gone = self.table.expire(now);
-        let (id, evicted) = self.table.admit(now, PendingSource::of(peer.ip()));
-        gone.extend(evicted);
-        for g in gone {
-            if let Some(s) = self.conns.remove(&g) {
-                let _ = s.shutdown(Shutdown::Both);
-            }
-        }
-        match stream.try_clone() {
-            Ok(s) => {
-                self.conns.insert(id, s);
-                Some(id)
-            }
-            Err(_) => {
-                self.table.remove(id);
-                None
-            }
-        }
-    }
-
-    fn done(&mut self, id: PendingId) {
-        self.table.remove(id);
-        self.conns.remove(&id);
-    }
-}
-
 fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
-    let threads = Arc::new(AtomicUsize::new(0));
-    let slots = Arc::new(Mutex::new(Slots::new()));
+    let threads = ThreadCount::default();
+    let slots = Arc::new(Mutex::new(Slots::new(PendingLimits {
+        max: MAX_CONNECTIONS,
+        per_source: MAX_CONNECTIONS,
+        timeout: HEAD_DEADLINE + IO_TIMEOUT,
+    })));
     loop {
         let (stream, peer) = match listener.accept() {
             Ok(s) => s,
@@ -123,8 +78,7 @@ fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
                 continue;
             }
         };
-        if threads.fetch_add(1, Ordering::AcqRel) >= MAX_THREADS {
-            threads.fetch_sub(1, Ordering::AcqRel);
+        let Some(thread) = threads.take(MAX_THREADS) else {
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = respond(
                 &stream,
@@ -132,8 +86,7 @@ fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
                 false,
             );
             continue;
-        }
-        let thread = Slot(threads.clone());
+        };
         let Some(id) = slots.locked().admit(&stream, peer) else {
             continue;
         };
@@ -144,18 +97,9 @@ fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
             .name("zcp-monitor-conn".into())
             .spawn(move || {
                 let _thread = thread;
-                serve(stream, &monitor, || slots.locked().table.progress(id, 1));
+                serve(stream, &monitor, || slots.locked().headed(id));
                 slots.locked().done(id);
             });
-    }
-}
-
-/// One of the [`MAX_THREADS`], given back when dropped.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

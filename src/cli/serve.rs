@@ -208,6 +208,7 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
         zcp_session::DEFAULT_MAX_PENDING_PER_SOURCE as u64,
     );
     let metrics = a.metrics.or(f.and_then(|c| c.metrics));
+    let http = f.and_then(|c| c.http.clone());
     for (flag, v) in [
         ("--max-streams", max_streams),
         ("--max-sessions", max_sessions),
@@ -248,6 +249,13 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
             Some(m) => println!("metrics: http://{m}/metrics, status page http://{m}/"),
             None => println!("metrics: off"),
         }
+        match &http {
+            Some(h) => {
+                super::serve_http::check(h)?;
+                println!("{}", super::serve_http::describe(h));
+            }
+            None => println!("http: off"),
+        }
         logs.check_transfer_log()?;
         println!("configuration OK");
         return Ok(zcp_session::exit::OK);
@@ -283,10 +291,14 @@ pub(crate) fn run(a: ServeArgs, verbose: Option<tracing::Level>) -> anyhow::Resu
     }
     let log: Arc<dyn ServerReporter> = Arc::new(Fanout(reporters));
     cfg.v6only = a.ipv6;
+    let face = http.as_ref().map(super::serve_http::bind).transpose()?;
     let server = match listen {
         Some(addrs) => Server::bind_all(&addrs, cfg, log)?,
         None => bind_default(&a, cfg, log)?,
     };
+    if let Some(face) = face {
+        super::serve_http::start(face, &server)?;
+    }
     // SIGINT or SIGTERM: accept nothing more, end the running sessions (their clients are
     // told, and what is durable stays for a resume), exit 0. A second signal exits at once.
     // SIGHUP: the exports and identities (and their keys) are read again.

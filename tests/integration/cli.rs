@@ -460,7 +460,7 @@ fn plain(args: &[&str]) -> std::process::Output {
 fn every_help_has_examples_and_the_right_usage_line() {
     for command in [
         "", "send", "get", "ls", "recv", "serve", "demo", "keygen", "bench", "doctor", "clean",
-        "generate",
+        "generate", "token",
     ] {
         let args: Vec<&str> = [command, "--help"]
             .into_iter()

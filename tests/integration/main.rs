@@ -15,6 +15,7 @@ mod existing;
 mod faults;
 mod filter;
 mod hostile;
+mod http;
 mod killed;
 mod ls;
 mod monitor;

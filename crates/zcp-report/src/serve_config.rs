@@ -15,6 +15,9 @@ use tracing::Level;
 use zcp_session::{AccessConfig, ExportSpec, IdentitySpec, Permission};
 use zcp_wire::escape_text;
 
+mod http;
+pub use http::HttpSettings;
+
 /// `--log-level`, config `log_level`: the least grave events logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogLevel {
@@ -83,6 +86,7 @@ struct FileToml {
     log_format: Option<Spanned<String>>,
     transfer_log: Option<Spanned<PathBuf>>,
     metrics: Option<Spanned<String>>,
+    http: Option<Spanned<http::HttpToml>>,
     #[serde(default)]
     require_encryption: bool,
     #[serde(default)]
@@ -133,6 +137,8 @@ pub struct ServeConfig {
     pub transfer_log: Option<PathBuf>,
     /// Where the metrics and status page listen (off when absent).
     pub metrics: Option<SocketAddr>,
+    /// The HTTPS/WebDAV face (`[http]`; off when absent).
+    pub http: Option<HttpSettings>,
     /// The exports and identities, checked ([`AccessConfig::check`]).
     pub access: AccessConfig,
     /// Each identity's key file, in identity order (for the summary).
@@ -227,6 +233,11 @@ fn check(text: &str, path: &Path) -> Result<ServeConfig, String> {
         1 << 20,
     )?;
     let (log_level, log_format, transfer_log) = log_keys(&file, &err)?;
+    let http = file
+        .http
+        .as_ref()
+        .map(|h| http::http_keys(h, &err))
+        .transpose()?;
 
     let mut exports = Vec::new();
     for (name, e) in &file.export {
@@ -346,6 +357,7 @@ fn check(text: &str, path: &Path) -> Result<ServeConfig, String> {
         log_format,
         transfer_log,
         metrics,
+        http,
         access,
         key_files,
     })
@@ -372,7 +384,7 @@ fn toml_error(text: &str, path: &Path, e: &toml::de::Error) -> String {
 }
 
 /// Makes an error from a byte offset, the key and what is wrong.
-type Err<'a> = &'a dyn Fn(usize, &str, String) -> String;
+pub(crate) type Err<'a> = &'a dyn Fn(usize, &str, String) -> String;
 
 /// A file's `log_level`, `log_format` and `transfer_log`.
 type LogKeys = (Option<LogLevel>, Option<LogFormat>, Option<PathBuf>);

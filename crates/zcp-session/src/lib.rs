@@ -44,9 +44,9 @@ pub use event::{
 };
 pub use recv::MAX_RECV_BLOCK;
 pub use server::{
-    AccessConfig, DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_SOURCE, ExportSpec, IdentitySpec,
-    PendingId, PendingLimits, PendingSource, PendingTable, Permission, Reloader, SINGLE_EXPORT,
-    SINGLE_IDENTITY, Server, ServerConfig, check_name,
+    AccessConfig, AccessSnapshot, AccessView, DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_PER_SOURCE,
+    ExportSpec, IdentitySpec, PendingId, PendingLimits, PendingSource, PendingTable, Permission,
+    Reloader, SINGLE_EXPORT, SINGLE_IDENTITY, Server, ServerConfig, check_name,
 };
 pub use transport::Link;
 pub use transport::udp::UdpReport;

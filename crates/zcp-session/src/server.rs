@@ -27,7 +27,8 @@ pub use pending::{
 };
 
 pub use access::{
-    AccessConfig, ExportSpec, IdentitySpec, Permission, SINGLE_EXPORT, SINGLE_IDENTITY, check_name,
+    AccessConfig, AccessSnapshot, ExportSpec, IdentitySpec, Permission, SINGLE_EXPORT,
+    SINGLE_IDENTITY, check_name,
 };
 
 use std::collections::HashMap;
@@ -129,6 +130,25 @@ struct Ctx {
     pub(crate) shutdown: AtomicBool,
 }
 
+/// The exports and identities a running server has in force, for its other faces.
+#[derive(Clone)]
+pub struct AccessView {
+    ctx: Arc<Ctx>,
+}
+
+impl std::fmt::Debug for AccessView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AccessView")
+    }
+}
+
+impl AccessView {
+    /// The snapshot in force now.
+    pub fn snapshot(&self) -> access::AccessSnapshot {
+        access::AccessSnapshot(self.ctx.live.locked().clone())
+    }
+}
+
 /// A bound server.
 pub struct Server {
     listeners: Vec<TcpListener>,
@@ -204,6 +224,14 @@ impl Server {
     /// A handle that replaces the exports and identities of a running server.
     pub fn reloader(&self) -> Reloader {
         Reloader {
+            ctx: self.ctx.clone(),
+        }
+    }
+
+    /// A handle to the exports and identities in force (a reload replaces them for every
+    /// snapshot taken after it).
+    pub fn access(&self) -> AccessView {
+        AccessView {
             ctx: self.ctx.clone(),
         }
     }

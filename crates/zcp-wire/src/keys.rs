@@ -98,6 +98,17 @@ const SESSION_LABEL: &[u8] = b"zcp/1 session secret";
 const JOIN_LABEL: &[u8] = b"zcp/1 data join";
 const IDENTITY_LABEL: &[u8] = b"zcp/2 identity";
 const ENCRYPTION_LABEL: &[u8] = b"zcp/6 encryption secret";
+const HTTP_TOKEN_LABEL: &[u8] = b"zcp/http token key";
+
+/// `HMAC-SHA256(psk, "zcp/http token key" || identity)`: the first key of the HTTP face's
+/// bearer tokens for that identity. Separate from every session key by its label; rotating
+/// the identity's key changes it, which revokes every token made with the old one.
+pub fn http_token_key(psk: &Psk, identity: &str) -> [u8; 32] {
+    psk.mac(HTTP_TOKEN_LABEL, &[identity.as_bytes()])
+        .finalize()
+        .into_bytes()
+        .into()
+}
 
 /// `HMAC-SHA256(psk, "zcp/2 identity" || client nonce)`: what a control `Hello` carries so
 /// a server with several keys can tell which one the client holds. It proves nothing (a

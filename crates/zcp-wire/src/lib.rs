@@ -42,7 +42,7 @@ pub use handshake::{
     Accepted, ClientAwaitWelcome, ClientHandshake, DataAwaitJoin, DataClient, Established,
     HandshakeError, JoinRequest, ServerAwaitProof, ServerOffer, accept, accept_any,
 };
-pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys};
+pub use keys::{FileDigest, JournalOwner, KeyError, PSK_LEN, Psk, SessionKeys, http_token_key};
 pub use message::{
     DeleteMode, ErrorCode, ExistingMode, FrameHeader, HEADER_LEN, HELLO_MAGIC, Have, ListEntry,
     ListKind, MAX_ENGINE_NAME, MAX_HAVE_ENTRIES, MAX_NAME, MAX_PATH, MAX_PAYLOAD, MAX_RATE,

@@ -391,6 +391,49 @@ impl Live {
     }
 }
 
+/// The exports and identities in force, for a face of the server other than its own protocol
+/// (the HTTP face): one snapshot, kept for one request.
+#[derive(Debug, Clone)]
+pub struct AccessSnapshot(pub(crate) Arc<Live>);
+
+impl AccessSnapshot {
+    /// Checks `cfg` and opens its exports (a snapshot of no running server: tests, and a
+    /// face that serves without one).
+    pub fn open(cfg: &AccessConfig) -> Result<AccessSnapshot, SessionError> {
+        Live::open(cfg).map(|l| AccessSnapshot(Arc::new(l)))
+    }
+
+    /// Whether paths start with an export's name.
+    pub fn named(&self) -> bool {
+        self.0.named
+    }
+
+    /// The key of identity `name`.
+    pub fn key_of(&self, name: &str) -> Option<&Psk> {
+        (self.0.identities.iter())
+            .find(|i| i.name == name)
+            .map(|i| &i.psk)
+    }
+
+    /// Export `export` (ignored when exports are not named) as identity `identity` may use
+    /// it, with what it may do there; `None` when it does not exist or the identity has no
+    /// access (the same answer, so no oracle for what exists).
+    pub fn export_for(&self, identity: &str, export: &str) -> Option<(Arc<Root>, Permission)> {
+        let id = self.0.identities.iter().find(|i| i.name == identity)?;
+        let export = if self.0.named { export } else { SINGLE_EXPORT };
+        let p = id.access.get(export)?;
+        Some((self.0.exports.get(export)?.clone(), *p))
+    }
+
+    /// The exports identity `identity` may use, by name, with what it may do in each.
+    pub fn exports_of(&self, identity: &str) -> Vec<(String, Permission)> {
+        match self.0.identities.iter().position(|i| i.name == identity) {
+            Some(who) => self.0.usable(who),
+            None => Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

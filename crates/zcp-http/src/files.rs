@@ -1,0 +1,374 @@
+//! The answers that read an export: `GET` and `HEAD` of a file (one range at most),
+//! `PROPFIND` of a file or directory, and a narrower token for an authenticated caller.
+//!
+//! A name is resolved beneath the export's root descriptor one component at a time without
+//! following a symlink; a symlink, a device, a FIFO and zcp's own part files are "not found",
+//! the same answer as a name that is not there.
+
+use std::os::fd::OwnedFd;
+
+use zcp_engine::fs::{self as efs, EntryKind, Meta, Root};
+use zcp_session::Permission;
+
+use crate::dav::{self, Entry};
+use crate::handle::{Answer, Authed, activity_of, now_unix};
+use crate::request::{self, Head, Method};
+use crate::token::{Activity, Caveat, Token};
+
+/// The most entries a `PROPFIND` of depth 1 lists.
+pub const MAX_LISTED: usize = 100_000;
+/// The longest life a narrowed token may be given.
+const MAX_VALIDITY: u64 = 7 * 24 * 3600;
+
+/// An answer's body.
+pub(crate) enum Body {
+    Empty,
+    Bytes(Vec<u8>),
+    /// Bytes `start..end` of an open file.
+    File {
+        fd: OwnedFd,
+        start: u64,
+        end: u64,
+    },
+}
+
+impl Body {
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Body::Empty => 0,
+            Body::Bytes(b) => b.len() as u64,
+            Body::File { start, end, .. } => end - start,
+        }
+    }
+}
+
+/// What a path names once resolved.
+enum Found {
+    Dir(OwnedFd),
+    File(OwnedFd, Meta),
+}
+
+/// `GET`, `HEAD` and `PROPFIND`.
+pub(crate) fn read_side(head: &Head, a: &Authed) -> Answer {
+    let named = a.snapshot.named();
+    if named && head.components.is_empty() {
+        return top(head, a);
+    }
+    let (root, perm, inside) = match granted(head, a, activity_of(head)) {
+        Ok(g) => g,
+        Err(answer) => return answer,
+    };
+    if !perm.reads() {
+        return Answer::refuse(403, format!("{} may only write here", a.identity));
+    }
+    let found = match resolve(&root, inside) {
+        Ok(f) => f,
+        Err(answer) => return answer,
+    };
+    match (head.method, found) {
+        (Method::Propfind, found) => propfind(head, a, found),
+        (_, Found::File(fd, meta)) => get_file(head, fd, &meta),
+        (_, Found::Dir(_)) => Answer::refuse(
+            403,
+            "this is a directory: PROPFIND lists it, GET reads files",
+        ),
+    }
+}
+
+/// Where a request points: an export, what the identity may do there, and the path inside.
+type Place<'h> = (std::sync::Arc<Root>, Permission, &'h [Vec<u8>]);
+
+/// The export, permission and path inside it that `head` names, once the token allows
+/// `activity` there.
+fn granted<'h>(head: &'h Head, a: &Authed, activity: Activity) -> Result<Place<'h>, Answer> {
+    let path = head.path_text();
+    if !a.token.allows(&path, activity) {
+        return Err(Answer::refuse(
+            403,
+            format!("the token does not allow {} on this path", activity.name()),
+        ));
+    }
+    let (export, inside) = if a.snapshot.named() {
+        (
+            String::from_utf8_lossy(&head.components[0]).into_owned(),
+            &head.components[1..],
+        )
+    } else {
+        (String::new(), &head.components[..])
+    };
+    let Some((root, perm)) = a.snapshot.export_for(&a.identity, &export) else {
+        return Err(Answer::refuse(404, "no such export for this identity"));
+    };
+    Ok((root, perm, inside))
+}
+
+/// Opens what `inside` names beneath `root`.
+fn resolve(root: &Root, inside: &[Vec<u8>]) -> Result<Found, Answer> {
+    let missing = || Answer::refuse(404, "not found (or not a plain file or directory)");
+    let Some((name, parents)) = inside.split_last() else {
+        return root
+            .open_dir(&[], false)
+            .map(Found::Dir)
+            .map_err(|_| missing());
+    };
+    if efs::is_reserved_name(name) {
+        return Err(missing());
+    }
+    let dir = root.open_dir(parents, false).map_err(|_| missing())?;
+    match efs::stat_at(&dir, name).map_err(|_| missing())?.kind {
+        EntryKind::Dir => root
+            .open_dir(inside, false)
+            .map(Found::Dir)
+            .map_err(|_| missing()),
+        EntryKind::File => {
+            let fd = efs::open_at(&dir, name).map_err(|_| missing())?;
+            // The name may have been replaced between the look and the open: only the
+            // descriptor is proof.
+            let meta = efs::stat_fd(&fd).map_err(|_| missing())?;
+            if meta.kind != EntryKind::File {
+                return Err(missing());
+            }
+            Ok(Found::File(fd, meta))
+        }
+        _ => Err(missing()),
+    }
+}
+
+/// `GET` or `HEAD` of a file.
+fn get_file(head: &Head, fd: OwnedFd, meta: &Meta) -> Answer {
+    let size = meta.size;
+    let (status, start, end) = match request::range(head.header("range"), size) {
+        Ok(None) => (200, 0, size),
+        Ok(Some(r)) => (206, r.start, r.end),
+        Err(()) => {
+            return Answer::refuse(
+                416,
+                format!("the range is not within the file's {size} bytes"),
+            )
+            .header("Content-Range", format!("bytes */{size}"));
+        }
+    };
+    let mut a = Answer::new(status, Body::File { fd, start, end })
+        .header("Content-Type", "application/octet-stream")
+        .header("Accept-Ranges", "bytes")
+        .header("ETag", dav::etag(size, meta.mtime))
+        .header("Last-Modified", dav::http_date(meta.mtime));
+    if status == 206 {
+        a = a.header("Content-Range", format!("bytes {start}-{}/{size}", end - 1));
+    }
+    a
+}
+
+/// `PROPFIND` of what was found: itself, and with depth 1 a directory's entries.
+fn propfind(head: &Head, a: &Authed, found: Found) -> Answer {
+    let depth = head.header("depth").unwrap_or("1");
+    if depth != "0" && depth != "1" {
+        return Answer::refuse(403, "PROPFIND answers depth 0 or 1, not infinity");
+    }
+    let here = head.components.clone();
+    let (dir, meta) = match found {
+        Found::File(_, meta) => return multistatus(&[entry(here, &meta)]),
+        Found::Dir(dir) => match efs::stat_fd(&dir) {
+            Ok(m) => (dir, m),
+            Err(e) => return Answer::refuse(500, e.to_string()),
+        },
+    };
+    let mut entries = vec![entry(here.clone(), &meta)];
+    if depth == "1"
+        && let Err(answer) = list(&dir, &here, a, &mut entries)
+    {
+        return answer;
+    }
+    multistatus(&entries)
+}
+
+/// Appends the files and directories in `dir` (never symlinks, devices or part files).
+fn list(dir: &OwnedFd, here: &[Vec<u8>], a: &Authed, out: &mut Vec<Entry>) -> Result<(), Answer> {
+    let entries = efs::read_dir(dir).map_err(|e| Answer::refuse(500, e.to_string()))?;
+    for name in entries {
+        let name = name.map_err(|e| Answer::refuse(500, e.to_string()))?;
+        if efs::is_reserved_name(&name) {
+            continue;
+        }
+        let Ok(meta) = efs::stat_at(dir, &name) else {
+            continue;
+        };
+        if !matches!(meta.kind, EntryKind::Dir | EntryKind::File) {
+            continue;
+        }
+        let mut components = here.to_vec();
+        components.push(name);
+        if !a
+            .token
+            .allows(&request::path_text(&components), Activity::ReadMetadata)
+        {
+            continue;
+        }
+        if out.len() > MAX_LISTED {
+            return Err(Answer::refuse(
+                403,
+                format!("the directory holds over {MAX_LISTED} entries: too many to list at once"),
+            ));
+        }
+        out.push(entry(components, &meta));
+    }
+    Ok(())
+}
+
+fn entry(components: Vec<Vec<u8>>, meta: &Meta) -> Entry {
+    Entry {
+        components,
+        dir: meta.kind == EntryKind::Dir,
+        size: meta.size,
+        mtime: meta.mtime,
+    }
+}
+
+fn multistatus(entries: &[Entry]) -> Answer {
+    Answer::new(207, Body::Bytes(dav::multistatus(entries).into_bytes()))
+        .header("Content-Type", "application/xml; charset=utf-8")
+}
+
+/// `/` of a server with named exports: `PROPFIND` lists the identity's exports, anything else
+/// is refused.
+fn top(head: &Head, a: &Authed) -> Answer {
+    if head.method != Method::Propfind {
+        return Answer::refuse(404, "name an export: /EXPORT/PATH");
+    }
+    let mut entries = vec![Entry {
+        components: Vec::new(),
+        dir: true,
+        size: 0,
+        mtime: (0, 0),
+    }];
+    if head.header("depth") != Some("0") {
+        for (name, _) in a.snapshot.exports_of(&a.identity) {
+            if a.token.allows(&format!("/{name}"), Activity::ReadMetadata) {
+                entries.push(Entry {
+                    components: vec![name.into_bytes()],
+                    dir: true,
+                    size: 0,
+                    mtime: (0, 0),
+                });
+            }
+        }
+    }
+    multistatus(&entries)
+}
+
+/// `POST` with `Content-Type: application/macaroon-request`: the caller's token narrowed to
+/// this path, the activities asked for and the validity asked for (at most a week), as
+/// `{"macaroon": TOKEN}`. It can never grant more than the caller's own token.
+pub(crate) fn macaroon_request(head: &Head, body: &[u8], a: &Authed) -> Answer {
+    let ct = head.header("content-type").unwrap_or_default();
+    if !ct.eq_ignore_ascii_case("application/macaroon-request") {
+        return Answer::refuse(
+            405,
+            "POST here only takes a macaroon request (Content-Type: application/macaroon-request)",
+        );
+    }
+    let req: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return Answer::refuse(400, format!("the macaroon request is not JSON: {e}")),
+    };
+    let mut activities = Vec::new();
+    for c in (req.get("caveats").and_then(|c| c.as_array()))
+        .into_iter()
+        .flatten()
+    {
+        let Some(text) = c.as_str() else {
+            return Answer::refuse(400, "each caveat is a string");
+        };
+        let Some(list) = text.strip_prefix("activity:") else {
+            return Answer::refuse(
+                400,
+                format!(
+                    "caveat '{}' is not understood (only activity:A,B)",
+                    zcp_wire::escape_text(text)
+                ),
+            );
+        };
+        for name in list.split(',') {
+            match Activity::parse(name) {
+                Some(act) => activities.push(act),
+                None => {
+                    return Answer::refuse(
+                        400,
+                        format!("no activity '{}'", zcp_wire::escape_text(name)),
+                    );
+                }
+            }
+        }
+    }
+    let validity = match req.get("validity").and_then(|v| v.as_str()) {
+        None => 3600,
+        Some(v) => match iso_duration(v) {
+            Some(s) => s.min(MAX_VALIDITY),
+            None => {
+                return Answer::refuse(
+                    400,
+                    format!(
+                        "validity '{}' is not an ISO 8601 duration such as PT30M",
+                        zcp_wire::escape_text(v)
+                    ),
+                );
+            }
+        },
+    };
+    let mut t: Token = a.token.clone();
+    t.narrow(Caveat::Path(head.path_text()));
+    if !activities.is_empty() {
+        t.narrow(Caveat::Activities(activities));
+    }
+    t.narrow(Caveat::Before(now_unix() + validity));
+    let body = serde_json::json!({ "macaroon": t.encode() }).to_string();
+    Answer::new(200, Body::Bytes(body.into_bytes())).header("Content-Type", "application/json")
+}
+
+/// Seconds in an ISO 8601 duration of days, hours, minutes and seconds (`P1D`, `PT1H30M`,
+/// `PT90S`).
+pub fn iso_duration(s: &str) -> Option<u64> {
+    let rest = s.strip_prefix('P')?;
+    let (days, time) = match rest.split_once('T') {
+        Some((d, t)) => (d, t),
+        None => (rest, ""),
+    };
+    let mut total: u64 = 0;
+    let mut any = false;
+    let mut take = |part: &str, units: &[(char, u64)]| -> Option<()> {
+        let mut num = String::new();
+        for ch in part.chars() {
+            if ch.is_ascii_digit() {
+                num.push(ch);
+                continue;
+            }
+            let &(_, mult) = units.iter().find(|(u, _)| *u == ch)?;
+            let n: u64 = num.parse().ok()?;
+            total = total.checked_add(n.checked_mul(mult)?)?;
+            num.clear();
+            any = true;
+        }
+        num.is_empty().then_some(())
+    };
+    take(days, &[('D', 86_400)])?;
+    take(time, &[('H', 3600), ('M', 60), ('S', 1)])?;
+    any.then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_durations() {
+        assert_eq!(iso_duration("PT30M"), Some(1800));
+        assert_eq!(iso_duration("P1DT1H"), Some(90_000));
+        assert_eq!(iso_duration("PT90S"), Some(90));
+        assert_eq!(iso_duration("P"), None);
+        assert_eq!(iso_duration("PT"), None);
+        assert_eq!(iso_duration("30M"), None);
+        assert_eq!(iso_duration("PT5X"), None);
+        assert_eq!(iso_duration("PT5"), None);
+        assert_eq!(iso_duration("PT99999999999999999999S"), None);
+    }
+}

@@ -1,0 +1,579 @@
+//! `zcp serve`'s HTTPS/WebDAV face (`[http]`): curl over TLS for reads, ranges and listings;
+//! bearer tokens from `zcp token` checked for their identity, path, activities, expiry and
+//! signature; and hostile requests over plain HTTP (paths out of the export, symlinks, part
+//! files, header floods, connections that hold their slot) that must leave nothing served
+//! that should not be and the server up.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::serve_config::Site;
+use crate::util::*;
+
+/// A site whose config has an `[http]` face, and its server.
+struct Face {
+    site: Site,
+    srv: ServerProc,
+    addr: SocketAddr,
+    /// The test CA's certificate (TLS faces); `pki/cadir` holds it hashed, for davix.
+    cert: Option<PathBuf>,
+}
+
+impl Face {
+    /// Starts a server with `[http]`, over TLS when `tls` (needs openssl to make the
+    /// certificate: `None` when it is missing, after saying so).
+    fn start(tls: bool) -> Option<Face> {
+        let site = Site::new();
+        let mut http = "\n[http]\nlisten = \"127.0.0.1:0\"\n".to_string();
+        let cert = if tls {
+            if !on_path("openssl") {
+                skip("openssl is not installed (apt-get install openssl)");
+                return None;
+            }
+            let (cert, key) = make_pki(&site.env.path("pki"));
+            http.push_str(&format!(
+                "cert = \"{}\"\nkey = \"{}\"\n",
+                cert.display(),
+                key.display()
+            ));
+            Some(site.env.path("pki/ca.pem"))
+        } else {
+            None
+        };
+        site.write(&format!("{}{http}", site.text(true)));
+        let srv = site.serve();
+        let scheme = if tls { "https" } else { "http" };
+        let needle = format!("zcp: {scheme} at {scheme}://");
+        assert!(srv.wait_log(&needle, 10), "{}", srv.log());
+        let log = srv.log();
+        let addr = log
+            .split(&needle)
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap();
+        let addr = addr.parse().unwrap();
+        Some(Face {
+            site,
+            srv,
+            addr,
+            cert,
+        })
+    }
+
+    /// `zcp token` for `identity` with `extra` flags; the token.
+    fn token(&self, identity: &str, extra: &[&str]) -> String {
+        let mut c = zcp();
+        c.args(["token", "--config"])
+            .arg(&self.site.config)
+            .args(["--identity", identity])
+            .args(extra);
+        let o = run(c, 10);
+        assert!(o.status.success(), "zcp token: {}", both(&o));
+        text(&o.stdout).trim().to_string()
+    }
+
+    /// curl over TLS: `args` then the URL of `path`; the status and the body.
+    fn curl(&self, token: &str, path: &str, args: &[&str]) -> (u16, Vec<u8>) {
+        let out = self.site.env.path("curl.out");
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--path-as-is", "--max-time", "20", "-o"])
+            .arg(&out)
+            .args(["-w", "%{http_code}"])
+            .arg("--cacert")
+            .arg(self.cert.as_ref().expect("a TLS face"))
+            .arg("-H")
+            .arg(format!("Authorization: Bearer {token}"))
+            .args(args)
+            .arg(format!("https://{}{path}", self.addr));
+        let o = run(c, 30);
+        let code = text(&o.stdout).trim().parse().unwrap_or(0);
+        (code, std::fs::read(&out).unwrap_or_default())
+    }
+
+    /// One request over plain HTTP: the status, the head and the body.
+    fn raw(&self, request: &str) -> (u16, String, Vec<u8>) {
+        raw(self.addr, request.as_bytes())
+    }
+
+    /// `METHOD path` with `token` (and `Connection: close`).
+    fn req(&self, method: &str, path: &str, token: &str, extra: &str) -> (u16, String, Vec<u8>) {
+        self.raw(&format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{extra}Connection: close\r\n\r\n"
+        ))
+    }
+}
+
+/// A test CA and a server certificate for 127.0.0.1 signed by it, made with openssl in
+/// `dir` (which gets `ca.pem` and `cadir/`, hashed as OpenSSL's CA paths want): the server's
+/// certificate and key.
+fn make_pki(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir.join("cadir")).unwrap();
+    let openssl = |args: &[&str]| {
+        let mut c = Command::new("openssl");
+        c.current_dir(dir).args(args);
+        let o = run(c, 30);
+        assert!(o.status.success(), "openssl {args:?}: {}", both(&o));
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=zcp-test-ca",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "srv.key",
+                "-out",
+                "srv.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "srv.pem",
+        "-extfile",
+        "ext",
+    ]);
+    std::fs::copy(dir.join("ca.pem"), dir.join("cadir/ca.pem")).unwrap();
+    openssl(&["rehash", "cadir"]);
+    (dir.join("srv.pem"), dir.join("srv.key"))
+}
+
+/// Writes `request`, reads the answer to the end: status, head, body.
+fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request).unwrap();
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(all.len(), |i| i + 4);
+    let head = String::from_utf8_lossy(&all[..end]).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head, all[end..].to_vec())
+}
+
+#[test]
+fn curl_reads_files_ranges_and_listings_over_tls() {
+    if !on_path("curl") {
+        return skip("curl is not installed (apt-get install curl)");
+    }
+    let Some(face) = Face::start(true) else {
+        return;
+    };
+    let archive = &face.site.archive;
+    make_file(&archive.join("run1.dat"), 3_000_000, 1 << 20, 9);
+    std::fs::create_dir(archive.join("sub dir")).unwrap();
+    std::fs::write(archive.join("sub dir/a&b.txt"), b"hello\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", archive.join("passwd")).unwrap();
+    std::fs::write(archive.join(".zcp-0123.part"), b"half a file").unwrap();
+    let t = face.token("lab", &[]);
+
+    let (code, body) = face.curl(&t, "/archive/run1.dat", &[]);
+    assert_eq!(code, 200);
+    assert_eq!(body, std::fs::read(archive.join("run1.dat")).unwrap());
+    let (code, body) = face.curl(&t, "/archive/run1.dat", &["-r", "1048570-1048589"]);
+    assert_eq!(code, 206);
+    assert_eq!(
+        body,
+        std::fs::read(archive.join("run1.dat")).unwrap()[1_048_570..1_048_590]
+    );
+    let (code, body) = face.curl(&t, "/archive/run1.dat", &["-r", "3000000-"]);
+    assert_eq!(code, 416, "{}", text(&body));
+    let (code, _) = face.curl(&t, "/archive/sub%20dir/a%26b.txt", &["-I"]);
+    assert_eq!(code, 200);
+
+    let (code, body) = face.curl(&t, "/archive/", &["-X", "PROPFIND", "-H", "Depth: 1"]);
+    assert_eq!(code, 207);
+    let xml = text(&body);
+    for needle in [
+        "<D:href>/archive/</D:href>",
+        "<D:href>/archive/run1.dat</D:href>",
+        "<D:getcontentlength>3000000</D:getcontentlength>",
+        "<D:href>/archive/sub%20dir/</D:href><D:propstat><D:prop><D:resourcetype><D:collection/>",
+    ] {
+        assert!(xml.contains(needle), "{needle} in {xml}");
+    }
+    assert!(!xml.contains("passwd") && !xml.contains(".zcp-"), "{xml}");
+    // Neither a symlink nor a part file is served.
+    assert_eq!(face.curl(&t, "/archive/passwd", &[]).0, 404);
+    assert_eq!(face.curl(&t, "/archive/.zcp-0123.part", &[]).0, 404);
+    // The top lists the identity's exports only.
+    let (code, body) = face.curl(&t, "/", &["-X", "PROPFIND", "-H", "Depth: 1"]);
+    assert_eq!(code, 207);
+    assert!(text(&body).contains("<D:href>/archive/</D:href>"));
+    assert!(!text(&body).contains("incoming"), "{}", text(&body));
+    let log = face.srv.log();
+    assert!(
+        log.contains("https 127.0.0.1:")
+            && log.contains(" lab GET /archive/run1.dat -> 200 (3000000 bytes"),
+        "{log}"
+    );
+}
+
+#[test]
+fn davix_lists_and_reads_with_a_token_and_fails_without() {
+    if !on_path("davix-get") || !on_path("davix-ls") {
+        return skip("davix is not installed (apt-get install davix)");
+    }
+    let Some(face) = Face::start(true) else {
+        return;
+    };
+    make_file(&face.site.archive.join("run2.dat"), 2_500_000, 1 << 20, 4);
+    std::fs::create_dir(face.site.archive.join("sub")).unwrap();
+    let t = face.token("lab", &["--path", "/archive"]);
+    let cadir = face.site.env.path("pki/cadir");
+    let davix = |tool: &str, token: &str, args: &[&std::ffi::OsStr]| {
+        let mut c = Command::new(tool);
+        c.arg("--capath")
+            .arg(&cadir)
+            .args(["--retry", "0", "-H"])
+            .arg(format!("Authorization: Bearer {token}"))
+            .args(args);
+        run(c, 60)
+    };
+    let url = |p: &str| std::ffi::OsString::from(format!("https://{}{p}", face.addr));
+    let o = davix("davix-ls", &t, &["-l".as_ref(), &url("/archive/")]);
+    assert!(o.status.success(), "{}", both(&o));
+    let listing = text(&o.stdout);
+    assert!(
+        listing.contains("2500000") && listing.contains("run2.dat"),
+        "{listing}"
+    );
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with('d') && l.ends_with("sub")),
+        "{listing}"
+    );
+    let got = face.site.env.path("got.dat");
+    let o = davix(
+        "davix-get",
+        &t,
+        &[&url("/archive/run2.dat"), got.as_os_str()],
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&got, &face.site.archive.join("run2.dat")));
+    // Out of the token's path, and with no valid token: davix fails and gets no bytes.
+    let denied = face.site.env.path("denied.dat");
+    std::fs::write(face.site.incoming.join("x"), b"x").unwrap();
+    let o = davix("davix-get", &t, &[&url("/incoming/x"), denied.as_os_str()]);
+    assert!(!o.status.success(), "{}", both(&o));
+    let o = davix(
+        "davix-get",
+        "zcp1.00.00",
+        &[&url("/archive/run2.dat"), denied.as_os_str()],
+    );
+    assert!(!o.status.success(), "{}", both(&o));
+    assert!(std::fs::metadata(&denied).map_or(0, |m| m.len()) == 0);
+}
+
+#[test]
+fn tokens_are_held_to_their_identity_path_activities_and_time() {
+    let Some(face) = Face::start(false) else {
+        return;
+    };
+    make_file(&face.site.archive.join("f"), 10_000, 4096, 1);
+    std::fs::create_dir(face.site.archive.join("d")).unwrap();
+    std::fs::write(face.site.archive.join("d/g"), b"g").unwrap();
+    let get = |token: &str, path: &str| face.req("GET", path, token, "").0;
+
+    let lab = face.token("lab", &[]);
+    assert_eq!(get(&lab, "/archive/f"), 200);
+    assert_eq!(get("", "/archive/f"), 401);
+    let (code, head, _) = face.raw("GET /archive/f HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert_eq!(code, 401);
+    assert!(head.contains("WWW-Authenticate: Bearer"), "{head}");
+    // Tampered: each half of the token changed.
+    let (body, sig) = lab.rsplit_once('.').unwrap();
+    let flip = |s: &str| {
+        let mut b = s.as_bytes().to_vec();
+        let i = b.len() / 2;
+        b[i] = if b[i] == b'0' { b'1' } else { b'0' };
+        String::from_utf8(b).unwrap()
+    };
+    assert_eq!(get(&format!("{}.{sig}", flip(body)), "/archive/f"), 401);
+    assert_eq!(get(&format!("{body}.{}", flip(sig)), "/archive/f"), 401);
+    // Out of its path, activities or export permission: 403.
+    let only_d = face.token("lab", &["--path", "/archive/d"]);
+    assert_eq!(get(&only_d, "/archive/d/g"), 200);
+    assert_eq!(get(&only_d, "/archive/f"), 403);
+    assert_eq!(get(&only_d, "/archive/d%2f..%2ff"), 400);
+    let list = face.token("lab", &["--activity", "LIST"]);
+    assert_eq!(get(&list, "/archive/f"), 403);
+    assert_eq!(
+        face.req("PROPFIND", "/archive/", &list, "Depth: 1\r\n").0,
+        207
+    );
+    // observatory may only write to incoming and read archive.
+    let obs = face.token("observatory", &[]);
+    std::fs::write(face.site.incoming.join("secret"), b"s").unwrap();
+    assert_eq!(get(&obs, "/incoming/secret"), 403);
+    assert_eq!(get(&obs, "/archive/f"), 200);
+    // A token for an identity this config does not have, made with a key of the right
+    // shape, is refused as well.
+    let other = Site::new();
+    let mut c = zcp();
+    c.args(["token", "--config"])
+        .arg(&other.config)
+        .args(["--identity", "lab"]);
+    let foreign = text(&run(c, 10).stdout).trim().to_string();
+    assert_eq!(get(&foreign, "/archive/f"), 401);
+
+    // A narrower token from a POST, which cannot be widened by asking.
+    let ask = r#"{"caveats": ["activity:DOWNLOAD,LIST"], "validity": "PT5M"}"#;
+    let (code, _, body) = face.raw(&format!(
+        "POST /archive/d HTTP/1.1\r\nAuthorization: Bearer {only_d}\r\nContent-Type: application/macaroon-request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{ask}",
+        ask.len()
+    ));
+    assert_eq!(code, 200, "{}", text(&body));
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let narrow = v["macaroon"].as_str().unwrap().to_string();
+    assert_eq!(get(&narrow, "/archive/d/g"), 200);
+    assert_eq!(get(&narrow, "/archive/f"), 403);
+
+    // Expired; and a rotated key (reloaded) revokes every token made with the old one.
+    let brief = face.token("lab", &["--ttl", "1s"]);
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(get(&brief, "/archive/f"), 401);
+    let mut k = zcp();
+    k.args(["keygen", "--force", "-o"]).arg(&face.site.lab);
+    assert!(run(k, 10).status.success());
+    signal(face.srv.pid(), libc::SIGHUP);
+    assert!(
+        face.srv.wait_log("configuration reloaded", 10),
+        "{}",
+        face.srv.log()
+    );
+    assert_eq!(get(&lab, "/archive/f"), 401);
+    assert_eq!(get(&face.token("lab", &[]), "/archive/f"), 200);
+}
+
+#[test]
+fn hostile_requests_reach_nothing_outside_and_leave_the_server_up() {
+    let Some(face) = Face::start(false) else {
+        return;
+    };
+    let outside = face.site.env.path("outside.txt");
+    std::fs::write(&outside, b"OUTSIDE").unwrap();
+    std::os::unix::fs::symlink(&outside, face.site.archive.join("out")).unwrap();
+    std::fs::create_dir(face.site.archive.join("d")).unwrap();
+    std::os::unix::fs::symlink(
+        face.site.env.path("srv/incoming"),
+        face.site.archive.join("d/in"),
+    )
+    .unwrap();
+    let t = face.token("lab", &[]);
+    for path in [
+        "/archive/../outside.txt",
+        "/archive/%2e%2e/outside.txt",
+        "/archive/%2E%2E/%2e%2e/outside.txt",
+        "/archive/..%2foutside.txt",
+        "/archive/out",
+        "/archive/d/in/",
+        "/archive/%00",
+        "/incoming/x",
+        "/nosuch/x",
+        "outside.txt",
+    ] {
+        let (code, _, body) = face.req("GET", path, &t, "");
+        assert!(
+            [400, 403, 404].contains(&code),
+            "{path}: {code} {}",
+            text(&body)
+        );
+        assert!(!text(&body).contains("OUTSIDE"), "{path}");
+    }
+    // Floods: too many headers, too long a head, a body too big for what it asks.
+    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    assert_eq!(face.raw(&format!("GET / HTTP/1.1\r\n{many}\r\n")).0, 431);
+    let long = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(face.raw(&long).0, 431);
+    let (code, _, _) = face.req("PROPFIND", "/archive/", &t, "Content-Length: 10000000\r\n");
+    assert_eq!(code, 413);
+    assert_eq!(face.raw("GARBAGE\r\n\r\n").0, 400);
+    assert_eq!(face.req("DELETE", "/archive/d", &t, "").0, 405);
+    assert!(face.site.archive.join("d").is_dir());
+    // Text from the network reaches the log escaped.
+    face.req("GET", "/archive/%1b%5b31mred", &t, "");
+    assert!(face.srv.wait_log("red", 5));
+    assert!(!face.srv.log().contains('\u{1b}'), "{}", face.srv.log());
+
+    // Connections that send a head a byte at a time and never finish: more than the table
+    // holds per source. Newcomers evict them, so a real request is still answered at once.
+    let started = Instant::now();
+    let mut slow = Vec::new();
+    for _ in 0..40 {
+        let mut s = TcpStream::connect(face.addr).unwrap();
+        s.write_all(b"GET /archive/ HTTP/1.1\r\nX-Slow: ").unwrap();
+        slow.push(s);
+    }
+    let (code, _, _) = face.req("PROPFIND", "/archive/", &t, "Depth: 0\r\n");
+    assert_eq!(code, 207);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // Most of the trickling ones were shut down to make room.
+    let mut closed = 0;
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        if matches!(s.read(&mut [0u8; 64]), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 20, "{closed} of 40 closed");
+    drop(slow);
+    let mut face = face;
+    assert!(face.srv.alive());
+    // What is on disk is as the test left it.
+    assert_eq!(std::fs::read(&outside).unwrap(), b"OUTSIDE");
+    assert_eq!(tree(&face.site.archive), ["d", "d/in", "out"]);
+}
+
+#[test]
+fn plain_http_sends_files_with_sendfile_and_keeps_connections_alive() {
+    let Some(face) = Face::start(false) else {
+        return;
+    };
+    make_file(&face.site.archive.join("big"), 5_000_000, 1 << 20, 3);
+    let t = face.token("lab", &["--path", "/archive"]);
+    // Two requests on one connection: the first kept alive, the second closes.
+    let two = format!(
+        "HEAD /archive/big HTTP/1.1\r\nAuthorization: Bearer {t}\r\n\r\nGET /archive/big HTTP/1.1\r\nAuthorization: Bearer {t}\r\nRange: bytes=4999990-\r\nConnection: close\r\n\r\n"
+    );
+    let mut s = TcpStream::connect(face.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(two.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let all_text = String::from_utf8_lossy(&all);
+    assert_eq!(all_text.matches("HTTP/1.1 200 OK").count(), 1, "{all_text}");
+    assert!(all_text.contains("Content-Length: 5000000"), "{all_text}");
+    assert!(
+        all_text.contains("HTTP/1.1 206 Partial Content"),
+        "{all_text}"
+    );
+    assert!(
+        all_text.contains("Content-Range: bytes 4999990-4999999/5000000"),
+        "{all_text}"
+    );
+    let want = &std::fs::read(face.site.archive.join("big")).unwrap()[4_999_990..];
+    assert!(all.ends_with(want));
+    let (code, head, body) = face.req("GET", "/archive/big", &t, "");
+    assert_eq!(code, 200, "{head}");
+    assert_eq!(body.len(), 5_000_000);
+    assert_eq!(body, std::fs::read(face.site.archive.join("big")).unwrap());
+}
+
+#[test]
+fn token_and_config_errors_name_what_to_fix() {
+    let site = Site::new();
+    let mut c = zcp();
+    c.args(["token", "--config"])
+        .arg(&site.config)
+        .args(["--identity", "nobody"]);
+    let o = run(c, 10);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        both(&o).contains("--identity") && both(&o).contains("observatory"),
+        "{}",
+        both(&o)
+    );
+    for (flags, needle) in [
+        (&["--path", "/incoming/../x"][..], "--path"),
+        (
+            &["--path", "/nosuch"][..],
+            "no access to an export 'nosuch'",
+        ),
+        (&["--activity", "FLY"][..], "'FLY' is not one of"),
+        (&["--ttl", "0s"][..], "--ttl"),
+    ] {
+        let mut c = zcp();
+        c.args(["token", "--config"])
+            .arg(&site.config)
+            .args(["--identity", "lab"])
+            .args(flags);
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", both(&o));
+        assert!(both(&o).contains(needle), "{needle} in {}", both(&o));
+    }
+    for (http, needle) in [
+        ("listen = \"nowhere\"", "http.listen"),
+        (
+            "listen = \"127.0.0.1:0\"\ncert = \"/x.pem\"",
+            "give both cert and key",
+        ),
+        (
+            "listen = \"127.0.0.1:0\"\ncert = \"c.pem\"\nkey = \"k.pem\"",
+            "not an absolute path",
+        ),
+        (
+            "listen = \"127.0.0.1:0\"\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"",
+            "/nonexistent/c.pem",
+        ),
+        ("listen = \"127.0.0.1:0\"\ntpc = true", "tpc"),
+    ] {
+        site.write(&format!("{}\n[http]\n{http}\n", site.text(true)));
+        let mut c = zcp();
+        c.args(["serve", "--check-config", "--config"])
+            .arg(&site.config);
+        let o = run(c, 10);
+        assert_eq!(o.status.code(), Some(2), "{http}: {}", both(&o));
+        assert!(both(&o).contains(needle), "{needle} in {}", both(&o));
+    }
+}
