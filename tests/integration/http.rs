@@ -264,7 +264,7 @@ fn curl_reads_files_ranges_and_listings_over_tls() {
 }
 
 #[test]
-fn davix_lists_and_reads_with_a_token_and_fails_without() {
+fn davix_lists_reads_and_writes_with_a_token_and_fails_without() {
     if !on_path("davix-get") || !on_path("davix-ls") {
         return skip("davix is not installed (apt-get install davix)");
     }
@@ -306,6 +306,17 @@ fn davix_lists_and_reads_with_a_token_and_fails_without() {
     );
     assert!(o.status.success(), "{}", both(&o));
     assert!(same_file(&got, &face.site.archive.join("run2.dat")));
+    // Up again under another name, into a directory davix makes.
+    assert!(on_path("davix-put") && on_path("davix-mkdir"));
+    let o = davix("davix-mkdir", &t, &[&url("/archive/up")]);
+    assert!(o.status.success(), "{}", both(&o));
+    let o = davix(
+        "davix-put",
+        &t,
+        &[got.as_os_str(), &url("/archive/up/run2.copy")],
+    );
+    assert!(o.status.success(), "{}", both(&o));
+    assert!(same_file(&got, &face.site.archive.join("up/run2.copy")));
     // Out of the token's path, and with no valid token: davix fails and gets no bytes.
     let denied = face.site.env.path("denied.dat");
     std::fs::write(face.site.incoming.join("x"), b"x").unwrap();
@@ -444,7 +455,8 @@ fn hostile_requests_reach_nothing_outside_and_leave_the_server_up() {
     let (code, _, _) = face.req("PROPFIND", "/archive/", &t, "Content-Length: 10000000\r\n");
     assert_eq!(code, 413);
     assert_eq!(face.raw("GARBAGE\r\n\r\n").0, 400);
-    assert_eq!(face.req("DELETE", "/archive/d", &t, "").0, 405);
+    assert_eq!(face.req("LOCK", "/archive/d", &t, "").0, 405);
+    assert_eq!(face.req("DELETE", "/archive/d", &t, "").0, 403);
     assert!(face.site.archive.join("d").is_dir());
     // Text from the network reaches the log escaped.
     face.req("GET", "/archive/%1b%5b31mred", &t, "");
@@ -576,4 +588,165 @@ fn token_and_config_errors_name_what_to_fix() {
         assert_eq!(o.status.code(), Some(2), "{http}: {}", both(&o));
         assert!(both(&o).contains(needle), "{needle} in {}", both(&o));
     }
+}
+
+/// `PUT path` with `body` and `extra` headers over plain HTTP.
+fn put(face: &Face, path: &str, token: &str, body: &[u8], extra: &str) -> (u16, String) {
+    let mut req = format!(
+        "PUT {path} HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    let (code, head, b) = raw(face.addr, &req);
+    (code, format!("{head}{}", text(&b)))
+}
+
+#[test]
+fn put_stores_only_whole_files_whose_digests_match() {
+    let Some(face) = Face::start(false) else {
+        return;
+    };
+    let archive = &face.site.archive;
+    let t = face.token("lab", &[]);
+    let body: Vec<u8> = (0..2_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let adler = {
+        let (mut a, mut b) = (1u32, 0u32);
+        for &x in &body {
+            a = (a + u32::from(x)) % 65521;
+            b = (b + a) % 65521;
+        }
+        format!("{:08x}", (b << 16) | a)
+    };
+    // A new file: 201, with the digest it was stored under.
+    let (code, head) = put(
+        &face,
+        "/archive/new.dat",
+        &t,
+        &body,
+        &format!("Digest: adler32={adler}\r\n"),
+    );
+    assert_eq!(code, 201, "{head}");
+    assert!(head.contains(&format!("Digest: adler32={adler}")), "{head}");
+    assert_eq!(std::fs::read(archive.join("new.dat")).unwrap(), body);
+    // A digest that does not match: 412, and nothing changes under the name.
+    for (hdr, name) in [
+        ("Digest: adler32=00000001\r\n", "new.dat"),
+        (
+            "Repr-Digest: sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:\r\n",
+            "other.dat",
+        ),
+    ] {
+        let (code, head) = put(&face, &format!("/archive/{name}"), &t, b"different", hdr);
+        assert_eq!(code, 412, "{head}");
+    }
+    assert_eq!(std::fs::read(archive.join("new.dat")).unwrap(), body);
+    assert!(!archive.join("other.dat").exists());
+    // Replacing: 204.
+    let (code, head) = put(&face, "/archive/new.dat", &t, b"v2", "");
+    assert_eq!(code, 204, "{head}");
+    assert_eq!(std::fs::read(archive.join("new.dat")).unwrap(), b"v2");
+    let (code, _) = put(&face, "/archive/new.dat", &t, b"v3", "If-None-Match: *\r\n");
+    assert_eq!(code, 412);
+    // A body cut short: the connection ends, nothing takes the name, no part file stays.
+    let mut s = TcpStream::connect(face.addr).unwrap();
+    s.write_all(
+        format!("PUT /archive/cut.dat HTTP/1.1\r\nAuthorization: Bearer {t}\r\nContent-Length: 1000000\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&[7u8; 300_000]).unwrap();
+    drop(s);
+    assert!(
+        face.srv.wait_log("PUT /archive/cut.dat -> 400", 10),
+        "{}",
+        face.srv.log()
+    );
+    assert!(!archive.join("cut.dat").exists());
+    assert!(no_partials(archive, 5));
+    // MKCOL then a PUT inside; a PUT whose parent is missing is 409.
+    assert_eq!(face.req("MKCOL", "/archive/d", &t, "").0, 201);
+    assert_eq!(face.req("MKCOL", "/archive/d", &t, "").0, 405);
+    assert_eq!(face.req("MKCOL", "/archive/x/y", &t, "").0, 409);
+    assert_eq!(put(&face, "/archive/d/f", &t, b"f", "").0, 201);
+    assert_eq!(put(&face, "/archive/nodir/f", &t, b"f", "").0, 409);
+    assert!(!archive.join("nodir").exists());
+    // More than the filesystem holds: 507 before a byte is read.
+    let (code, head, _) = face.raw(&format!(
+        "PUT /archive/huge HTTP/1.1\r\nAuthorization: Bearer {t}\r\nContent-Length: 1000000000000000\r\n\r\n"
+    ));
+    assert_eq!(code, 507, "{head}");
+    assert!(!archive.join("huge").exists());
+    let log = face.srv.log();
+    assert!(
+        log.contains("lab PUT /archive/new.dat -> 201 (2000000 bytes"),
+        "{log}"
+    );
+}
+
+#[test]
+fn writes_are_held_to_permissions_tokens_and_the_export() {
+    let Some(face) = Face::start(false) else {
+        return;
+    };
+    let (archive, incoming) = (&face.site.archive, &face.site.incoming);
+    let outside = face.site.env.path("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, archive.join("escape")).unwrap();
+    std::os::unix::fs::symlink(outside.join("f"), archive.join("dangling")).unwrap();
+    let lab = face.token("lab", &[]);
+    for path in [
+        "/archive/escape/f",
+        "/archive/dangling",
+        "/archive/%2e%2e/outside/f",
+        "/archive/.zcp-1.part",
+        "/archive",
+    ] {
+        let (code, head) = put(&face, path, &lab, b"x", "");
+        assert!([400, 403, 405, 409].contains(&code), "{path}: {head}");
+    }
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    assert!(!archive.join(".zcp-1.part").exists());
+    // observatory reads archive only and writes incoming only; lab may not delete.
+    let obs = face.token("observatory", &[]);
+    assert_eq!(put(&face, "/archive/o", &obs, b"o", "").0, 403);
+    assert_eq!(put(&face, "/incoming/o", &obs, b"o", "").0, 201);
+    assert_eq!(std::fs::read(incoming.join("o")).unwrap(), b"o");
+    assert_eq!(face.req("GET", "/incoming/o", &obs, "").0, 403);
+    std::fs::write(archive.join("keep"), b"k").unwrap();
+    assert_eq!(face.req("DELETE", "/archive/keep", &lab, "").0, 403);
+    assert!(archive.join("keep").exists());
+    // A token without UPLOAD, or for another path, cannot write.
+    let read_only = face.token("lab", &["--activity", "DOWNLOAD,LIST"]);
+    assert_eq!(put(&face, "/archive/r", &read_only, b"r", "").0, 403);
+    let elsewhere = face.token("lab", &["--path", "/archive/sub"]);
+    assert_eq!(put(&face, "/archive/r", &elsewhere, b"r", "").0, 403);
+    assert!(!archive.join("r").exists());
+    // With read-write-delete, DELETE removes a tree, never what a symlink points at.
+    let text_cfg = face.site.text(true).replace(
+        "archive = \"read-write\"",
+        "archive = \"read-write-delete\"",
+    );
+    let http = std::fs::read_to_string(&face.site.config).unwrap();
+    let http = &http[http.find("\n[http]").unwrap()..];
+    face.site.write(&format!("{text_cfg}{http}"));
+    signal(face.srv.pid(), libc::SIGHUP);
+    assert!(
+        face.srv.wait_log("configuration reloaded", 10),
+        "{}",
+        face.srv.log()
+    );
+    std::fs::write(outside.join("precious"), b"p").unwrap();
+    std::fs::create_dir_all(archive.join("tree/a")).unwrap();
+    std::fs::write(archive.join("tree/a/f"), b"f").unwrap();
+    std::os::unix::fs::symlink(&outside, archive.join("tree/link")).unwrap();
+    assert_eq!(face.req("DELETE", "/archive/tree", &lab, "").0, 204);
+    assert!(!archive.join("tree").exists());
+    assert_eq!(face.req("DELETE", "/archive/escape", &lab, "").0, 204);
+    assert!(!archive.join("escape").exists());
+    assert_eq!(std::fs::read(outside.join("precious")).unwrap(), b"p");
+    assert_eq!(face.req("DELETE", "/archive/tree", &lab, "").0, 404);
+    let no_delete = face.token("lab", &["--activity", "UPLOAD"]);
+    assert_eq!(face.req("DELETE", "/archive/keep", &no_delete, "").0, 403);
+    assert!(archive.join("keep").exists());
 }

@@ -80,7 +80,11 @@ type Place<'h> = (std::sync::Arc<Root>, Permission, &'h [Vec<u8>]);
 
 /// The export, permission and path inside it that `head` names, once the token allows
 /// `activity` there.
-fn granted<'h>(head: &'h Head, a: &Authed, activity: Activity) -> Result<Place<'h>, Answer> {
+pub(crate) fn granted<'h>(
+    head: &'h Head,
+    a: &Authed,
+    activity: Activity,
+) -> Result<Place<'h>, Answer> {
     let path = head.path_text();
     if !a.token.allows(&path, activity) {
         return Err(Answer::refuse(

@@ -22,7 +22,7 @@ use crate::{Access, HttpReporter};
 /// The largest request body read (a PROPFIND's XML, a macaroon request); larger is 413.
 pub(crate) const MAX_BODY: u64 = 64 * 1024;
 /// The methods served, for `Allow`.
-pub(crate) const ALLOW: &str = "OPTIONS, GET, HEAD, PROPFIND, POST";
+pub(crate) const ALLOW: &str = "OPTIONS, GET, HEAD, PROPFIND, POST, PUT, MKCOL, DELETE";
 
 /// One request as answered, for the log. Every text came from the network (escape it).
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct Served {
     pub identity: Option<String>,
     /// The status answered.
     pub status: u16,
-    /// Body bytes sent.
+    /// Body bytes sent, or taken in (a PUT's file).
     pub bytes: u64,
     /// From the head's arrival to the last byte written.
     pub elapsed: Duration,
@@ -63,6 +63,8 @@ pub(crate) struct Answer {
     pub(crate) why: Option<String>,
     /// The connection must close after it.
     pub(crate) close: bool,
+    /// Body bytes the request sent that were taken (a PUT's file).
+    pub(crate) received: u64,
 }
 
 impl Answer {
@@ -73,6 +75,7 @@ impl Answer {
             body,
             why: None,
             close: false,
+            received: 0,
         }
     }
 
@@ -195,13 +198,26 @@ impl Ctx {
     fn request(&self, conn: &mut Conn, buf: &mut Vec<u8>, head: &Head) -> bool {
         let started = Instant::now();
         let mut identity = None;
-        let answer = match self.read_body(conn, buf, head) {
-            Err(a) => a.close_now(),
-            Ok(body) => self.answer(head, &body, &mut identity),
+        let answer = if head.method == Method::Put {
+            // The body is the file: streamed by the PUT itself, once it is allowed. A refusal
+            // before it is read closes the connection (what follows is not a request).
+            match self.authenticate(head) {
+                Err(a) => a.close_now(),
+                Ok(authed) => {
+                    identity = Some(authed.identity.clone());
+                    crate::write::put(conn, buf, head, &authed)
+                }
+            }
+        } else {
+            match self.read_body(conn, buf, head) {
+                Err(a) => a.close_now(),
+                Ok(body) => self.answer(head, &body, &mut identity),
+            }
         };
         let keep = head.keep_alive() && !answer.close;
         let status = answer.status;
         let why = answer.why.clone();
+        let received = answer.received;
         let sent = AtomicU64::new(0);
         let written = write_answer(conn, answer, head.method != Method::Head, &sent);
         self.reporter.served(&Served {
@@ -211,7 +227,7 @@ impl Ctx {
             path: head.path_text(),
             identity,
             status,
-            bytes: sent.load(Ordering::Relaxed),
+            bytes: sent.load(Ordering::Relaxed) + received,
             elapsed: started.elapsed(),
             why: why.or(written.clone().err()),
         });
@@ -266,6 +282,8 @@ impl Ctx {
         *identity = Some(authed.identity.clone());
         match head.method {
             Method::Post => files::macaroon_request(head, body, &authed),
+            Method::Mkcol => crate::write::mkcol(head, &authed),
+            Method::Delete => crate::write::delete(head, &authed),
             _ => files::read_side(head, &authed),
         }
     }
@@ -309,7 +327,8 @@ impl Ctx {
 }
 
 impl Answer {
-    fn close_now(mut self) -> Answer {
+    /// The connection closes after this answer.
+    pub(crate) fn close_now(mut self) -> Answer {
         self.close = true;
         self
     }

@@ -2,8 +2,9 @@
 //! for clients that speak HTTP (curl, davix, gfal2, rclone) rather than zcp's own protocol.
 //!
 //! Served so far: `GET` (with one `Range`; a file's bytes by `sendfile` on plain HTTP, by
-//! rustls records on TLS), `HEAD`, `OPTIONS`, `PROPFIND` (depth 0 and 1) and `POST` of a
-//! macaroon request (a narrower token). Every request carries a bearer token ([`token`]); its
+//! rustls records on TLS), `HEAD`, `OPTIONS`, `PROPFIND` (depth 0 and 1), `POST` of a
+//! macaroon request (a narrower token), `PUT` (checked against the client's digests),
+//! `MKCOL` and `DELETE`. Every request carries a bearer token ([`token`]); its
 //! identity's export permissions and the token's caveats must both allow the request.
 //!
 //! Bounds, after the monitor's: connections waiting for a request head are kept in a
@@ -19,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub mod dav;
+pub mod digest;
 pub mod request;
 pub mod slots;
 pub mod token;
@@ -26,6 +28,7 @@ pub mod token;
 mod conn;
 mod files;
 mod handle;
+mod write;
 
 use zcp_engine::sync::Locked;
 use zcp_session::{AccessSnapshot, PendingLimits};

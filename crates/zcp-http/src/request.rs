@@ -22,6 +22,12 @@ pub enum Method {
     Propfind,
     /// `POST` (only a macaroon request).
     Post,
+    /// `PUT`.
+    Put,
+    /// `MKCOL` (WebDAV).
+    Mkcol,
+    /// `DELETE`.
+    Delete,
     /// Anything else (answered 405).
     Other,
 }
@@ -105,6 +111,9 @@ pub fn parse(buf: &[u8]) -> Result<Parsed, Refused> {
         "OPTIONS" => Method::Options,
         "PROPFIND" => Method::Propfind,
         "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "MKCOL" => Method::Mkcol,
+        "DELETE" => Method::Delete,
         _ => Method::Other,
     };
     let target = req.path.unwrap_or_default();
