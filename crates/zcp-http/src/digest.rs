@@ -274,3 +274,70 @@ mod tests {
         );
     }
 }
+
+/// The algorithms a `Want-Digest` (RFC 3230: `adler32, md5;q=0.5`) or `Want-Repr-Digest`
+/// (RFC 9530: `adler=3, sha-256=10`) header asks for and this server computes, each once; a
+/// preference of 0 means "not this one".
+pub fn wanted(want_digest: Option<&str>, want_repr: Option<&str>) -> (Vec<Algo>, Vec<Algo>) {
+    let legacy = want_digest.map_or_else(Vec::new, |h| {
+        pick(h, |item| {
+            let mut parts = item.split(';');
+            let name = parts.next()?;
+            let q_zero = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    == Some(0.0)
+            });
+            (!q_zero).then_some(name)
+        })
+    });
+    let repr = want_repr.map_or_else(Vec::new, |h| {
+        pick(h, |item| {
+            let (name, pref) = item.split_once('=').unwrap_or((item, "1"));
+            (pref.trim() != "0").then_some(name)
+        })
+    });
+    (legacy, repr)
+}
+
+fn pick<'a>(header: &'a str, name: impl Fn(&'a str) -> Option<&'a str>) -> Vec<Algo> {
+    let mut out = Vec::new();
+    for a in header
+        .split(',')
+        .filter_map(|i| name(i.trim()))
+        .filter_map(Algo::parse)
+    {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// The RFC 9530 form of `sum`: `:BASE64:`.
+pub fn rfc9530_value(sum: &[u8]) -> String {
+    format!(":{}:", B64.encode(sum))
+}
+
+#[cfg(test)]
+mod wanted_tests {
+    use super::*;
+
+    #[test]
+    fn wanted_algorithms() {
+        assert_eq!(
+            wanted(Some("ADLER32, md5;q=0.3, sha;q=1, crc32c;q=0"), None),
+            (vec![Algo::Adler32, Algo::Md5], vec![])
+        );
+        assert_eq!(
+            wanted(None, Some("adler=3, sha-256=10, sha-512=1, md5=0")),
+            (vec![], vec![Algo::Adler32, Algo::Sha256])
+        );
+        assert_eq!(
+            wanted(Some("adler32, adler32"), None).0,
+            vec![Algo::Adler32]
+        );
+        assert_eq!(rfc9530_value(&[0, 0, 0, 1]), ":AAAAAQ==:");
+    }
+}

@@ -5,12 +5,13 @@
 //! following a symlink; a symlink, a device, a FIFO and zcp's own part files are "not found",
 //! the same answer as a name that is not there.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use zcp_engine::fs::{self as efs, EntryKind, Meta, Root};
 use zcp_session::Permission;
 
 use crate::dav::{self, Entry};
+use crate::digest::{self, Algo, Summer};
 use crate::handle::{Answer, Authed, activity_of, now_unix};
 use crate::request::{self, Head, Method};
 use crate::token::{Activity, Caveat, Token};
@@ -152,6 +153,21 @@ fn get_file(head: &Head, fd: OwnedFd, meta: &Meta) -> Answer {
             .header("Content-Range", format!("bytes */{size}"));
         }
     };
+    let (legacy, repr) =
+        digest::wanted(head.header("want-digest"), head.header("want-repr-digest"));
+    let mut all: Vec<Algo> = legacy.clone();
+    all.extend(repr.iter().filter(|a| !legacy.contains(a)));
+    let sums = match sums_of(&fd, meta, &all) {
+        Ok(s) => s,
+        Err(e) => return Answer::refuse(500, format!("the file could not be read: {e}")),
+    };
+    let header = |algos: &[Algo], value: &dyn Fn(Algo, &[u8]) -> String| -> String {
+        (sums.iter())
+            .filter(|(a, _)| algos.contains(a))
+            .map(|(a, v)| value(*a, v))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let mut a = Answer::new(status, Body::File { fd, start, end })
         .header("Content-Type", "application/octet-stream")
         .header("Accept-Ranges", "bytes")
@@ -160,7 +176,86 @@ fn get_file(head: &Head, fd: OwnedFd, meta: &Meta) -> Answer {
     if status == 206 {
         a = a.header("Content-Range", format!("bytes {start}-{}/{size}", end - 1));
     }
+    if !legacy.is_empty() {
+        a = a.header(
+            "Digest",
+            header(&legacy, &|al, v| {
+                format!("{}={}", al.legacy_name(), al.legacy_value(v))
+            }),
+        );
+    }
+    if !repr.is_empty() {
+        a = a.header(
+            "Repr-Digest",
+            header(&repr, &|al, v| {
+                format!("{}={}", al.rfc9530_name(), digest::rfc9530_value(v))
+            }),
+        );
+    }
     a
+}
+
+/// The extended attribute a file's `algo` sum is kept in, with the size and mtime it was
+/// taken at: `user.zcp.adler32` = `SIZE MTIME_S MTIME_NS HEX`.
+fn xattr_name(algo: Algo) -> String {
+    format!("user.zcp.{}", algo.legacy_name())
+}
+
+fn xattr_value(meta: &Meta, sum: &[u8]) -> String {
+    format!(
+        "{} {} {} {}",
+        meta.size,
+        meta.mtime.0,
+        meta.mtime.1,
+        hex::encode(sum)
+    )
+}
+
+/// Keeps `sums` with the file (best effort: a filesystem without user attributes keeps none).
+pub(crate) fn keep_sums_fd(fd: impl AsFd, meta: &Meta, sums: &[(Algo, Vec<u8>)]) {
+    for (a, v) in sums {
+        let _ = efs::set_xattr(&fd, &xattr_name(*a), xattr_value(meta, v).as_bytes());
+    }
+}
+
+/// The sums of a whole file: those kept with it while its size and mtime are unchanged, the
+/// rest read (and then kept).
+fn sums_of(fd: &OwnedFd, meta: &Meta, algos: &[Algo]) -> Result<Vec<(Algo, Vec<u8>)>, String> {
+    let mut out = Vec::new();
+    let mut missing = Vec::new();
+    for &a in algos {
+        let kept = efs::get_xattr(fd, &xattr_name(a))
+            .and_then(|v| String::from_utf8(v).ok())
+            .and_then(|v| {
+                let prefix = xattr_value(meta, &[]);
+                v.strip_prefix(&prefix).and_then(|h| hex::decode(h).ok())
+            });
+        match kept {
+            Some(v) => out.push((a, v)),
+            None => missing.push(a),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(out);
+    }
+    let mut sums = Summer::new(&missing);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < meta.size {
+        let n = usize::try_from(meta.size - at)
+            .unwrap_or(buf.len())
+            .min(buf.len());
+        zcp_engine::udp::read_at(fd.as_fd(), &mut buf[..n], at).map_err(|e| e.to_string())?;
+        sums.update(&buf[..n]);
+        at += n as u64;
+    }
+    let read = sums.finish();
+    // Kept only if the file did not change while it was read.
+    if efs::stat_fd(fd).is_ok_and(|m| m.size == meta.size && m.mtime == meta.mtime) {
+        keep_sums_fd(fd, meta, &read);
+    }
+    out.extend(read);
+    Ok(out)
 }
 
 /// `PROPFIND` of what was found: itself, and with depth 1 a directory's entries.

@@ -149,6 +149,10 @@ pub(crate) fn put(conn: &mut Conn, buf: &mut Vec<u8>, head: &Head, a: &Authed) -
             ),
         );
     }
+    // The sums go with the file (its final size and mtime guard them), before the rename.
+    if let Ok(meta) = efs::stat_fd(part.fd()) {
+        crate::files::keep_sums_fd(part.fd(), &meta, &got);
+    }
     let stored = (part.sync())
         .and_then(|()| part.rename_to(t.name))
         .and_then(|()| efs::fsync_dir(&*dir));

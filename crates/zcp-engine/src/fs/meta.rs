@@ -213,3 +213,18 @@ pub fn settle(fd: impl AsFd, offset: u64, len: u64) {
         rustix::fs::Advice::DontNeed,
     );
 }
+
+/// The value of extended attribute `name` of `fd`, if it has one of at most 256 bytes.
+pub fn get_xattr(fd: impl AsFd, name: &str) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 256];
+    let n = rustix::fs::fgetxattr(&fd, name, &mut buf[..]).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// Sets extended attribute `name` of `fd` (a filesystem without user attributes, or a
+/// read-only one, is an error the caller may ignore).
+pub fn set_xattr(fd: impl AsFd, name: &str, value: &[u8]) -> Result<(), EngineError> {
+    rustix::fs::fsetxattr(&fd, name, value, rustix::fs::XattrFlags::empty())
+        .map_err(|e| EngineError::sys("fsetxattr", "file", e))
+}
