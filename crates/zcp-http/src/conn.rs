@@ -104,14 +104,20 @@ pub(crate) fn read_head(conn: &mut Conn, buf: &mut Vec<u8>, deadline: Instant) -
     }
 }
 
-/// Reads a request body of `len` bytes (the caller caps `len`).
-pub(crate) fn read_body(conn: &mut Conn, buf: &mut Vec<u8>, len: u64) -> Option<Vec<u8>> {
+/// Reads a request body of `len` bytes (the caller caps `len`), whole by `deadline`.
+pub(crate) fn read_body(
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    len: u64,
+    deadline: Instant,
+) -> Option<Vec<u8>> {
     let len = usize::try_from(len).ok()?;
-    if conn.tcp().set_read_timeout(Some(IO_TIMEOUT)).is_err() {
-        return None;
-    }
     let mut chunk = [0u8; 8192];
     while buf.len() < len {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        conn.tcp()
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .ok()?;
         match conn.read(&mut chunk) {
             Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),

@@ -51,32 +51,52 @@ pub fn etag(size: u64, mtime: (i64, u32)) -> String {
     format!("\"{size:x}-{:x}.{:x}\"", mtime.0, mtime.1)
 }
 
-/// The `207 Multi-Status` body for `entries` (the first is the one asked for).
-pub fn multistatus(entries: &[Entry]) -> String {
-    let mut x = String::from(
-        "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n",
-    );
-    for e in entries {
-        x.push_str("<D:response><D:href>");
-        x.push_str(&href(&e.components, e.dir));
-        x.push_str("</D:href><D:propstat><D:prop>");
-        if e.dir {
-            x.push_str("<D:resourcetype><D:collection/></D:resourcetype>");
-        } else {
-            x.push_str("<D:resourcetype/>");
-            x.push_str(&format!(
-                "<D:getcontentlength>{}</D:getcontentlength>",
-                e.size
-            ));
-            x.push_str(&format!("<D:getetag>{}</D:getetag>", etag(e.size, e.mtime)));
-        }
+/// The start of a `207 Multi-Status` body.
+pub const MULTISTATUS_START: &str =
+    "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<D:multistatus xmlns:D=\"DAV:\">\n";
+/// Its end.
+pub const MULTISTATUS_END: &str = "</D:multistatus>\n";
+
+/// One entry's `<D:response>` at `href` (already encoded, as [`href`] makes it).
+pub fn response(href: &str, dir: bool, size: u64, mtime: (i64, u32)) -> String {
+    let mut x = format!("<D:response><D:href>{href}</D:href><D:propstat><D:prop>");
+    if dir {
+        x.push_str("<D:resourcetype><D:collection/></D:resourcetype>");
+    } else {
         x.push_str(&format!(
-            "<D:getlastmodified>{}</D:getlastmodified>",
-            http_date(e.mtime)
+            "<D:resourcetype/><D:getcontentlength>{size}</D:getcontentlength><D:getetag>{}</D:getetag>",
+            etag(size, mtime)
         ));
-        x.push_str("</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>\n");
     }
-    x.push_str("</D:multistatus>\n");
+    x.push_str(&format!(
+        "<D:getlastmodified>{}</D:getlastmodified></D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>\n",
+        http_date(mtime)
+    ));
+    x
+}
+
+/// The href of `name` inside the directory whose href is `dir_href` (ending in `/`).
+pub fn child_href(dir_href: &str, name: &[u8], dir: bool) -> String {
+    let mut s = String::from(dir_href);
+    s.extend(percent_encode(name, HREF));
+    if dir {
+        s.push('/');
+    }
+    s
+}
+
+/// The whole `207 Multi-Status` body for `entries` (the first is the one asked for).
+pub fn multistatus(entries: &[Entry]) -> String {
+    let mut x = String::from(MULTISTATUS_START);
+    for e in entries {
+        x.push_str(&response(
+            &href(&e.components, e.dir),
+            e.dir,
+            e.size,
+            e.mtime,
+        ));
+    }
+    x.push_str(MULTISTATUS_END);
     x
 }
 

@@ -16,8 +16,6 @@ use crate::handle::{Answer, Authed, activity_of, now_unix};
 use crate::request::{self, Head, Method};
 use crate::token::{Activity, Caveat, Token};
 
-/// The most entries a `PROPFIND` of depth 1 lists.
-pub const MAX_LISTED: usize = 100_000;
 /// The longest life a narrowed token may be given.
 const MAX_VALIDITY: u64 = 7 * 24 * 3600;
 
@@ -31,14 +29,18 @@ pub(crate) enum Body {
         start: u64,
         end: u64,
     },
+    /// A directory's listing, written chunked as it is read.
+    Listing(Box<Listing>),
 }
 
 impl Body {
-    pub(crate) fn len(&self) -> u64 {
+    /// Its length, where it is known before it is written.
+    pub(crate) fn len(&self) -> Option<u64> {
         match self {
-            Body::Empty => 0,
-            Body::Bytes(b) => b.len() as u64,
-            Body::File { start, end, .. } => end - start,
+            Body::Empty => Some(0),
+            Body::Bytes(b) => Some(b.len() as u64),
+            Body::File { start, end, .. } => Some(end - start),
+            Body::Listing(_) => None,
         }
     }
 }
@@ -86,8 +88,7 @@ pub(crate) fn granted<'h>(
     a: &Authed,
     activity: Activity,
 ) -> Result<Place<'h>, Answer> {
-    let path = head.path_text();
-    if !a.token.allows(&path, activity) {
+    if !a.token.allows(&head.path_bytes(), activity) {
         return Err(Answer::refuse(
             403,
             format!("the token does not allow {} on this path", activity.name()),
@@ -272,46 +273,79 @@ fn propfind(head: &Head, a: &Authed, found: Found) -> Answer {
             Err(e) => return Answer::refuse(500, e.to_string()),
         },
     };
-    let mut entries = vec![entry(here.clone(), &meta)];
-    if depth == "1"
-        && let Err(answer) = list(&dir, &here, a, &mut entries)
-    {
-        return answer;
+    if depth == "0" {
+        return multistatus(&[entry(here, &meta)]);
     }
-    multistatus(&entries)
+    // Depth 1: streamed as the directory is read, so a directory of any size costs the
+    // server one piece of XML at a time.
+    let base_href = dav::href(&here, true);
+    let mut first = String::from(dav::MULTISTATUS_START);
+    first.push_str(&dav::response(&base_href, true, meta.size, meta.mtime));
+    let listing = Listing {
+        dir,
+        first,
+        base_href,
+        base_path: head.path_bytes(),
+        token: a.token.clone(),
+    };
+    Answer::new(207, Body::Listing(Box::new(listing)))
+        .header("Content-Type", "application/xml; charset=utf-8")
 }
 
-/// Appends the files and directories in `dir` (never symlinks, devices or part files).
-fn list(dir: &OwnedFd, here: &[Vec<u8>], a: &Authed, out: &mut Vec<Entry>) -> Result<(), Answer> {
-    let entries = efs::read_dir(dir).map_err(|e| Answer::refuse(500, e.to_string()))?;
-    for name in entries {
-        let name = name.map_err(|e| Answer::refuse(500, e.to_string()))?;
-        if efs::is_reserved_name(&name) {
-            continue;
+/// A depth-1 `PROPFIND` body still to be written: the directory, its own entry already
+/// rendered, and what each child's href and caveat check start from.
+pub(crate) struct Listing {
+    dir: OwnedFd,
+    first: String,
+    base_href: String,
+    base_path: Vec<u8>,
+    token: Token,
+}
+
+/// Bytes of XML gathered before each piece is written.
+const LISTING_PIECE: usize = 64 * 1024;
+
+impl Listing {
+    /// Writes the body in pieces through `emit`: the files and directories in the directory
+    /// (never symlinks, devices or part files), those the token reaches. An error reading
+    /// the directory ends the body unfinished, so the client cannot take it for whole.
+    pub(crate) fn write(
+        &self,
+        emit: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut piece = self.first.clone();
+        let entries = efs::read_dir(&self.dir).map_err(|e| e.to_string())?;
+        for name in entries {
+            let name = name.map_err(|e| e.to_string())?;
+            if efs::is_reserved_name(&name) {
+                continue;
+            }
+            let Ok(meta) = efs::stat_at(&self.dir, &name) else {
+                continue;
+            };
+            let dir = match meta.kind {
+                EntryKind::Dir => true,
+                EntryKind::File => false,
+                _ => continue,
+            };
+            let mut path = self.base_path.clone();
+            if path != b"/" {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&name);
+            if !self.token.allows(&path, Activity::ReadMetadata) {
+                continue;
+            }
+            let href = dav::child_href(&self.base_href, &name, dir);
+            piece.push_str(&dav::response(&href, dir, meta.size, meta.mtime));
+            if piece.len() >= LISTING_PIECE {
+                emit(piece.as_bytes())?;
+                piece.clear();
+            }
         }
-        let Ok(meta) = efs::stat_at(dir, &name) else {
-            continue;
-        };
-        if !matches!(meta.kind, EntryKind::Dir | EntryKind::File) {
-            continue;
-        }
-        let mut components = here.to_vec();
-        components.push(name);
-        if !a
-            .token
-            .allows(&request::path_text(&components), Activity::ReadMetadata)
-        {
-            continue;
-        }
-        if out.len() > MAX_LISTED {
-            return Err(Answer::refuse(
-                403,
-                format!("the directory holds over {MAX_LISTED} entries: too many to list at once"),
-            ));
-        }
-        out.push(entry(components, &meta));
+        piece.push_str(dav::MULTISTATUS_END);
+        emit(piece.as_bytes())
     }
-    Ok(())
 }
 
 fn entry(components: Vec<Vec<u8>>, meta: &Meta) -> Entry {
@@ -342,7 +376,9 @@ fn top(head: &Head, a: &Authed) -> Answer {
     }];
     if head.header("depth") != Some("0") {
         for (name, _) in a.snapshot.exports_of(&a.identity) {
-            if a.token.allows(&format!("/{name}"), Activity::ReadMetadata) {
+            if a.token
+                .allows(format!("/{name}").as_bytes(), Activity::ReadMetadata)
+            {
                 entries.push(Entry {
                     components: vec![name.into_bytes()],
                     dir: true,
@@ -360,12 +396,16 @@ fn top(head: &Head, a: &Authed) -> Answer {
 /// `{"macaroon": TOKEN}`. It can never grant more than the caller's own token.
 pub(crate) fn macaroon_request(head: &Head, body: &[u8], a: &Authed) -> Answer {
     let ct = head.header("content-type").unwrap_or_default();
-    if !ct.eq_ignore_ascii_case("application/macaroon-request") {
+    let media = ct.split(';').next().unwrap_or_default().trim();
+    if !media.eq_ignore_ascii_case("application/macaroon-request") {
         return Answer::refuse(
-            405,
+            415,
             "POST here only takes a macaroon request (Content-Type: application/macaroon-request)",
         );
     }
+    let Ok(path) = String::from_utf8(head.path_bytes()) else {
+        return Answer::refuse(400, "a token can only be narrowed to a path that is UTF-8");
+    };
     let req: serde_json::Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return Answer::refuse(400, format!("the macaroon request is not JSON: {e}")),
@@ -414,8 +454,20 @@ pub(crate) fn macaroon_request(head: &Head, body: &[u8], a: &Authed) -> Answer {
             }
         },
     };
+    // Asking for what the caller's token does not allow here would only make a token that
+    // fails later: say so now.
+    let path_bytes = head.path_bytes();
+    if let Some(missing) = activities
+        .iter()
+        .find(|act| !a.token.allows(&path_bytes, **act))
+    {
+        return Answer::refuse(
+            403,
+            format!("the token does not allow {} on this path", missing.name()),
+        );
+    }
     let mut t: Token = a.token.clone();
-    t.narrow(Caveat::Path(head.path_text()));
+    t.narrow(Caveat::Path(path));
     if !activities.is_empty() {
         t.narrow(Caveat::Activities(activities));
     }

@@ -16,7 +16,7 @@ use crate::conn::{self, Conn, HeadRead, IO_TIMEOUT};
 use crate::files::{self, Body};
 use crate::request::{Head, Method, Refused};
 use crate::slots::Slots;
-use crate::token::{Activity, Token};
+use crate::token::{Activity, Token, TokenError};
 use crate::{Access, HttpReporter};
 
 /// The largest request body read (a PROPFIND's XML, a macaroon request); larger is 413.
@@ -65,6 +65,8 @@ pub(crate) struct Answer {
     pub(crate) close: bool,
     /// Body bytes the request sent that were taken (a PUT's file).
     pub(crate) received: u64,
+    /// The request's body was not read (it was refused first).
+    pub(crate) unread_body: bool,
 }
 
 impl Answer {
@@ -76,6 +78,7 @@ impl Answer {
             why: None,
             close: false,
             received: 0,
+            unread_body: false,
         }
     }
 
@@ -109,10 +112,19 @@ pub(crate) struct Ctx {
     pub(crate) slots: Arc<Mutex<Slots>>,
     pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
     pub(crate) peer: SocketAddr,
+    /// The time for a request's head, and again for a small body.
+    pub(crate) head_timeout: Duration,
+    /// Requests being served per source, and the most at once.
+    pub(crate) per_source: crate::slots::SourceCount,
+    pub(crate) max_per_source: usize,
 }
 
-/// Answers 503 to a connection there is no thread for (plain HTTP; a TLS one is closed).
-pub(crate) fn busy(stream: TcpStream) {
+/// Answers 503 to a connection there is no thread for (plain HTTP; a TLS one is closed, as
+/// a plain answer would only be a TLS error to its client).
+pub(crate) fn busy(stream: TcpStream, tls: bool) {
+    if tls {
+        return;
+    }
     let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
     let text = "the server is serving as many connections as it may; try again\n";
     let head = conn::head_text(
@@ -180,7 +192,12 @@ impl Ctx {
     fn refused(&self, conn: &mut Conn, r: &Refused) {
         let a = Answer::refuse(r.status, r.why.clone());
         let sent = AtomicU64::new(0);
-        let _ = write_answer(conn, a.close_now(), true, &sent);
+        let how = Framing {
+            with_body: true,
+            keep: false,
+            http11: true,
+        };
+        let _ = write_answer(conn, a.close_now(), how, &sent);
         self.reporter.served(&Served {
             peer: self.peer,
             tls: conn.tls(),
@@ -198,28 +215,35 @@ impl Ctx {
     fn request(&self, conn: &mut Conn, buf: &mut Vec<u8>, head: &Head) -> bool {
         let started = Instant::now();
         let mut identity = None;
-        let answer = if head.method == Method::Put {
-            // The body is the file: streamed by the PUT itself, once it is allowed. A refusal
-            // before it is read closes the connection (what follows is not a request).
-            match self.authenticate(head) {
-                Err(a) => a.close_now(),
-                Ok(authed) => {
-                    identity = Some(authed.identity.clone());
-                    crate::write::put(conn, buf, head, &authed)
-                }
-            }
-        } else {
-            match self.read_body(conn, buf, head) {
-                Err(a) => a.close_now(),
-                Ok(body) => self.answer(head, &body, &mut identity),
-            }
+        let own = self.per_source.take(self.peer, self.max_per_source);
+        let mut answer = match &own {
+            Some(_) => self.dispatch(conn, buf, head, &mut identity, started),
+            None => Answer::refuse(
+                503,
+                format!(
+                    "this address has {} requests being served already; try again",
+                    self.max_per_source
+                ),
+            )
+            .header("Retry-After", "1")
+            .close_now(),
         };
+        // A request refused before its body was read: what follows is not a request.
+        if answer.unread_body {
+            answer.close = true;
+        }
         let keep = head.keep_alive() && !answer.close;
         let status = answer.status;
         let why = answer.why.clone();
         let received = answer.received;
         let sent = AtomicU64::new(0);
-        let written = write_answer(conn, answer, head.method != Method::Head, &sent);
+        let how = Framing {
+            with_body: head.method != Method::Head,
+            keep,
+            http11: head.http11,
+        };
+        let written = write_answer(conn, answer, how, &sent);
+        drop(own);
         self.reporter.served(&Served {
             peer: self.peer,
             tls: conn.tls(),
@@ -234,64 +258,104 @@ impl Ctx {
         keep && written.is_ok()
     }
 
-    /// The request's body (at most [`MAX_BODY`]), or the answer that refuses it.
-    fn read_body(
+    /// The answer: the method and the token are checked before any body is read, so nobody
+    /// without a valid token can hold a thread by sending one slowly.
+    fn dispatch(
         &self,
         conn: &mut Conn,
         buf: &mut Vec<u8>,
         head: &Head,
-    ) -> Result<Vec<u8>, Answer> {
-        let len = head
-            .body_len()
-            .map_err(|r| Answer::refuse(r.status, r.why))?;
-        if len > MAX_BODY {
-            return Err(Answer::refuse(
-                413,
-                format!("a request body here is at most {MAX_BODY} bytes"),
-            ));
-        }
-        conn::read_body(conn, buf, len)
-            .ok_or_else(|| Answer::refuse(400, "the request body did not come whole"))
-    }
-
-    /// The answer to an authenticated or public request.
-    fn answer(&self, head: &Head, body: &[u8], identity: &mut Option<String>) -> Answer {
+        identity: &mut Option<String>,
+        started: Instant,
+    ) -> Answer {
+        let unread = |a: Answer| {
+            let body = head.has_body();
+            let mut a = a;
+            a.unread_body = body;
+            a
+        };
         match head.method {
             Method::Options => {
-                return Answer::new(200, Body::Empty)
-                    .header("DAV", "1")
-                    .header("Allow", ALLOW)
-                    .header("Accept-Ranges", "bytes");
+                return self.with_body(conn, buf, head, started, |_| {
+                    Answer::new(200, Body::Empty)
+                        .header("DAV", "1")
+                        .header("Allow", ALLOW)
+                        .header("Accept-Ranges", "bytes")
+                });
             }
             Method::Other => {
-                return Answer::refuse(
-                    405,
-                    format!(
-                        "{} is not served here (yet): {ALLOW} are",
-                        zcp_wire::escape_text(&head.method_text)
-                    ),
-                )
-                .header("Allow", ALLOW);
+                return unread(
+                    Answer::refuse(
+                        405,
+                        format!(
+                            "{} is not served here (yet): {ALLOW} are",
+                            zcp_wire::escape_text(&head.method_text)
+                        ),
+                    )
+                    .header("Allow", ALLOW),
+                );
             }
             _ => {}
         }
         let authed = match self.authenticate(head) {
             Ok(a) => a,
-            Err(a) => return a,
+            Err(a) => return unread(a),
         };
         *identity = Some(authed.identity.clone());
-        match head.method {
+        if !conn.tls() && authed.snapshot.must_encrypt(&authed.identity) {
+            return unread(Answer::refuse(
+                403,
+                format!(
+                    "{} must be served encrypted (require_encryption): use the HTTPS face",
+                    authed.identity
+                ),
+            ));
+        }
+        if head.method == Method::Put {
+            // The body is the file: streamed by the PUT itself once it is allowed.
+            return crate::write::put(conn, buf, head, &authed);
+        }
+        self.with_body(conn, buf, head, started, |body| match head.method {
             Method::Post => files::macaroon_request(head, body, &authed),
             Method::Mkcol => crate::write::mkcol(head, &authed),
             Method::Delete => crate::write::delete(head, &authed),
             _ => files::read_side(head, &authed),
+        })
+    }
+
+    /// Reads the request's small body (at most [`MAX_BODY`], whole within the head's time),
+    /// then answers with `then`.
+    fn with_body(
+        &self,
+        conn: &mut Conn,
+        buf: &mut Vec<u8>,
+        head: &Head,
+        started: Instant,
+        then: impl FnOnce(&[u8]) -> Answer,
+    ) -> Answer {
+        let len = match head.body_len() {
+            Ok(n) => n,
+            Err(r) => return Answer::refuse(r.status, r.why).close_now(),
+        };
+        if len > MAX_BODY {
+            return Answer::refuse(
+                413,
+                format!("a request body here is at most {MAX_BODY} bytes"),
+            )
+            .close_now();
+        }
+        match conn::read_body(conn, buf, len, started + self.head_timeout) {
+            Some(body) => then(&body),
+            None => Answer::refuse(400, "the request body did not come whole in time").close_now(),
         }
     }
 
-    /// The token's identity, proved.
+    /// The token's identity, proved. A token that fails says the same whether its identity
+    /// exists or not (the log says which).
     fn authenticate(&self, head: &Head) -> Result<Authed, Answer> {
-        let challenge = |why: &str, error: &str| {
-            let mut a = Answer::refuse(401, why);
+        let challenge = |shown: &str, why: String, error: &str| {
+            let mut a = Answer::refuse(401, shown);
+            a.why = Some(why);
             let v = if error.is_empty() {
                 "Bearer realm=\"zcp\"".to_string()
             } else {
@@ -300,24 +364,34 @@ impl Ctx {
             a.headers.push(("WWW-Authenticate", v));
             a
         };
-        let Some(text) = head.bearer() else {
-            return Err(challenge(
-                "a bearer token is needed (Authorization: Bearer TOKEN; make one with `zcp token`)",
-                "",
-            ));
+        let invalid = |why: String| {
+            challenge(
+                "the token is not valid here (malformed, tampered, made with another key, or of \
+                 an identity this server does not know)",
+                why,
+                "invalid_token",
+            )
         };
-        let token = Token::decode(text).map_err(|e| challenge(&e.to_string(), "invalid_token"))?;
+        let Some(text) = head.bearer() else {
+            let m =
+                "a bearer token is needed (Authorization: Bearer TOKEN; make one with `zcp token`)";
+            return Err(challenge(m, m.into(), ""));
+        };
+        let token = Token::decode(text).map_err(|e| invalid(e.to_string()))?;
         let snapshot = (self.access)();
         let Some(psk) = snapshot.key_of(&token.identity) else {
-            return Err(challenge(
-                &crate::token::TokenError::UnknownIdentity.to_string(),
-                "invalid_token",
-            ));
+            return Err(invalid(TokenError::UnknownIdentity.to_string()));
         };
         let key = zcp_wire::http_token_key(psk, &token.identity);
-        token
-            .verify(&key, now_unix())
-            .map_err(|e| challenge(&e.to_string(), "invalid_token"))?;
+        match token.verify(&key, now_unix()) {
+            Ok(()) => {}
+            // Only a token with a good signature gets this far: saying so leaks nothing.
+            Err(TokenError::Expired) => {
+                let m = TokenError::Expired.to_string();
+                return Err(challenge(&m, m.clone(), "invalid_token"));
+            }
+            Err(e) => return Err(invalid(e.to_string())),
+        }
         Ok(Authed {
             identity: token.identity.clone(),
             token,
@@ -334,18 +408,30 @@ impl Answer {
     }
 }
 
-/// Writes `a`: its head, then its body (not for `HEAD`, whose head still gives the length).
-fn write_answer(
-    conn: &mut Conn,
-    a: Answer,
+/// How an answer is framed.
+#[derive(Debug, Clone, Copy)]
+struct Framing {
+    /// Not for `HEAD`, whose head still gives the length.
     with_body: bool,
-    sent: &AtomicU64,
-) -> Result<(), String> {
+    /// The connection stays open after it.
+    keep: bool,
+    /// The request was HTTP/1.1 (an HTTP/1.0 one kept open is told `keep-alive`).
+    http11: bool,
+}
+
+/// Writes `a`: its head, then its body (chunked where its length is not known before).
+fn write_answer(conn: &mut Conn, a: Answer, how: Framing, sent: &AtomicU64) -> Result<(), String> {
     let mut headers = a.headers;
-    headers.push(("Content-Length", a.body.len().to_string()));
-    let head = conn::head_text(a.status, &headers, !a.close);
+    match a.body.len() {
+        Some(n) => headers.push(("Content-Length", n.to_string())),
+        None => headers.push(("Transfer-Encoding", "chunked".into())),
+    }
+    if how.keep && !how.http11 {
+        headers.push(("Connection", "keep-alive".into()));
+    }
+    let head = conn::head_text(a.status, &headers, how.keep);
     conn.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
-    if with_body {
+    if how.with_body {
         match &a.body {
             Body::Empty => {}
             Body::Bytes(b) => {
@@ -354,6 +440,15 @@ fn write_answer(
             }
             Body::File { fd, start, end } => {
                 conn::send_file(conn, std::os::fd::AsFd::as_fd(fd), *start, *end, sent)?;
+            }
+            Body::Listing(l) => {
+                l.write(&mut |piece: &[u8]| {
+                    let framed =
+                        [format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat();
+                    sent.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    conn.write_all(&framed).map_err(|e| e.to_string())
+                })?;
+                conn.write_all(b"0\r\n\r\n").map_err(|e| e.to_string())?;
             }
         }
     }

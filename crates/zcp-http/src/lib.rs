@@ -33,7 +33,7 @@ mod write;
 use zcp_engine::sync::Locked;
 use zcp_session::{AccessSnapshot, PendingLimits};
 
-pub use files::{MAX_LISTED, iso_duration};
+pub use files::iso_duration;
 pub use handle::{Served, now_unix};
 /// A TLS server configuration ([`tls_config`]).
 pub use rustls::ServerConfig as TlsConfig;
@@ -73,6 +73,9 @@ pub struct HttpLimits {
     pub head_timeout: Duration,
     /// Threads at once (connections being served, and those waiting); past it, 503.
     pub max_threads: usize,
+    /// Requests being served at once for one source (an IPv4 address or an IPv6 /64; those
+    /// still waiting for a head are bounded by the pending table); past it, 503.
+    pub max_requests_per_source: usize,
 }
 
 impl Default for HttpLimits {
@@ -82,6 +85,7 @@ impl Default for HttpLimits {
             max_pending_per_source: 16,
             head_timeout: Duration::from_secs(10),
             max_threads: 256,
+            max_requests_per_source: 32,
         }
     }
 }
@@ -187,6 +191,7 @@ impl HttpServer {
 
     fn accept_loop(&self, access: &Access, reporter: &Arc<dyn HttpReporter>) {
         let threads = slots::ThreadCount::default();
+        let per_source = slots::SourceCount::default();
         let slots = Arc::new(Mutex::new(slots::Slots::new(PendingLimits {
             max: self.limits.max_pending,
             per_source: self.limits.max_pending_per_source,
@@ -203,9 +208,10 @@ impl HttpServer {
                 }
             };
             let Some(taken) = threads.take(self.limits.max_threads) else {
-                handle::busy(stream);
+                handle::busy(stream, self.tls.is_some());
                 continue;
             };
+
             let Some(id) = slots.locked().admit(&stream, peer) else {
                 continue;
             };
@@ -215,6 +221,9 @@ impl HttpServer {
                 slots: slots.clone(),
                 tls: self.tls.clone(),
                 peer,
+                head_timeout: self.limits.head_timeout,
+                per_source: per_source.clone(),
+                max_per_source: self.limits.max_requests_per_source,
             };
             // A thread that cannot start drops the connection with the closure; its table
             // entry goes when a later connection finds it past its time.

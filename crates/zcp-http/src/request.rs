@@ -117,7 +117,12 @@ pub fn parse(buf: &[u8]) -> Result<Parsed, Refused> {
         _ => Method::Other,
     };
     let target = req.path.unwrap_or_default();
-    let components = decode_path(target)?;
+    // `OPTIONS *` asks about the server itself.
+    let components = if method == Method::Options && target == "*" {
+        Vec::new()
+    } else {
+        decode_path(target)?
+    };
     Ok(Parsed::Done(Head {
         method,
         method_text,
@@ -154,10 +159,10 @@ pub fn decode_path(target: &str) -> Result<Vec<Vec<u8>>, Refused> {
                     "the path has a '..' component; paths may not leave the export",
                 ));
             }
-            c if c.contains(&0) || c.contains(&b'/') => {
+            c if c.iter().any(|b| *b < 0x20 || *b == 0x7f || *b == b'/') => {
                 return Err(Refused::new(
                     400,
-                    "a path component holds a NUL or an encoded '/'",
+                    "a path component holds a control character or an encoded '/'",
                 ));
             }
             c if c.len() > zcp_wire::MAX_NAME => {
@@ -204,9 +209,10 @@ impl Head {
             .collect();
         match lens.as_slice() {
             [] => Ok(0),
-            [one] => one
+            [one] if !one.is_empty() && one.bytes().all(|b| b.is_ascii_digit()) => one
                 .parse()
-                .map_err(|_| Refused::new(400, "Content-Length is not a number")),
+                .map_err(|_| Refused::new(400, "Content-Length is too large")),
+            [_] => Err(Refused::new(400, "Content-Length is not a number")),
             _ => Err(Refused::new(400, "Content-Length is given more than once")),
         }
     }
@@ -218,11 +224,34 @@ impl Head {
         scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
     }
 
-    /// The path as a token caveat spells it: `/` + components (lossy for names that are not
-    /// UTF-8, which only ever narrows what a token matches).
+    /// The path, lossy for names that are not UTF-8 (for logs; escape it before showing).
     pub fn path_text(&self) -> String {
         path_text(&self.components)
     }
+
+    /// The path's raw bytes, as token caveats are matched against them.
+    pub fn path_bytes(&self) -> Vec<u8> {
+        path_bytes(&self.components)
+    }
+
+    /// Whether a body follows the head (a length above 0, chunked, or a length that cannot
+    /// be read): a request refused before its body is read must close the connection.
+    pub fn has_body(&self) -> bool {
+        self.header("transfer-encoding").is_some() || self.body_len() != Ok(0)
+    }
+}
+
+/// `/` + the raw bytes of `components` joined by `/`.
+pub fn path_bytes(components: &[Vec<u8>]) -> Vec<u8> {
+    let mut p = Vec::new();
+    for c in components {
+        p.push(b'/');
+        p.extend_from_slice(c);
+    }
+    if p.is_empty() {
+        p.push(b'/');
+    }
+    p
 }
 
 /// `/` + `components` joined by `/` (lossy for names that are not UTF-8).
@@ -332,6 +361,8 @@ mod tests {
             "/a/%2E%2e",
             "/a%2f..%2fb",
             "/a/%00",
+            "/a/x%0Abefore%201",
+            "/a/%1b[31m",
             "a/b",
             "*",
         ] {
@@ -365,6 +396,9 @@ mod tests {
             head("PUT /a HTTP/1.1\r\nContent-Length: 12\r\nAuthorization: bearer  T.1 \r\n\r\n");
         assert_eq!(h.body_len(), Ok(12));
         assert_eq!(h.bearer(), Some("T.1"));
+        let plus = head("PUT /a HTTP/1.1\r\nContent-Length: +3\r\n\r\n");
+        assert_eq!(plus.body_len().unwrap_err().status, 400);
+        assert!(plus.has_body());
         let two = head("PUT /a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
         assert_eq!(two.body_len().unwrap_err().status, 400);
         let chunked = head("PUT /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");

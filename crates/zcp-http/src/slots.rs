@@ -90,6 +90,46 @@ impl ThreadCount {
     }
 }
 
+/// Threads per source (an IPv4 address or an IPv6 /64), one taken by
+/// [`SourceCount::take`] and given back when the [`SourceTaken`] is dropped.
+#[derive(Debug, Clone, Default)]
+pub struct SourceCount(Arc<std::sync::Mutex<HashMap<PendingSource, usize>>>);
+
+/// One thread of a [`SourceCount`].
+#[derive(Debug)]
+pub struct SourceTaken(
+    Arc<std::sync::Mutex<HashMap<PendingSource, usize>>>,
+    PendingSource,
+);
+
+impl SourceCount {
+    /// Takes one for `peer`'s source if it holds fewer than `max`.
+    pub fn take(&self, peer: SocketAddr, max: usize) -> Option<SourceTaken> {
+        use zcp_engine::sync::Locked;
+        let source = PendingSource::of(peer.ip());
+        let mut map = self.0.locked();
+        let n = map.entry(source).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(SourceTaken(self.0.clone(), source))
+    }
+}
+
+impl Drop for SourceTaken {
+    fn drop(&mut self) {
+        use zcp_engine::sync::Locked;
+        let mut map = self.0.locked();
+        if let Some(n) = map.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.1);
+            }
+        }
+    }
+}
+
 impl Drop for Taken {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);

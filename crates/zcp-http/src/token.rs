@@ -259,12 +259,13 @@ impl Token {
         Ok(())
     }
 
-    /// Whether every caveat allows `activity` on `path` (a normalized path, as
-    /// [`normalize_prefix`] spells it). A request that only reads metadata passes any
-    /// activity caveat that allows something: whoever may move a file may see it.
-    pub fn allows(&self, path: &str, activity: Activity) -> bool {
+    /// Whether every caveat allows `activity` on `path` (`/` and the raw bytes of each
+    /// component, as [`crate::request::path_bytes`] joins them). Paths are compared as bytes,
+    /// so a caveat matches only the names it spells. A request that only reads metadata passes
+    /// any activity caveat that allows something: whoever may move a file may see it.
+    pub fn allows(&self, path: &[u8], activity: Activity) -> bool {
         self.caveats.iter().all(|c| match c {
-            Caveat::Path(p) => under(path, p),
+            Caveat::Path(p) => under(path, p.as_bytes()),
             Caveat::Activities(a) => {
                 a.contains(&activity) || (activity == Activity::ReadMetadata && !a.is_empty())
             }
@@ -284,10 +285,10 @@ impl Token {
 }
 
 /// Whether `path` is `prefix` or lies beneath it.
-pub fn under(path: &str, prefix: &str) -> bool {
-    prefix == "/"
+pub fn under(path: &[u8], prefix: &[u8]) -> bool {
+    prefix == b"/"
         || path == prefix
-        || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+        || (path.starts_with(prefix) && path.get(prefix.len()) == Some(&b'/'))
 }
 
 #[cfg(test)]
@@ -359,23 +360,27 @@ mod tests {
         let mut t = token();
         t.narrow(Caveat::Activities(vec![Activity::List]));
         t.verify(&KEY, 0).unwrap();
-        assert!(t.allows("/data/run1/a", Activity::List));
-        assert!(!t.allows("/data/run1/a", Activity::Download));
+        assert!(t.allows(b"/data/run1/a", Activity::List));
+        assert!(!t.allows(b"/data/run1/a", Activity::Download));
         // A second path caveat can only narrow: both must hold.
         t.narrow(Caveat::Path("/data".into()));
-        assert!(!t.allows("/data/run2", Activity::List));
+        assert!(!t.allows(b"/data/run2", Activity::List));
     }
 
     #[test]
     fn paths_match_whole_components() {
         let t = token();
-        assert!(t.allows("/data/run1", Activity::Download));
-        assert!(t.allows("/data/run1/x/y", Activity::Download));
-        assert!(!t.allows("/data/run10", Activity::Download));
-        assert!(!t.allows("/data", Activity::Download));
-        assert!(!t.allows("/data/run1/x", Activity::Upload));
-        assert!(t.allows("/data/run1/x", Activity::ReadMetadata));
-        assert!(under("/anything", "/"));
+        assert!(t.allows(b"/data/run1", Activity::Download));
+        assert!(t.allows(b"/data/run1/x/y", Activity::Download));
+        assert!(!t.allows(b"/data/run10", Activity::Download));
+        assert!(!t.allows(b"/data", Activity::Download));
+        assert!(!t.allows(b"/data/run1/x", Activity::Upload));
+        assert!(t.allows(b"/data/run1/x", Activity::ReadMetadata));
+        assert!(under(b"/anything", b"/"));
+        // A caveat spelling U+FFFD matches only that spelling, not other bytes shown so.
+        let odd = Token::mint(&KEY, "x", [3; 16], vec![Caveat::Path("/d/\u{fffd}".into())]);
+        assert!(!odd.allows(b"/d/\xfe/h", Activity::Download));
+        assert!(odd.allows("/d/\u{fffd}/h".as_bytes(), Activity::Download));
     }
 
     #[test]

@@ -425,6 +425,11 @@ impl AccessSnapshot {
         Some((self.0.exports.get(export)?.clone(), *p))
     }
 
+    /// Whether identity `identity` must only be served encrypted (`require_encryption`).
+    pub fn must_encrypt(&self, identity: &str) -> bool {
+        (self.0.identities.iter()).any(|i| i.name == identity && i.require_encryption)
+    }
+
     /// The exports identity `identity` may use, by name, with what it may do in each.
     pub fn exports_of(&self, identity: &str) -> Vec<(String, Permission)> {
         match self.0.identities.iter().position(|i| i.name == identity) {
