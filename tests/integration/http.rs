@@ -981,3 +981,102 @@ fn gfal2_lists_sums_copies_and_removes_with_a_bearer_token() {
     assert!(!o.status.success(), "{}", both(&o));
     assert!(face.site.archive.join("g/up.dat").exists());
 }
+
+#[test]
+fn puts_are_framed_strictly_and_write_only_identities_learn_nothing() {
+    let Some(face) = Face::start(false) else {
+        return;
+    };
+    let (archive, incoming) = (&face.site.archive, &face.site.incoming);
+    let lab = face.token("lab", &[]);
+    std::fs::write(archive.join("ten"), b"0123456789").unwrap();
+    // A partial PUT (curl -C) would replace the file with its tail: refused.
+    let (code, _) = put(
+        &face,
+        "/archive/ten",
+        &lab,
+        b"456789",
+        "Content-Range: bytes 4-9/10\r\n",
+    );
+    assert_eq!(code, 400);
+    assert_eq!(std::fs::read(archive.join("ten")).unwrap(), b"0123456789");
+    // Two lengths, and a digest given on two lines whose second contradicts the body.
+    let (code, _, _) = face.raw(&format!(
+        "PUT /archive/two HTTP/1.1\r\nAuthorization: Bearer {lab}\r\nContent-Length: 5\r\nContent-Length: 60\r\n\r\nhello"
+    ));
+    assert_eq!(code, 400);
+    assert!(!archive.join("two").exists());
+    let (code, _) = put(
+        &face,
+        "/archive/two",
+        &lab,
+        b"hello",
+        "Digest: sha-512=abc\r\nDigest: adler32=00000000\r\n",
+    );
+    assert_eq!(code, 412);
+    assert!(!archive.join("two").exists());
+    // The top of a server with named exports is not a file: refused, and no thread panics.
+    for m in ["PUT", "MKCOL", "DELETE"] {
+        let (code, _, _) = face.req(m, "/", &lab, "Content-Length: 0\r\n");
+        assert_eq!(code, 405, "{m}");
+    }
+    assert!(!face.srv.log().contains("panicked"), "{}", face.srv.log());
+    // Checksums need DOWNLOAD (or READ_METADATA by name): an UPLOAD token gets none.
+    let up_only = face.token("lab", &["--activity", "UPLOAD"]);
+    let (code, head, _) = face.req("HEAD", "/archive/ten", &up_only, "Want-Digest: adler32\r\n");
+    assert_eq!(code, 200);
+    assert!(!head.contains("Digest:"), "{head}");
+    // DELETE leaves a transfer's part file (and so its directory) in place.
+    std::fs::create_dir(archive.join("job")).unwrap();
+    std::fs::write(archive.join("job/.zcp-0123456789abcdef.part"), b"half").unwrap();
+    std::fs::write(archive.join("job/done"), b"d").unwrap();
+    let cfg = std::fs::read_to_string(&face.site.config).unwrap();
+    face.site.write(&cfg.replace(
+        "archive = \"read-write\"",
+        "archive = \"read-write-delete\"",
+    ));
+    signal(face.srv.pid(), libc::SIGHUP);
+    assert!(
+        face.srv.wait_log("configuration reloaded", 10),
+        "{}",
+        face.srv.log()
+    );
+    assert_eq!(face.req("DELETE", "/archive/job", &lab, "").0, 409);
+    assert!(archive.join("job/.zcp-0123456789abcdef.part").exists());
+    assert!(!archive.join("job/done").exists());
+    // A part file name planted as a hard link to a file elsewhere is never written through.
+    let outside = face.site.env.path("elsewhere");
+    std::fs::write(&outside, b"precious").unwrap();
+    let key = {
+        let h = blake3::hash(b"linked");
+        h.to_hex()[..16].to_string()
+    };
+    std::fs::hard_link(&outside, archive.join(format!(".zcp-{key}.part"))).unwrap();
+    let (code, head) = put(&face, "/archive/linked", &lab, b"PWNED", "");
+    assert_eq!(code, 423, "{head}");
+    assert_eq!(std::fs::read(&outside).unwrap(), b"precious");
+    // observatory writes incoming only: whether a name or a parent was there, it cannot tell.
+    let obs = face.token("observatory", &[]);
+    std::fs::write(incoming.join("old"), b"old").unwrap();
+    assert_eq!(put(&face, "/incoming/old", &obs, b"new", "").0, 201);
+    assert_eq!(put(&face, "/incoming/fresh", &obs, b"new", "").0, 201);
+    assert_eq!(put(&face, "/incoming/a/b/c", &obs, b"deep", "").0, 201);
+    assert_eq!(std::fs::read(incoming.join("a/b/c")).unwrap(), b"deep");
+    assert_eq!(
+        put(&face, "/incoming/x", &obs, b"x", "If-None-Match: *\r\n").0,
+        403
+    );
+    assert_eq!(face.req("MKCOL", "/incoming/a", &obs, "").0, 201);
+    assert_eq!(face.req("MKCOL", "/incoming/d/e", &obs, "").0, 201);
+    // An HTTP/1.0 client gets a listing without chunks, ended by the connection.
+    let (code, head, body) = face.raw(&format!(
+        "PROPFIND /archive/ HTTP/1.0\r\nAuthorization: Bearer {lab}\r\nDepth: 1\r\n\r\n"
+    ));
+    assert_eq!(code, 207, "{head}");
+    assert!(!head.contains("chunked"), "{head}");
+    assert!(
+        text(&body).ends_with("</D:multistatus>\n"),
+        "{}",
+        text(&body)
+    );
+}

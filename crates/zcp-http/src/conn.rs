@@ -188,12 +188,17 @@ pub(crate) fn reason(status: u16) -> &'static str {
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         411 => "Length Required",
+        412 => "Precondition Failed",
         413 => "Content Too Large",
+        415 => "Unsupported Media Type",
         416 => "Range Not Satisfiable",
+        423 => "Locked",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
+        507 => "Insufficient Storage",
         _ => "",
     }
 }

@@ -21,6 +21,15 @@ pub enum Algo {
 }
 
 impl Algo {
+    /// The sum's length in bytes.
+    pub fn sum_len(self) -> usize {
+        match self {
+            Algo::Adler32 | Algo::Crc32c => 4,
+            Algo::Md5 => 16,
+            Algo::Sha256 => 32,
+        }
+    }
+
     /// The name in a legacy `Digest` header.
     pub fn legacy_name(self) -> &'static str {
         match self {

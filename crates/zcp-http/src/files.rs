@@ -70,7 +70,14 @@ pub(crate) fn read_side(head: &Head, a: &Authed) -> Answer {
     };
     match (head.method, found) {
         (Method::Propfind, found) => propfind(head, a, found),
-        (_, Found::File(fd, meta)) => get_file(head, fd, &meta),
+        (_, Found::File(fd, meta)) => {
+            // Checksums say much about a small file: only for who may read it or was given
+            // its metadata by name; and only an identity that may write keeps them with it.
+            let path = head.path_bytes();
+            let sums_ok = a.token.grants(&path, Activity::Download)
+                || a.token.grants(&path, Activity::ReadMetadata);
+            get_file(head, fd, &meta, sums_ok, perm.writes())
+        }
         (_, Found::Dir(_)) => Answer::refuse(
             403,
             "this is a directory: PROPFIND lists it, GET reads files",
@@ -141,7 +148,7 @@ fn resolve(root: &Root, inside: &[Vec<u8>]) -> Result<Found, Answer> {
 }
 
 /// `GET` or `HEAD` of a file.
-fn get_file(head: &Head, fd: OwnedFd, meta: &Meta) -> Answer {
+fn get_file(head: &Head, fd: OwnedFd, meta: &Meta, sums_ok: bool, keep: bool) -> Answer {
     let size = meta.size;
     let (status, start, end) = match request::range(head.header("range"), size) {
         Ok(None) => (200, 0, size),
@@ -154,11 +161,14 @@ fn get_file(head: &Head, fd: OwnedFd, meta: &Meta) -> Answer {
             .header("Content-Range", format!("bytes */{size}"));
         }
     };
-    let (legacy, repr) =
-        digest::wanted(head.header("want-digest"), head.header("want-repr-digest"));
+    let (legacy, repr) = if sums_ok {
+        digest::wanted(head.header("want-digest"), head.header("want-repr-digest"))
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let mut all: Vec<Algo> = legacy.clone();
     all.extend(repr.iter().filter(|a| !legacy.contains(a)));
-    let sums = match sums_of(&fd, meta, &all) {
+    let sums = match sums_of(&fd, meta, &all, keep) {
         Ok(s) => s,
         Err(e) => return Answer::refuse(500, format!("the file could not be read: {e}")),
     };
@@ -221,7 +231,12 @@ pub(crate) fn keep_sums_fd(fd: impl AsFd, meta: &Meta, sums: &[(Algo, Vec<u8>)])
 
 /// The sums of a whole file: those kept with it while its size and mtime are unchanged, the
 /// rest read (and then kept).
-fn sums_of(fd: &OwnedFd, meta: &Meta, algos: &[Algo]) -> Result<Vec<(Algo, Vec<u8>)>, String> {
+fn sums_of(
+    fd: &OwnedFd,
+    meta: &Meta,
+    algos: &[Algo],
+    keep: bool,
+) -> Result<Vec<(Algo, Vec<u8>)>, String> {
     let mut out = Vec::new();
     let mut missing = Vec::new();
     for &a in algos {
@@ -230,7 +245,8 @@ fn sums_of(fd: &OwnedFd, meta: &Meta, algos: &[Algo]) -> Result<Vec<(Algo, Vec<u
             .and_then(|v| {
                 let prefix = xattr_value(meta, &[]);
                 v.strip_prefix(&prefix).and_then(|h| hex::decode(h).ok())
-            });
+            })
+            .filter(|v| v.len() == a.sum_len());
         match kept {
             Some(v) => out.push((a, v)),
             None => missing.push(a),
@@ -251,8 +267,16 @@ fn sums_of(fd: &OwnedFd, meta: &Meta, algos: &[Algo]) -> Result<Vec<(Algo, Vec<u
         at += n as u64;
     }
     let read = sums.finish();
-    // Kept only if the file did not change while it was read.
-    if efs::stat_fd(fd).is_ok_and(|m| m.size == meta.size && m.mtime == meta.mtime) {
+    // Kept only if the file did not change while it was read, nor in the last two seconds
+    // (a write in the same clock tick as the mtime would not show), and only for an identity
+    // that may write the file.
+    let settled = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .is_ok_and(|now| now.as_secs() as i64 > meta.mtime.0 + 2);
+    if keep
+        && settled
+        && efs::stat_fd(fd).is_ok_and(|m| m.size == meta.size && m.mtime == meta.mtime)
+    {
         keep_sums_fd(fd, meta, &read);
     }
     out.extend(read);

@@ -115,8 +115,11 @@ pub(crate) struct Ctx {
     /// The time for a request's head, and again for a small body.
     pub(crate) head_timeout: Duration,
     /// Requests being served per source, and the most at once.
-    pub(crate) per_source: crate::slots::SourceCount,
+    pub(crate) per_source: crate::slots::Counts<zcp_session::PendingSource>,
     pub(crate) max_per_source: usize,
+    /// PUTs being received per identity, and the most at once.
+    pub(crate) puts: crate::slots::Counts<String>,
+    pub(crate) max_puts: usize,
 }
 
 /// Answers 503 to a connection there is no thread for (plain HTTP; a TLS one is closed, as
@@ -215,7 +218,8 @@ impl Ctx {
     fn request(&self, conn: &mut Conn, buf: &mut Vec<u8>, head: &Head) -> bool {
         let started = Instant::now();
         let mut identity = None;
-        let own = self.per_source.take(self.peer, self.max_per_source);
+        let source = zcp_session::PendingSource::of(self.peer.ip());
+        let own = self.per_source.take(source, self.max_per_source);
         let mut answer = match &own {
             Some(_) => self.dispatch(conn, buf, head, &mut identity, started),
             None => Answer::refuse(
@@ -255,7 +259,7 @@ impl Ctx {
             elapsed: started.elapsed(),
             why: why.or(written.clone().err()),
         });
-        keep && written.is_ok()
+        written == Ok(true)
     }
 
     /// The answer: the method and the token are checked before any body is read, so nobody
@@ -313,6 +317,18 @@ impl Ctx {
         }
         if head.method == Method::Put {
             // The body is the file: streamed by the PUT itself once it is allowed.
+            let Some(_put) = self.puts.take(authed.identity.clone(), self.max_puts) else {
+                return unread(
+                    Answer::refuse(
+                        503,
+                        format!(
+                            "{} PUTs of this identity are running; try again",
+                            self.max_puts
+                        ),
+                    )
+                    .header("Retry-After", "5"),
+                );
+            };
             return crate::write::put(conn, buf, head, &authed);
         }
         self.with_body(conn, buf, head, started, |body| match head.method {
@@ -419,12 +435,22 @@ struct Framing {
     http11: bool,
 }
 
-/// Writes `a`: its head, then its body (chunked where its length is not known before).
-fn write_answer(conn: &mut Conn, a: Answer, how: Framing, sent: &AtomicU64) -> Result<(), String> {
+/// Writes `a`: its head, then its body (chunked where its length is not known before, or to
+/// the connection's end for HTTP/1.0); whether the connection stays open.
+fn write_answer(
+    conn: &mut Conn,
+    a: Answer,
+    how: Framing,
+    sent: &AtomicU64,
+) -> Result<bool, String> {
     let mut headers = a.headers;
+    let mut how = how;
+    // HTTP/1.0 knows no chunks: a body of unknown length ends with the connection.
+    let chunked = a.body.len().is_none() && how.http11;
     match a.body.len() {
         Some(n) => headers.push(("Content-Length", n.to_string())),
-        None => headers.push(("Transfer-Encoding", "chunked".into())),
+        None if chunked => headers.push(("Transfer-Encoding", "chunked".into())),
+        None => how.keep = false,
     }
     if how.keep && !how.http11 {
         headers.push(("Connection", "keep-alive".into()));
@@ -443,16 +469,22 @@ fn write_answer(conn: &mut Conn, a: Answer, how: Framing, sent: &AtomicU64) -> R
             }
             Body::Listing(l) => {
                 l.write(&mut |piece: &[u8]| {
+                    sent.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                    if !chunked {
+                        return conn.write_all(piece).map_err(|e| e.to_string());
+                    }
                     let framed =
                         [format!("{:x}\r\n", piece.len()).as_bytes(), piece, b"\r\n"].concat();
-                    sent.fetch_add(piece.len() as u64, Ordering::Relaxed);
                     conn.write_all(&framed).map_err(|e| e.to_string())
                 })?;
-                conn.write_all(b"0\r\n\r\n").map_err(|e| e.to_string())?;
+                if chunked {
+                    conn.write_all(b"0\r\n\r\n").map_err(|e| e.to_string())?;
+                }
             }
         }
     }
-    conn.flush().map_err(|e| e.to_string())
+    conn.flush().map_err(|e| e.to_string())?;
+    Ok(how.keep)
 }
 
 /// The activity a request needs of its token.

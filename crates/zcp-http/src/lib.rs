@@ -76,6 +76,8 @@ pub struct HttpLimits {
     /// Requests being served at once for one source (an IPv4 address or an IPv6 /64; those
     /// still waiting for a head are bounded by the pending table); past it, 503.
     pub max_requests_per_source: usize,
+    /// `PUT`s being received at once for one identity; past it, 503.
+    pub max_puts_per_identity: usize,
 }
 
 impl Default for HttpLimits {
@@ -86,6 +88,7 @@ impl Default for HttpLimits {
             head_timeout: Duration::from_secs(10),
             max_threads: 256,
             max_requests_per_source: 32,
+            max_puts_per_identity: 16,
         }
     }
 }
@@ -191,7 +194,8 @@ impl HttpServer {
 
     fn accept_loop(&self, access: &Access, reporter: &Arc<dyn HttpReporter>) {
         let threads = slots::ThreadCount::default();
-        let per_source = slots::SourceCount::default();
+        let per_source = slots::Counts::default();
+        let puts = slots::Counts::default();
         let slots = Arc::new(Mutex::new(slots::Slots::new(PendingLimits {
             max: self.limits.max_pending,
             per_source: self.limits.max_pending_per_source,
@@ -224,6 +228,8 @@ impl HttpServer {
                 head_timeout: self.limits.head_timeout,
                 per_source: per_source.clone(),
                 max_per_source: self.limits.max_requests_per_source,
+                puts: puts.clone(),
+                max_puts: self.limits.max_puts_per_identity,
             };
             // A thread that cannot start drops the connection with the closure; its table
             // entry goes when a later connection finds it past its time.

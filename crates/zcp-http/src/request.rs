@@ -183,6 +183,29 @@ impl Head {
             .map(str::trim)
     }
 
+    /// Whether header `name` (lowercase) is present at all, whatever its bytes.
+    pub fn has_header(&self, name: &str) -> bool {
+        self.headers.iter().any(|(n, _)| n == name)
+    }
+
+    /// Every value of header `name` (lowercase), joined by `, ` as RFC 9110 combines field
+    /// lines; `Err` when one is not UTF-8 (so that no line can be skipped unseen).
+    pub fn header_all(&self, name: &str) -> Result<Option<String>, Refused> {
+        let mut out: Option<String> = None;
+        for (_, v) in self.headers.iter().filter(|(n, _)| n == name) {
+            let v = std::str::from_utf8(v)
+                .map_err(|_| Refused::new(400, format!("the {name} header is not UTF-8")))?;
+            match &mut out {
+                Some(o) => {
+                    o.push_str(", ");
+                    o.push_str(v.trim());
+                }
+                None => out = Some(v.trim().to_string()),
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether the connection stays open after this request.
     pub fn keep_alive(&self) -> bool {
         let conn = self.header("connection").unwrap_or_default();
@@ -197,7 +220,7 @@ impl Head {
     /// The body's length: 0 without one. A chunked body is refused (no method served here
     /// takes one), as is a `Content-Length` that is not one number.
     pub fn body_len(&self) -> Result<u64, Refused> {
-        if self.header("transfer-encoding").is_some() {
+        if self.has_header("transfer-encoding") {
             return Err(Refused::new(
                 411,
                 "a chunked request body is not accepted here; send Content-Length",
@@ -237,7 +260,7 @@ impl Head {
     /// Whether a body follows the head (a length above 0, chunked, or a length that cannot
     /// be read): a request refused before its body is read must close the connection.
     pub fn has_body(&self) -> bool {
-        self.header("transfer-encoding").is_some() || self.body_len() != Ok(0)
+        self.has_header("transfer-encoding") || self.body_len() != Ok(0)
     }
 }
 

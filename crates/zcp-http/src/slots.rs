@@ -90,34 +90,42 @@ impl ThreadCount {
     }
 }
 
-/// Threads per source (an IPv4 address or an IPv6 /64), one taken by
-/// [`SourceCount::take`] and given back when the [`SourceTaken`] is dropped.
-#[derive(Debug, Clone, Default)]
-pub struct SourceCount(Arc<std::sync::Mutex<HashMap<PendingSource, usize>>>);
-
-/// One thread of a [`SourceCount`].
+/// Things at once per key (requests per source, PUTs per identity), one taken by
+/// [`Counts::take`] and given back when the [`Counted`] is dropped.
 #[derive(Debug)]
-pub struct SourceTaken(
-    Arc<std::sync::Mutex<HashMap<PendingSource, usize>>>,
-    PendingSource,
-);
+pub struct Counts<K>(Arc<std::sync::Mutex<HashMap<K, usize>>>);
 
-impl SourceCount {
-    /// Takes one for `peer`'s source if it holds fewer than `max`.
-    pub fn take(&self, peer: SocketAddr, max: usize) -> Option<SourceTaken> {
+impl<K> Default for Counts<K> {
+    fn default() -> Self {
+        Counts(Arc::default())
+    }
+}
+
+impl<K> Clone for Counts<K> {
+    fn clone(&self) -> Self {
+        Counts(self.0.clone())
+    }
+}
+
+/// One taken from a [`Counts`].
+#[derive(Debug)]
+pub struct Counted<K: std::hash::Hash + Eq>(Arc<std::sync::Mutex<HashMap<K, usize>>>, K);
+
+impl<K: std::hash::Hash + Eq + Clone> Counts<K> {
+    /// Takes one for `key` if it holds fewer than `max`.
+    pub fn take(&self, key: K, max: usize) -> Option<Counted<K>> {
         use zcp_engine::sync::Locked;
-        let source = PendingSource::of(peer.ip());
         let mut map = self.0.locked();
-        let n = map.entry(source).or_insert(0);
+        let n = map.entry(key.clone()).or_insert(0);
         if *n >= max {
             return None;
         }
         *n += 1;
-        Some(SourceTaken(self.0.clone(), source))
+        Some(Counted(self.0.clone(), key))
     }
 }
 
-impl Drop for SourceTaken {
+impl<K: std::hash::Hash + Eq> Drop for Counted<K> {
     fn drop(&mut self) {
         use zcp_engine::sync::Locked;
         let mut map = self.0.locked();

@@ -273,6 +273,16 @@ impl Token {
         })
     }
 
+    /// Whether every caveat allows exactly `activity` on `path`, with no activity standing in
+    /// for another (what a file's checksums need: `DOWNLOAD` or `READ_METADATA` itself).
+    pub fn grants(&self, path: &[u8], activity: Activity) -> bool {
+        self.caveats.iter().all(|c| match c {
+            Caveat::Path(p) => under(path, p.as_bytes()),
+            Caveat::Activities(a) => a.contains(&activity),
+            Caveat::Before(_) => true,
+        })
+    }
+
     /// The earliest expiry among its caveats.
     pub fn expiry(&self) -> Option<u64> {
         (self.caveats.iter())

@@ -19,6 +19,9 @@ use crate::token::Activity;
 
 /// Bytes read from the connection at a time.
 const PIECE: usize = 1 << 20;
+/// A PUT's body must bring at least this much in every [`RATE_WINDOW`].
+const MIN_RATE: u64 = 1 << 20;
+const RATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Where a write points: the export's root, the identity's permission, the directory
 /// components and the last name.
@@ -36,6 +39,12 @@ pub(crate) fn target<'h>(
     a: &Authed,
     activity: Activity,
 ) -> Result<Target<'h>, Answer> {
+    if head.components.is_empty() {
+        return Err(Answer::refuse(
+            405,
+            "name an export and a path in it: /EXPORT/PATH",
+        ));
+    }
     let (root, perm, inside) = crate::files::granted(head, a, activity)?;
     if !perm.writes() {
         return Err(Answer::refuse(
@@ -65,57 +74,120 @@ pub(crate) fn target<'h>(
 
 /// `PUT`: the body (exactly `Content-Length` bytes, read from `buf` then `conn`) into a part
 /// file, every digest the client sent checked, synced and renamed over the target; 201 for
-/// a new file, 204 for one replaced. A refusal before the body is read closes the connection.
+/// a new file, 204 for one replaced (201 either way for a write-only identity, which learns
+/// nothing of what is there). A refusal before the body is read closes the connection.
 pub(crate) fn put(conn: &mut Conn, buf: &mut Vec<u8>, head: &Head, a: &Authed) -> Answer {
-    let t = match target(head, a, Activity::Upload) {
-        Ok(t) => t,
-        Err(answer) => return answer.close_now(),
-    };
-    if head.header("transfer-encoding").is_some() {
-        return Answer::refuse(411, "send the file with Content-Length, not chunked").close_now();
+    match put_checked(head, a) {
+        Ok(p) => put_body(conn, buf, head, p),
+        Err(answer) => answer.close_now(),
     }
-    let Some(len) = head
-        .header("content-length")
-        .and_then(|v| v.parse::<u64>().ok())
-    else {
-        return Answer::refuse(411, "a PUT needs Content-Length").close_now();
+}
+
+/// A PUT that passed every check made before its body is read.
+struct Checked<'h> {
+    t: Target<'h>,
+    len: u64,
+    expected: Expected,
+    dir: Arc<std::os::fd::OwnedFd>,
+    existed: bool,
+    part: PartFile,
+}
+
+fn put_checked<'h>(head: &'h Head, a: &Authed) -> Result<Checked<'h>, Answer> {
+    let t = target(head, a, Activity::Upload)?;
+    let len = head
+        .body_len()
+        .map_err(|r| Answer::refuse(r.status, r.why))?;
+    if head.has_header("content-range") {
+        return Err(Answer::refuse(
+            400,
+            "a PUT replaces the whole file: Content-Range is not accepted (RFC 9110)",
+        ));
+    }
+    let digest_header = |name: &str| {
+        head.header_all(name)
+            .map_err(|r| Answer::refuse(400, r.why))
     };
-    let expected = match Expected::from_headers(
-        head.header("repr-digest"),
-        head.header("content-digest"),
-        head.header("digest"),
-    ) {
-        Ok(e) => e,
-        Err(e) => return Answer::refuse(400, e.0).close_now(),
-    };
-    let dir = match t.root.open_dir(t.parents, false) {
-        Ok(d) => Arc::new(d),
-        Err(_) => {
-            return Answer::refuse(409, "the parent directory does not exist (MKCOL it first)")
-                .close_now();
-        }
-    };
+    let expected = Expected::from_headers(
+        digest_header("repr-digest")?.as_deref(),
+        digest_header("content-digest")?.as_deref(),
+        digest_header("digest")?.as_deref(),
+    )
+    .map_err(|e| Answer::refuse(400, e.0))?;
+    let blind = !t.perm.reads();
+    let conditional = head.has_header("if-none-match") || head.has_header("if-match");
+    if blind && conditional {
+        return Err(Answer::refuse(
+            403,
+            "a write-only identity cannot make a PUT conditional on what is there",
+        ));
+    }
+    // A write-only identity's parents are made as a native push makes them: whether they
+    // were there is not its to know.
+    let dir = t
+        .root
+        .open_dir(t.parents, blind)
+        .map(Arc::new)
+        .map_err(|_| Answer::refuse(409, "the parent directory does not exist (MKCOL it first)"))?;
     let existed = match efs::entry_kind(&*dir, t.name) {
         Ok(EntryKind::Missing) => false,
         Ok(EntryKind::File) => true,
         Ok(_) => {
-            return Answer::refuse(409, "the name is taken by a directory or a link").close_now();
+            return Err(Answer::refuse(
+                409,
+                "the name is taken by a directory or a link",
+            ));
         }
-        Err(e) => return Answer::refuse(500, e.to_string()).close_now(),
+        Err(e) => return Err(Answer::refuse(500, e.to_string())),
     };
     if existed && head.header("if-none-match") == Some("*") {
-        return Answer::refuse(412, "the file exists (If-None-Match: *)").close_now();
+        return Err(Answer::refuse(412, "the file exists (If-None-Match: *)"));
     }
-    let key = efs::part_key(t.name);
-    let mut part = match PartFile::open(dir.clone(), &key) {
+    if head.has_header("if-match") {
+        return Err(Answer::refuse(412, "If-Match is not supported here"));
+    }
+    let free = efs::fs_info(&*dir)
+        .map(|i| i.free_bytes)
+        .unwrap_or(u64::MAX);
+    if len > free {
+        return Err(Answer::refuse(
+            507,
+            format!("no room for {len} bytes ({free} free)"),
+        ));
+    }
+    let part = match PartFile::open(dir.clone(), &efs::part_key(t.name)) {
         Ok((p, _)) => p,
         Err(e) => {
-            return Answer::refuse(409, format!("another transfer is writing this file ({e})"))
-                .close_now();
+            return Err(Answer::refuse(
+                423,
+                format!("another transfer is writing this file ({e})"),
+            )
+            .header("Retry-After", "5"));
         }
     };
-    if let Err(e) = part.reset().and_then(|()| part.preallocate(len)) {
-        return Answer::refuse(507, format!("no room for {len} bytes: {e}")).close_now();
+    Ok(Checked {
+        t,
+        len,
+        expected,
+        dir,
+        existed,
+        part,
+    })
+}
+
+fn put_body(conn: &mut Conn, buf: &mut Vec<u8>, head: &Head, p: Checked<'_>) -> Answer {
+    let Checked {
+        t,
+        len,
+        expected,
+        dir,
+        existed,
+        mut part,
+    } = p;
+    // Space is taken as the bytes come, not reserved ahead: a token holder who announces a
+    // large body and sends nothing holds no disk.
+    if let Err(e) = part.reset() {
+        return Answer::refuse(500, e.to_string()).close_now();
     }
     if head
         .header("expect")
@@ -149,21 +221,30 @@ pub(crate) fn put(conn: &mut Conn, buf: &mut Vec<u8>, head: &Head, a: &Authed) -
             ),
         );
     }
-    // The sums go with the file (its final size and mtime guard them), before the rename.
+    // Readable as files made by a native transfer are (0644 before the umask the server runs
+    // under); the sums go with the file, guarded by its final size and mtime.
     if let Ok(meta) = efs::stat_fd(part.fd()) {
+        let _ = efs::set_mode_and_mtime(part.fd(), 0o644, meta.mtime);
         crate::files::keep_sums_fd(part.fd(), &meta, &got);
     }
-    let stored = (part.sync())
-        .and_then(|()| part.rename_to(t.name))
-        .and_then(|()| efs::fsync_dir(&*dir));
-    if let Err(e) = stored {
-        return Answer::refuse(500, format!("the file could not be stored: {e}"));
+    let no_clobber = head.header("if-none-match") == Some("*");
+    let stored = part.sync().and_then(|()| {
+        if no_clobber {
+            part.rename_to_new(t.name)
+        } else {
+            part.rename_to(t.name).map(|()| true)
+        }
+    });
+    match stored.and_then(|renamed| efs::fsync_dir(&*dir).map(|()| renamed)) {
+        Ok(true) => {}
+        Ok(false) => return Answer::refuse(412, "the file appeared meanwhile (If-None-Match: *)"),
+        Err(e) => return Answer::refuse(500, format!("the file could not be stored: {e}")),
     }
     let digest_header: Vec<String> = got
         .iter()
         .map(|(a, v)| format!("{}={}", a.legacy_name(), a.legacy_value(v)))
         .collect();
-    let status = if existed { 204 } else { 201 };
+    let status = if existed && t.perm.reads() { 204 } else { 201 };
     let mut answer = Answer::new(status, Body::Empty).header("Digest", digest_header.join(","));
     answer.received = len;
     answer
@@ -182,7 +263,19 @@ fn receive(
         .map_err(|e| e.to_string())?;
     let mut piece = vec![0u8; PIECE];
     let mut at = 0u64;
+    // A body must keep coming: at least MIN_RATE bytes in every RATE_WINDOW (or the rest).
+    let (mut window, mut window_start) = (std::time::Instant::now(), 0u64);
     while at < len {
+        if window.elapsed() >= RATE_WINDOW {
+            if at - window_start < MIN_RATE.min(len - window_start) {
+                return Err(format!(
+                    "the body came too slowly ({} bytes in {} s; at least {MIN_RATE} are needed)",
+                    at - window_start,
+                    RATE_WINDOW.as_secs()
+                ));
+            }
+            (window, window_start) = (std::time::Instant::now(), at);
+        }
         let want = usize::try_from(len - at).unwrap_or(PIECE).min(PIECE);
         let n = if buf.is_empty() {
             match conn.read(&mut piece[..want]) {
@@ -209,11 +302,16 @@ pub(crate) fn mkcol(head: &Head, a: &Authed) -> Answer {
         Ok(t) => t,
         Err(answer) => return answer,
     };
-    let Ok(dir) = t.root.open_dir(t.parents, false) else {
+    // A write-only identity learns nothing of what is there: its directories are made with
+    // their parents, as a native push makes them, and one already there is made again.
+    let blind = !t.perm.reads();
+    let Ok(dir) = t.root.open_dir(t.parents, blind) else {
         return Answer::refuse(409, "the parent directory does not exist");
     };
     match efs::entry_kind(&dir, t.name) {
         Ok(EntryKind::Missing) => {}
+        Ok(EntryKind::Dir) if blind => return Answer::new(201, Body::Empty),
+        Ok(_) if blind => return Answer::refuse(409, "the name cannot be made a directory"),
         Ok(_) => return Answer::refuse(405, "the name is taken"),
         Err(e) => return Answer::refuse(500, e.to_string()),
     }
@@ -229,12 +327,14 @@ pub(crate) fn mkcol(head: &Head, a: &Authed) -> Answer {
     }
 }
 
-/// Removes everything; stops at nothing.
+/// Removes everything but zcp's own part files, journals and links: those of a transfer
+/// still running must not go from under it (`zcp clean` removes the stale ones).
 struct All;
 
 impl RemoveGuide for All {
-    fn keep(&mut self, _path: &[u8], _dir: bool) -> bool {
-        false
+    fn keep(&mut self, path: &[u8], _dir: bool) -> bool {
+        let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
+        efs::is_reserved_name(name)
     }
     fn go_on(&mut self) -> bool {
         true
@@ -262,6 +362,13 @@ pub(crate) fn delete(head: &Head, a: &Authed) -> Answer {
     match efs::remove_entry(dir.as_fd(), t.name, &mut All, false)
         .and_then(|r: Removed| efs::fsync_dir(&dir).map(|()| r))
     {
+        Ok(r) if r.kept > 0 => Answer::refuse(
+            409,
+            format!(
+                "{} of zcp's part files are in it (a transfer may be running; `zcp clean` removes stale ones): the rest was removed",
+                r.kept
+            ),
+        ),
         Ok(_) => Answer::new(204, Body::Empty),
         Err(e) => Answer::refuse(500, format!("not all was removed: {e}")),
     }

@@ -100,15 +100,20 @@ impl PartFile {
             None => {
                 let f = rustix::fs::openat(&dir, part.as_c_str(), flags, Mode::empty())
                     .map_err(|e| EngineError::sys("openat", "partial file", e))?;
-                // O_NOFOLLOW refuses a symlink; anything else but a regular file is refused here.
-                if FileType::from_raw_mode(
-                    rustix::fs::fstat(&f)
-                        .map_err(|e| EngineError::sys("fstat", "partial file", e))?
-                        .st_mode,
-                ) != FileType::RegularFile
-                {
+                // O_NOFOLLOW refuses a symlink; anything else but a regular file is refused here,
+                // and so is one with other hard links: a name planted beside the target, linked
+                // to a file elsewhere, would have that file written.
+                let st = rustix::fs::fstat(&f)
+                    .map_err(|e| EngineError::sys("fstat", "partial file", e))?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
                     return Err(EngineError::Path(format!(
                         "{} is not a regular file",
+                        part.to_string_lossy()
+                    )));
+                }
+                if st.st_nlink > 1 {
+                    return Err(EngineError::Path(format!(
+                        "{} has other hard links; remove it (zcp clean) to go on",
                         part.to_string_lossy()
                     )));
                 }
