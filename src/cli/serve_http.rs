@@ -51,7 +51,16 @@ pub(crate) fn start(face: HttpServer, server: &Server) -> anyhow::Result<()> {
     let view = server.access();
     face.spawn(Arc::new(move || view.snapshot()), Arc::new(Log))?;
     if tls {
-        eprintln!("zcp: https at https://{addr}/ (WebDAV; bearer tokens from `zcp token`)");
+        // rustls seals each record in user space; kernel TLS would let file pages go out by
+        // sendfile, but rustls does not hand its keys to the kernel yet: say what runs.
+        let ktls = match zcp_engine::sys::ktls_available() {
+            Ok(()) => "kernel TLS is available but not used".to_string(),
+            Err(why) => why,
+        };
+        eprintln!(
+            "zcp: https at https://{addr}/ (WebDAV; bearer tokens from `zcp token`; TLS in user \
+             space: {ktls})"
+        );
     } else {
         eprintln!(
             "zcp: http at http://{addr}/ (WebDAV, plain HTTP: tokens and data travel in clear)"

@@ -32,6 +32,13 @@ pub(crate) fn version_text() -> String {
         "receiver engines: {}",
         receiver_engines(&tmp).unwrap_or_else(|e| not_probed(&tmp, &e))
     ));
+    lines.push(format!(
+        "https face: TLS in user space (rustls); {}",
+        match zcp_engine::sys::ktls_available() {
+            Ok(()) => "kernel TLS available, not used".to_string(),
+            Err(why) => why,
+        }
+    ));
     let mut text = lines.join("\n");
     text.push('\n');
     text

@@ -566,6 +566,16 @@ fn version_says_protocol_commit_toolchain_kernel_and_engines() {
     );
     let probed_in = format!("(probed in {}, ", tmp.canonicalize().unwrap().display());
     assert!(recv.contains(&probed_in), "{out}");
+    // Kernel TLS: this kernel's answer, whichever it is, said as such.
+    let https = field("https face");
+    let ktls = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|u| u.split_whitespace().any(|w| w == "tls"));
+    assert!(https.starts_with("TLS in user space (rustls); "), "{out}");
+    if ktls {
+        assert!(https.ends_with("kernel TLS available, not used"), "{out}");
+    } else {
+        assert!(https.contains("TCP_ULP tls"), "{out}");
+    }
     assert!(tree(&tmp).is_empty(), "the probes left {:?}", tree(&tmp));
 
     // No usable temporary directory: still a version, the probes say why they did not run.
