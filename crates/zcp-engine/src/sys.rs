@@ -316,6 +316,45 @@ pub fn listen_tcp(addr: std::net::SocketAddr, v6only: bool) -> io::Result<std::n
     Ok(std::net::TcpListener::from(fd))
 }
 
+/// Whether this kernel offers kernel TLS (`setsockopt(TCP_ULP, "tls")`), which would let a TLS
+/// connection send a file's pages with `sendfile`. Probed on a fresh, unconnected TCP socket:
+/// `ENOENT` means no `tls` upper-layer protocol (not built, or its module not loadable);
+/// `ENOTCONN` means the kernel has it (it only attaches to a connected socket). `Err` says why
+/// not, for the start line and `--version`.
+pub fn ktls_available() -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .map_err(|e| format!("no TCP socket to probe with: {e}"))?;
+    let name = b"tls";
+    // SAFETY: `name` is a live byte array and the length passed is its size; the kernel only
+    // reads it. `sock` is owned here and open for the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_ULP,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    match (rc, err.raw_os_error()) {
+        (0, _) => Ok(()),
+        (_, Some(libc::ENOTCONN)) => Ok(()),
+        (_, Some(libc::ENOENT)) => {
+            Err("this kernel has no kernel TLS (TCP_ULP tls: ENOENT)".into())
+        }
+        _ => Err(format!(
+            "kernel TLS could not be probed (TCP_ULP tls: {err})"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,44 +424,5 @@ mod tests {
         assert_eq!(parse_dirty(m), Some(15 * 1024));
         assert_eq!(parse_dirty("Dirty: 12 kB\n"), None);
         assert!(dirty_bytes().is_some(), "procfs is mounted here");
-    }
-}
-
-/// Whether this kernel offers kernel TLS (`setsockopt(TCP_ULP, "tls")`), which would let a TLS
-/// connection send a file's pages with `sendfile`. Probed on a fresh, unconnected TCP socket:
-/// `ENOENT` means no `tls` upper-layer protocol (not built, or its module not loadable);
-/// `ENOTCONN` means the kernel has it (it only attaches to a connected socket). `Err` says why
-/// not, for the start line and `--version`.
-pub fn ktls_available() -> Result<(), String> {
-    use std::os::fd::AsRawFd;
-    let sock = rustix::net::socket(
-        rustix::net::AddressFamily::INET,
-        rustix::net::SocketType::STREAM,
-        None,
-    )
-    .map_err(|e| format!("no TCP socket to probe with: {e}"))?;
-    let name = b"tls";
-    // SAFETY: `name` is a live byte array and the length passed is its size; the kernel only
-    // reads it. `sock` is owned here and open for the call.
-    #[allow(unsafe_code)]
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_ULP,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    let err = std::io::Error::last_os_error();
-    match (rc, err.raw_os_error()) {
-        (0, _) => Ok(()),
-        (_, Some(libc::ENOTCONN)) => Ok(()),
-        (_, Some(libc::ENOENT)) => {
-            Err("this kernel has no kernel TLS (TCP_ULP tls: ENOENT)".into())
-        }
-        _ => Err(format!(
-            "kernel TLS could not be probed (TCP_ULP tls: {err})"
-        )),
     }
 }
