@@ -174,7 +174,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Send files and directory trees to a server.
     Send(send::SendArgs),
-    /// Print a bearer token for `zcp serve`'s HTTPS/WebDAV face (its config's [http]).
+    /// Print a bearer token for `zcp serve`'s HTTPS/WebDAV face (its config's `[http]` section).
     Token(token::TokenArgs),
     /// Fetch files and directory trees from a server.
     Get(get::GetArgs),
