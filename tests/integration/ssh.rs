@@ -390,7 +390,7 @@ fn what_keeps_the_far_side_from_starting_is_said_with_its_fix() {
     assert_eq!(o.status.code(), Some(1), "{}", both(&o));
     assert!(text(&o.stderr).contains("install zcp"), "{}", both(&o));
     // ssh cannot reach the host: its own message, then ours.
-    let closed = free_port();
+    let (_held, closed) = refusing_port();
     let mut c = zcp();
     c.args(["send", "-e"])
         .arg(

@@ -680,6 +680,18 @@ pub fn mkfifo(p: &Path) {
 
 /// A free TCP port on 127.0.0.1:: the kernel hands one out and the listener lets it go (free
 /// for the test only in that sense).
+/// A port on 127.0.0.1 that refuses connections for as long as the returned socket lives: it
+/// is bound but never listens, so no other test can take it meanwhile (a port found free and
+/// let go may be bound by a test running beside this one).
+pub fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use rustix::net::{AddressFamily, SocketType};
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    rustix::net::bind(&fd, &any).unwrap();
+    let bound = std::net::SocketAddr::try_from(rustix::net::getsockname(&fd).unwrap()).unwrap();
+    (fd, bound.port())
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
