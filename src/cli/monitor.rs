@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zcp_engine::sync::Locked;
-use zcp_http::slots::{Slots, ThreadCount};
+use zcp_http::slots::{Counts, Slots};
 use zcp_report::Monitor;
 use zcp_report::monitor::{APP_CSS, APP_JS, FAVICON_SVG, INDEX_HTML};
 use zcp_session::PendingLimits;
@@ -62,7 +62,7 @@ pub(crate) fn spawn(listener: TcpListener, monitor: Arc<Monitor>) -> std::io::Re
 }
 
 fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
-    let threads = ThreadCount::default();
+    let threads = Counts::<()>::default();
     let slots = Arc::new(Mutex::new(Slots::new(PendingLimits {
         max: MAX_CONNECTIONS,
         per_source: MAX_CONNECTIONS,
@@ -78,7 +78,7 @@ fn accept_loop(listener: &TcpListener, monitor: &Arc<Monitor>) {
                 continue;
             }
         };
-        let Some(thread) = threads.take(MAX_THREADS) else {
+        let Some(thread) = threads.take((), MAX_THREADS) else {
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
             let _ = respond(
                 &stream,

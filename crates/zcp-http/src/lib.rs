@@ -193,7 +193,7 @@ impl HttpServer {
     }
 
     fn accept_loop(&self, access: &Access, reporter: &Arc<dyn HttpReporter>) {
-        let threads = slots::ThreadCount::default();
+        let threads = slots::Counts::<()>::default();
         let per_source = slots::Counts::default();
         let puts = slots::Counts::default();
         let slots = Arc::new(Mutex::new(slots::Slots::new(PendingLimits {
@@ -211,7 +211,7 @@ impl HttpServer {
                     continue;
                 }
             };
-            let Some(taken) = threads.take(self.limits.max_threads) else {
+            let Some(taken) = threads.take((), self.limits.max_threads) else {
                 handle::busy(stream, self.tls.is_some());
                 continue;
             };

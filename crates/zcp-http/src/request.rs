@@ -279,15 +279,7 @@ pub fn path_bytes(components: &[Vec<u8>]) -> Vec<u8> {
 
 /// `/` + `components` joined by `/` (lossy for names that are not UTF-8).
 pub fn path_text(components: &[Vec<u8>]) -> String {
-    let mut s = String::new();
-    for c in components {
-        s.push('/');
-        s.push_str(&String::from_utf8_lossy(c));
-    }
-    if s.is_empty() {
-        s.push('/');
-    }
-    s
+    String::from_utf8_lossy(&path_bytes(components)).into_owned()
 }
 
 /// A byte range to serve: `start..end` of the file.

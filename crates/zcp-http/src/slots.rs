@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use zcp_session::{PendingId, PendingLimits, PendingSource, PendingTable};
@@ -70,27 +69,8 @@ impl Slots {
     }
 }
 
-/// A count of running threads, one taken by [`ThreadCount::take`] and given back when the
-/// [`Taken`] is dropped.
-#[derive(Debug, Clone, Default)]
-pub struct ThreadCount(Arc<AtomicUsize>);
-
-/// One thread of a [`ThreadCount`].
-#[derive(Debug)]
-pub struct Taken(Arc<AtomicUsize>);
-
-impl ThreadCount {
-    /// Takes one if fewer than `max` are taken.
-    pub fn take(&self, max: usize) -> Option<Taken> {
-        if self.0.fetch_add(1, Ordering::AcqRel) >= max {
-            self.0.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Taken(self.0.clone()))
-    }
-}
-
-/// Things at once per key (requests per source, PUTs per identity), one taken by
+/// Things at once per key (threads with `()` as the key, requests per source, PUTs per
+/// identity), one taken by
 /// [`Counts::take`] and given back when the [`Counted`] is dropped.
 #[derive(Debug)]
 pub struct Counts<K>(Arc<std::sync::Mutex<HashMap<K, usize>>>);
@@ -135,11 +115,5 @@ impl<K: std::hash::Hash + Eq> Drop for Counted<K> {
                 map.remove(&self.1);
             }
         }
-    }
-}
-
-impl Drop for Taken {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -227,3 +227,14 @@ pub fn put(face: &Face, path: &str, token: &str, body: &[u8], extra: &str) -> (u
     let (code, head, b) = raw(face.addr, &req);
     (code, format!("{head}{}", text(&b)))
 }
+
+/// Adler-32 of `data` as WLCG writes it (8 hex digits), computed here by its definition so the
+/// server's own sums are checked against something independent of them.
+pub fn adler32_hex(data: &[u8]) -> String {
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in data {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    format!("{:08x}", (b << 16) | a)
+}

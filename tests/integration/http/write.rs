@@ -14,14 +14,7 @@ fn put_stores_only_whole_files_whose_digests_match() {
     let archive = &face.site.archive;
     let t = face.token("lab", &[]);
     let body: Vec<u8> = (0..2_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let adler = {
-        let (mut a, mut b) = (1u32, 0u32);
-        for &x in &body {
-            a = (a + u32::from(x)) % 65521;
-            b = (b + a) % 65521;
-        }
-        format!("{:08x}", (b << 16) | a)
-    };
+    let adler = adler32_hex(&body);
     // A new file: 201, with the digest it was stored under.
     let (code, head) = put(
         &face,
