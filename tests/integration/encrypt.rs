@@ -165,11 +165,15 @@ fn captured(env: &Env, port: u16, name: &str, f: impl FnOnce()) -> Vec<u8> {
     let pcap = env.path(name);
     let mut dump = Command::new("tcpdump")
         // -Z root: as the user tcpdump it captures nothing into a file it cannot write;
-        // --immediate-mode: packets in a ring block not yet handed over are lost at SIGINT.
+        // --immediate-mode: packets in a ring block not yet handed over are lost at SIGINT;
+        // -B: a 64 MiB capture buffer, so a loaded machine drops none of a session's packets
+        // (with the default 2 MiB the sealed session's capture came up short once).
         .args([
             "-Z",
             "root",
             "--immediate-mode",
+            "-B",
+            "65536",
             "-i",
             "lo",
             "-U",
